@@ -1,0 +1,133 @@
+//! The ceilings a benchmark is measured against, measured in the same process:
+//! streaming copy bandwidth (bytes read + written per second) and FMA rate.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use serde::Serialize;
+
+use super::cuda::{Gpu, KernelSource};
+use crate::error::Result;
+use crate::precision::Precision;
+
+pub const KERNELS: KernelSource = KernelSource {
+    name: "ceilings.cu",
+    code: include_str!("ceilings.cu"),
+};
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Ceilings {
+    /// Bytes read + written per second by a large streaming copy.
+    pub copy_bandwidth: f64,
+    /// Floating-point operations per second (an FMA counts 2) in f32 and f64; 0 if
+    /// not measured (the CPU path measures bandwidth only).
+    pub fma_f32: f64,
+    pub fma_f64: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Time `reps` launches (after `warmup`) one by one with events; the median seconds.
+pub fn time_median(
+    gpu: &Gpu,
+    warmup: usize,
+    reps: usize,
+    mut launch: impl FnMut() -> Result<()>,
+) -> Result<f64> {
+    for _ in 0..warmup {
+        launch()?;
+    }
+    let (start, stop) = (gpu.timing_event()?, gpu.timing_event()?);
+    let mut times = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        start.record(&gpu.stream)?;
+        launch()?;
+        stop.record(&gpu.stream)?;
+        times.push(start.elapsed_ms(&stop)? as f64 * 1e-3);
+    }
+    Ok(median(times))
+}
+
+pub fn measure_gpu(gpu: &Gpu) -> Result<Ceilings> {
+    // 2 x 512 MiB: far beyond L2, small enough for any current data-centre GPU.
+    let elems: usize = 512 << 20 >> 4;
+    gpu.ensure_fits(2 * 512 << 20, "the copy-bandwidth probe")?;
+    let src = gpu.stream.alloc_zeros::<f64>(2 * elems)?;
+    let mut dst = gpu.stream.alloc_zeros::<f64>(2 * elems)?;
+    let copy = gpu.function(&KERNELS, Precision::F64, &[], "ceiling_copy")?;
+    let cfg = gpu.stride_config(elems, 256);
+    let n = elems as u64;
+    let t_copy = time_median(gpu, 3, 15, || {
+        let mut b = gpu.stream.launch_builder(&copy);
+        b.arg(&src).arg(&mut dst).arg(&n);
+        // SAFETY: both buffers hold `elems` double2 values.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    })?;
+    let copy_bandwidth = 2.0 * (elems * 16) as f64 / t_copy;
+    Ok(Ceilings {
+        copy_bandwidth,
+        fma_f32: fma_rate(gpu, Precision::F32)?,
+        fma_f64: fma_rate(gpu, Precision::F64)?,
+    })
+}
+
+fn fma_rate(gpu: &Gpu, precision: Precision) -> Result<f64> {
+    let f = gpu.function(&KERNELS, precision, &[], "ceiling_fma")?;
+    let threads = 256u32;
+    let blocks = (gpu.multiprocessors * 8) as u32;
+    let iters = 2048i32;
+    let cfg = LaunchConfig {
+        grid_dim: (blocks, 1, 1),
+        block_dim: (threads, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut out = gpu
+        .stream
+        .alloc_zeros::<f64>((blocks * threads) as usize)?;
+    let t = match precision {
+        Precision::F32 => time_median(gpu, 2, 7, || {
+            let (a, b, it) = (0.999_f32, 1e-3_f32, iters);
+            let mut l = gpu.stream.launch_builder(&f);
+            l.arg(&mut out).arg(&a).arg(&b).arg(&it);
+            // SAFETY: out has one slot per thread (f64 slots hold f32 values too).
+            unsafe { l.launch(cfg) }?;
+            Ok(())
+        })?,
+        Precision::F64 => time_median(gpu, 2, 7, || {
+            let (a, b, it) = (0.999_f64, 1e-3_f64, iters);
+            let mut l = gpu.stream.launch_builder(&f);
+            l.arg(&mut out).arg(&a).arg(&b).arg(&it);
+            // SAFETY: out has one slot per thread.
+            unsafe { l.launch(cfg) }?;
+            Ok(())
+        })?,
+    };
+    let flops = 2.0 * 8.0 * 16.0 * iters as f64 * (blocks * threads) as f64;
+    Ok(flops / t)
+}
+
+/// Host memory bandwidth of a parallel streaming copy (bytes read + written per second),
+/// the ceiling for the CPU engines.
+pub fn measure_cpu() -> Ceilings {
+    use rayon::prelude::*;
+    let elems = 64usize << 20; // 512 MiB of f64 each way
+    let src = vec![1.0f64; elems];
+    let mut dst = vec![0.0f64; elems];
+    let chunk = 1 << 16;
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t0 = std::time::Instant::now();
+        dst.par_chunks_mut(chunk)
+            .zip(src.par_chunks(chunk))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    std::hint::black_box(&dst);
+    Ceilings {
+        copy_bandwidth: 2.0 * (elems * 8) as f64 / median(times),
+        fma_f32: 0.0,
+        fma_f64: 0.0,
+    }
+}

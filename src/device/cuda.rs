@@ -1,0 +1,228 @@
+//! CUDA runtime: context and stream per device, NVRTC compilation for the device's own
+//! architecture, and a per-process module cache keyed by (kernel, precision, defines).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::nvrtc::{CompileOptions, Ptx};
+
+use crate::error::{Error, Result};
+use crate::precision::Precision;
+
+/// A `.cu` file embedded in the binary. `common.cuh` is prepended before compiling.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelSource {
+    pub name: &'static str,
+    pub code: &'static str,
+}
+
+const COMMON: &str = include_str!("common.cuh");
+
+/// Every kernel source keisan ships, for the compile check in CI.
+pub fn all_kernel_sources() -> Vec<KernelSource> {
+    vec![
+        crate::device::ceilings::KERNELS,
+        crate::solvers::jacobi::cuda::KERNELS,
+    ]
+}
+
+fn driver_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the driver library.
+    *PRESENT.get_or_init(|| unsafe { cudarc::driver::sys::is_culib_present() })
+}
+
+fn nvrtc_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: only tries to dlopen the NVRTC library.
+    *PRESENT.get_or_init(|| unsafe { cudarc::nvrtc::sys::is_culib_present() })
+}
+
+/// Number of usable CUDA devices, or why there are none.
+pub fn device_count() -> Result<usize> {
+    if !driver_present() {
+        return Err(Error::NoCudaDevice(
+            "the CUDA driver library (libcuda.so) was not found".into(),
+        ));
+    }
+    match CudaContext::device_count() {
+        Ok(0) => Err(Error::NoCudaDevice("the driver reports 0 devices".into())),
+        Ok(n) => Ok(n as usize),
+        Err(e) => Err(Error::NoCudaDevice(format!("driver initialisation failed: {e}"))),
+    }
+}
+
+/// Compile one kernel source with NVRTC for `arch` (e.g. "sm_90").
+pub fn compile(
+    src: &KernelSource,
+    precision: Precision,
+    arch: &str,
+    defines: &[(&str, String)],
+) -> Result<Ptx> {
+    if !nvrtc_present() {
+        return Err(Error::NoCudaDevice(
+            "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit or the \
+             nvidia-cuda-nvrtc wheel and add its lib folder to LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    let real = match precision {
+        Precision::F32 => "float",
+        Precision::F64 => "double",
+    };
+    let mut options = vec![
+        format!("--gpu-architecture={arch}"),
+        format!("-Dreal={real}"),
+        "--std=c++17".to_string(),
+    ];
+    options.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
+    let source = format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, src.code);
+    cudarc::nvrtc::compile_ptx_with_opts(
+        source,
+        CompileOptions {
+            options,
+            name: Some(src.name.to_string()),
+            ..Default::default()
+        },
+    )
+    .map_err(|e| Error::KernelCompile {
+        kernel: format!("{} ({precision}, {arch})", src.name),
+        log: match e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => other.to_string(),
+        },
+    })
+}
+
+type ModuleKey = (&'static str, Precision, Vec<(String, String)>);
+
+/// One CUDA device in use: its context, the stream all of keisan's work goes to, and
+/// the modules compiled for it so far.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub total_memory: usize,
+    pub multiprocessors: usize,
+    arch: String,
+    modules: Mutex<HashMap<ModuleKey, Arc<CudaModule>>>,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Gpu({}: {})", self.ordinal, self.name)
+    }
+}
+
+impl Gpu {
+    pub fn open(ordinal: usize) -> Result<Arc<Gpu>> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::invalid(
+                "--device",
+                ordinal,
+                format!("this machine has {count} CUDA device(s): use 0..{}", count - 1),
+            ));
+        }
+        let ctx = CudaContext::new(ordinal)?;
+        // One stream, ordered by construction: cudarc's per-buffer event tracking
+        // would only add work to every launch.
+        // SAFETY: keisan issues all work of a context on its single stream.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        let (major, minor) = ctx.compute_capability()?;
+        let multiprocessors = ctx.attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )? as usize;
+        Ok(Arc::new(Gpu {
+            name: ctx.name()?,
+            total_memory: ctx.total_mem()?,
+            compute_capability: (major, minor),
+            multiprocessors,
+            arch: format!("sm_{major}{minor}"),
+            ordinal,
+            ctx,
+            stream,
+            modules: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub fn arch(&self) -> &str {
+        &self.arch
+    }
+
+    pub fn free_memory(&self) -> Result<usize> {
+        Ok(self.ctx.mem_get_info()?.0)
+    }
+
+    /// Refuse early, with a message that names the sizes, when `bytes` will not fit.
+    pub fn ensure_fits(&self, bytes: u128, what: &str) -> Result<()> {
+        let free = self.free_memory()? as u128;
+        if bytes > free {
+            return Err(Error::OutOfMemory(format!(
+                "{what} needs {} on the device, but {} (device {}) has {} free; \
+                 use a smaller grid or --backend cpu",
+                crate::units::bytes(bytes),
+                self.name,
+                self.ordinal,
+                crate::units::bytes(free),
+            )));
+        }
+        Ok(())
+    }
+
+    /// The function `name` from `src`, compiling the module on first use.
+    pub fn function(
+        &self,
+        src: &KernelSource,
+        precision: Precision,
+        defines: &[(&str, String)],
+        name: &str,
+    ) -> Result<CudaFunction> {
+        let key: ModuleKey = (
+            src.name,
+            precision,
+            defines
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        );
+        let module = {
+            let mut cache = self.modules.lock().expect("module cache poisoned");
+            match cache.get(&key) {
+                Some(m) => m.clone(),
+                None => {
+                    let ptx = compile(src, precision, &self.arch, defines)?;
+                    let module = self.ctx.load_module(ptx)?;
+                    cache.insert(key, module.clone());
+                    module
+                }
+            }
+        };
+        Ok(module.load_function(name)?)
+    }
+
+    /// A CUDA event that records time.
+    pub fn timing_event(&self) -> Result<cudarc::driver::CudaEvent> {
+        Ok(self.ctx.new_event(Some(
+            cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT,
+        ))?)
+    }
+
+    /// Blocks of `threads` enough to cover `items` with a grid-stride loop, capped at a
+    /// few waves of the device.
+    pub fn stride_config(&self, items: usize, threads: u32) -> LaunchConfig {
+        let wanted = items.div_ceil(threads as usize).max(1);
+        let cap = self.multiprocessors * 8;
+        LaunchConfig {
+            grid_dim: (wanted.min(cap) as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+}

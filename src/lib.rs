@@ -1,0 +1,20 @@
+//! keisan (計算): GPU solvers for grid and particle simulations.
+//!
+//! Data flows one way: problem file → [`problem::Problem`] → device choice
+//! ([`device::select`]) → solver engine → [`run::drive`] → outputs and a
+//! [`summary::Summary`]. See docs/ARCHITECTURE.md.
+
+pub mod bench;
+pub mod device;
+pub mod error;
+pub mod execute;
+pub mod memory;
+pub mod output;
+pub mod precision;
+pub mod problem;
+pub mod run;
+pub mod solvers;
+pub mod summary;
+pub mod units;
+
+pub use error::{Error, Result};

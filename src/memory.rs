@@ -1,0 +1,39 @@
+//! Host allocations that fail with a message instead of aborting the process.
+
+use crate::error::{Error, Result};
+
+/// A vector of `len` copies of `value`, or an out-of-memory error naming `what`.
+pub fn try_filled<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let bytes = (len as u128) * std::mem::size_of::<T>() as u128;
+    let mut v = Vec::new();
+    v.try_reserve_exact(len).map_err(|_| {
+        Error::OutOfMemory(format!(
+            "{what} need {} of host memory, which could not be allocated",
+            crate::units::bytes(bytes)
+        ))
+    })?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// Physical memory of this machine, from /proc/meminfo (None where unreadable).
+pub fn host_total_bytes() -> Option<u128> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u128 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuse a request for more host memory than the machine has.
+pub fn ensure_host_fits(bytes: u128, what: &str) -> Result<()> {
+    if let Some(total) = host_total_bytes()
+        && bytes > total
+    {
+        return Err(Error::OutOfMemory(format!(
+            "{what} need {} of host memory, but this machine has {}; use a smaller grid",
+            crate::units::bytes(bytes),
+            crate::units::bytes(total)
+        )));
+    }
+    Ok(())
+}

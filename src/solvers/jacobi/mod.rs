@@ -1,0 +1,199 @@
+//! Jacobi iteration for the 2D Helmholtz equation u_xx + u_yy − αu = f on [−1,1]²
+//! with u = 0 on the boundary (seed 004, the PGI accelerator study).
+//!
+//! Grid: n points in x, m in y, stored row-major with x fastest (`u[j*n + i]`, a NumPy
+//! array of shape (m, n)). Each sweep over the interior computes
+//! resid = (ax(u[i−1,j]+u[i+1,j]) + ay(u[i,j−1]+u[i,j+1]) + b·u[i,j] − f[i,j]) / b and
+//! u_new = u − ω·resid; the residual norm is sqrt(Σ resid²)/(n·m).
+
+pub mod cpu;
+pub mod cuda;
+mod manufactured;
+
+use serde::{Deserialize, Serialize};
+
+pub use manufactured::Manufactured;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::precision::{Precision, Real};
+use crate::run::Engine;
+
+/// The `[jacobi]` table of a problem file, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JacobiConfig {
+    pub n: i64,
+    pub m: i64,
+    #[serde(default = "default_alpha")]
+    pub alpha: f64,
+    #[serde(default = "default_relax")]
+    pub relax: f64,
+    #[serde(default)]
+    pub tolerance: f64,
+    pub max_iterations: i64,
+    #[serde(default)]
+    pub exact: Manufactured,
+}
+
+fn default_alpha() -> f64 {
+    1.0
+}
+fn default_relax() -> f64 {
+    1.0
+}
+
+/// Largest extent along one axis: kernels index a row or a column with 32-bit ints.
+pub const MAX_EXTENT: i64 = i32::MAX as i64;
+
+impl JacobiConfig {
+    pub fn validate(self) -> Result<JacobiProblem> {
+        for (field, v) in [("jacobi.n", self.n), ("jacobi.m", self.m)] {
+            if !(3..=MAX_EXTENT).contains(&v) {
+                return Err(Error::invalid(
+                    field,
+                    v,
+                    format!(
+                        "grid points per axis must be in [3, {MAX_EXTENT}] \
+                         (the boundary takes two of them)"
+                    ),
+                ));
+            }
+        }
+        if !(self.relax > 0.0 && self.relax < 2.0) {
+            return Err(Error::invalid(
+                "jacobi.relax",
+                self.relax,
+                "the relaxation factor ω must lie in the open interval (0, 2)",
+            ));
+        }
+        if !(self.tolerance >= 0.0 && self.tolerance.is_finite()) {
+            return Err(Error::invalid(
+                "jacobi.tolerance",
+                self.tolerance,
+                "the residual tolerance must be a finite number ≥ 0 (0 runs all iterations)",
+            ));
+        }
+        if self.max_iterations < 1 {
+            return Err(Error::invalid(
+                "jacobi.max_iterations",
+                self.max_iterations,
+                "at least 1 iteration is needed",
+            ));
+        }
+        if !(self.alpha >= 0.0 && self.alpha.is_finite()) {
+            return Err(Error::invalid(
+                "jacobi.alpha",
+                self.alpha,
+                "α must be a finite number ≥ 0 (for α < 0 the Jacobi iteration may diverge)",
+            ));
+        }
+        Ok(JacobiProblem {
+            n: self.n as usize,
+            m: self.m as usize,
+            alpha: self.alpha,
+            relax: self.relax,
+            tolerance: self.tolerance,
+            max_iterations: self.max_iterations as u64,
+            exact: self.exact,
+        })
+    }
+}
+
+/// A validated Jacobi problem.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JacobiProblem {
+    pub n: usize,
+    pub m: usize,
+    pub alpha: f64,
+    pub relax: f64,
+    pub tolerance: f64,
+    pub max_iterations: u64,
+    pub exact: Manufactured,
+}
+
+/// Stencil coefficients; `rb = 1/b` so that no sweep divides.
+#[derive(Debug, Clone, Copy)]
+pub struct Coefficients {
+    pub dx: f64,
+    pub dy: f64,
+    pub ax: f64,
+    pub ay: f64,
+    pub b: f64,
+    pub rb: f64,
+}
+
+impl JacobiProblem {
+    pub fn coefficients(&self) -> Coefficients {
+        let dx = 2.0 / (self.n - 1) as f64;
+        let dy = 2.0 / (self.m - 1) as f64;
+        let ax = 1.0 / (dx * dx);
+        let ay = 1.0 / (dy * dy);
+        let b = -2.0 * ax - 2.0 * ay - self.alpha;
+        Coefficients {
+            dx,
+            dy,
+            ax,
+            ay,
+            b,
+            rb: 1.0 / b,
+        }
+    }
+
+    pub fn cells(&self) -> usize {
+        self.n * self.m
+    }
+
+    /// Bytes of the three fields (u, u_new, f) in `precision`.
+    pub fn field_bytes(&self, precision: Precision) -> u128 {
+        3 * self.cells() as u128 * precision.bytes() as u128
+    }
+
+    /// The study's solution error sqrt(Σ(u − u_exact)²)/(n·m), from the sum of squares.
+    pub fn solution_error_from_sum(&self, sum_sq: f64) -> f64 {
+        sum_sq.sqrt() / self.cells() as f64
+    }
+
+    /// x and y of grid point (i, j).
+    pub fn point(&self, i: usize, j: usize) -> (f64, f64) {
+        let c = self.coefficients();
+        (-1.0 + i as f64 * c.dx, -1.0 + j as f64 * c.dy)
+    }
+}
+
+/// Where the initial fields come from.
+pub enum Fields<T> {
+    /// u = 0, f from the manufactured solution, built on the device itself.
+    Manufactured,
+    /// Given f and initial u (boundary values of u0 stay fixed), row-major n·m each.
+    Given { f: Vec<T>, u0: Vec<T> },
+}
+
+/// What a Jacobi engine offers beyond [`Engine`].
+pub trait JacobiEngine: Engine {
+    /// sqrt(Σ(u − u_exact)²)/(n·m) of the current iterate, computed where the data lives.
+    fn solution_error(&mut self) -> Result<f64>;
+}
+
+/// Build the engine for `device`.
+pub fn engine<T: Real>(
+    problem: &JacobiProblem,
+    device: &Device,
+    fields: Fields<T>,
+) -> Result<Box<dyn JacobiEngine<Real = T>>> {
+    if let Fields::Given { f, u0 } = &fields {
+        for (name, v) in [("f", f), ("u0", u0)] {
+            if v.len() != problem.cells() {
+                return Err(Error::invalid(
+                    name,
+                    format!("{} values", v.len()),
+                    format!("expected n·m = {}", problem.cells()),
+                ));
+            }
+        }
+    }
+    Ok(match device {
+        Device::Cpu { .. } => Box::new(cpu::CpuJacobi::new(problem, fields)?),
+        Device::Cuda(gpu) => Box::new(cuda::CudaJacobi::new(gpu.clone(), problem, fields)?),
+    })
+}

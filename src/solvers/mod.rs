@@ -1,0 +1,3 @@
+//! One folder per solver: its problem types, CPU engine, CUDA engine and kernels.
+
+pub mod jacobi;

@@ -1,0 +1,87 @@
+//! What a run reports: human text on stderr, JSON on stdout (`--json`).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::run::Status;
+use crate::units::seconds;
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Timings {
+    /// CUDA context creation (0 on the CPU).
+    pub context_s: f64,
+    /// Allocation, field initialisation, kernel compilation.
+    pub setup_s: f64,
+    pub solve_s: f64,
+    /// The solution-error check against the exact solution.
+    pub check_s: f64,
+    /// Copying the solution to the host (only when outputs are written).
+    pub download_s: f64,
+    pub write_s: f64,
+    /// What the seed study timed: setup + solve + check + download, after the context.
+    pub study_s: f64,
+    /// The whole process so far.
+    pub total_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub solver: &'static str,
+    pub title: String,
+    pub device: String,
+    pub precision: String,
+    /// Points per axis, slowest axis first (NumPy shape).
+    pub shape: Vec<usize>,
+    pub iterations: u64,
+    pub max_iterations: u64,
+    pub status: Status,
+    pub final_residual: f64,
+    pub solution_error: Option<f64>,
+    pub time_per_iteration_s: f64,
+    pub timings: Timings,
+    pub outputs: Vec<PathBuf>,
+}
+
+impl Summary {
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let shape: Vec<String> = self.shape.iter().map(|x| x.to_string()).collect();
+        s += &format!("{} — {} on {}\n", self.title, self.solver, self.device);
+        s += &format!("  grid          {} ({})\n", shape.join(" × "), self.precision);
+        let how = match self.status {
+            Status::Converged => "converged",
+            Status::Running => "iteration limit reached",
+            Status::NonFinite => "stopped: non-finite residual",
+        };
+        s += &format!("  iterations    {} of {} ({how})\n", self.iterations, self.max_iterations);
+        s += &format!("  residual      {:.6e}\n", self.final_residual);
+        if let Some(e) = self.solution_error {
+            s += &format!("  solution err  {e:.6e}\n");
+        }
+        let t = &self.timings;
+        s += &format!(
+            "  time          solve {} ({} per iteration); setup {}, check {}, download {}, write {}\n",
+            seconds(t.solve_s),
+            seconds(self.time_per_iteration_s),
+            seconds(t.setup_s),
+            seconds(t.check_s),
+            seconds(t.download_s),
+            seconds(t.write_s),
+        );
+        s += &format!(
+            "  wall          {} as the study timed it (after context creation, {}); process {}\n",
+            seconds(t.study_s),
+            seconds(t.context_s),
+            seconds(t.total_s),
+        );
+        if self.outputs.is_empty() {
+            s += "  outputs       none (name a folder with --out DIR or [output] dir)\n";
+        } else {
+            for o in &self.outputs {
+                s += &format!("  wrote         {}\n", o.display());
+            }
+        }
+        s
+    }
+}

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::device::ceilings::{self, Ceilings};
 use crate::device::Device;
+use crate::device::ceilings::{self, Ceilings};
 use crate::error::Result;
 use crate::precision::{Precision, Real};
 use crate::solvers::jacobi::{self, Fields, JacobiProblem, Manufactured};

@@ -22,7 +22,12 @@ pub struct ExecuteOptions {
 
 pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Result<Summary> {
     // Prove the output folder writable before a long solve, not after.
-    let out = problem.output.dir.as_deref().map(OutputDir::prepare).transpose()?;
+    let out = problem
+        .output
+        .dir
+        .as_deref()
+        .map(OutputDir::prepare)
+        .transpose()?;
     let mut summary = match &problem.solver {
         SolverProblem::Jacobi(p) => match problem.precision {
             Precision::F32 => run_jacobi::<f32>(p, device, out.as_ref(), opts)?,
@@ -31,7 +36,9 @@ pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Res
     };
     summary.title = problem.title.clone();
     summary.timings.context_s = opts.context_s;
-    summary.timings.total_s = opts.process_start.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    summary.timings.total_s = opts
+        .process_start
+        .map_or(0.0, |t| t.elapsed().as_secs_f64());
     if let Some(out) = &out {
         let path = out.file("summary.json");
         summary.outputs.push(path.clone());
@@ -67,7 +74,11 @@ fn run_jacobi<T: Real>(
         let u = engine.snapshot()?;
         t.download_s = lap.elapsed().as_secs_f64();
         let lap = Instant::now();
-        let files = [out.file("u.npy"), out.file("u.vti"), out.file("residuals.csv")];
+        let files = [
+            out.file("u.npy"),
+            out.file("u.vti"),
+            out.file("residuals.csv"),
+        ];
         output::npy::write(&files[0], &u.shape, &u.data)?;
         output::vti::write(&files[1], &u)?;
         output::csv::write_residuals(&files[2], &outcome.residuals)?;

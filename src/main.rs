@@ -13,7 +13,11 @@ use keisan::precision::Precision;
 use keisan::problem;
 
 #[derive(Parser)]
-#[command(name = "keisan", version, about = "GPU solvers for grid and particle simulations")]
+#[command(
+    name = "keisan",
+    version,
+    about = "GPU solvers for grid and particle simulations"
+)]
 struct Cli {
     /// CPU threads for the CPU backend (default: all cores).
     #[arg(long, global = true)]
@@ -152,7 +156,11 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(D
 fn run(args: RunArgs, start: Instant) -> Result<()> {
     let mut problem = match &args.problem {
         Some(path) => problem::load(path, &args.set)?,
-        None => problem::parse(problem::DEFAULT_PROBLEM, "built-in seed benchmark", &args.set)?,
+        None => problem::parse(
+            problem::DEFAULT_PROBLEM,
+            "built-in seed benchmark",
+            &args.set,
+        )?,
     };
     if let Some(p) = args.precision {
         problem.precision = p;
@@ -177,7 +185,10 @@ fn run(args: RunArgs, start: Instant) -> Result<()> {
         eprint!("{}", summary.human());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary).expect("summary serialises"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).expect("summary serialises")
+        );
     }
     Ok(())
 }
@@ -210,7 +221,10 @@ fn info(probe: bool, json: bool) -> Result<()> {
     }
     if probe {
         let cpu = keisan::device::ceilings::measure_cpu();
-        text += &format!("CPU copy bandwidth: {:.1} GB/s\n", cpu.copy_bandwidth * 1e-9);
+        text += &format!(
+            "CPU copy bandwidth: {:.1} GB/s\n",
+            cpu.copy_bandwidth * 1e-9
+        );
         report["cpu_ceilings"] = serde_json::to_value(cpu).expect("serialises");
         if let Ok(list) = &devices {
             let mut probes = Vec::new();
@@ -230,7 +244,10 @@ fn info(probe: bool, json: bool) -> Result<()> {
         }
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).expect("serialises"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).expect("serialises")
+        );
     } else {
         print!("{text}");
     }
@@ -266,7 +283,10 @@ fn bench(which: BenchCommand) -> Result<()> {
                 },
             )?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report).expect("serialises"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("serialises")
+                );
             } else {
                 print!("{}", report.human());
             }

@@ -71,8 +71,8 @@ pub struct Problem {
 /// Read a problem from TOML text, applying `key=value` overrides (dotted keys, TOML
 /// values; a value that is not valid TOML is taken as a string) before validation.
 pub fn parse(text: &str, origin: &str, overrides: &[String]) -> Result<Problem> {
-    let mut table: toml::Table = toml::from_str(text)
-        .map_err(|e| Error::Parse(format!("{origin}: malformed TOML: {e}")))?;
+    let mut table: toml::Table =
+        toml::from_str(text).map_err(|e| Error::Parse(format!("{origin}: malformed TOML: {e}")))?;
     for ov in overrides {
         apply_override(&mut table, ov)?;
     }
@@ -83,18 +83,23 @@ pub fn parse(text: &str, origin: &str, overrides: &[String]) -> Result<Problem> 
 }
 
 pub fn load(path: &Path, overrides: &[String]) -> Result<Problem> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::Parse(format!("cannot read problem file {}: {e}", path.display())))?;
     parse(&text, &path.display().to_string(), overrides)
 }
 
 fn apply_override(table: &mut toml::Table, ov: &str) -> Result<()> {
     let (key, raw) = ov.split_once('=').ok_or_else(|| {
-        Error::Parse(format!("--set {ov}: expected key=value, e.g. --set jacobi.n=1024"))
+        Error::Parse(format!(
+            "--set {ov}: expected key=value, e.g. --set jacobi.n=1024"
+        ))
     })?;
     let key = key.trim();
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
-        return Err(Error::Parse(format!("--set {ov}: empty key segment in `{key}`")));
+        return Err(Error::Parse(format!(
+            "--set {ov}: empty key segment in `{key}`"
+        )));
     }
     let value = toml::from_str::<toml::Table>(&format!("v = {}", raw.trim()))
         .ok()
@@ -153,7 +158,11 @@ mod tests {
         let p = parse(
             DEFAULT_PROBLEM,
             "default",
-            &["jacobi.n=64".into(), "precision=f32".into(), "output.dir=res".into()],
+            &[
+                "jacobi.n=64".into(),
+                "precision=f32".into(),
+                "output.dir=res".into(),
+            ],
         )
         .unwrap();
         let SolverProblem::Jacobi(j) = p.solver;

@@ -48,13 +48,20 @@ impl Summary {
         let mut s = String::new();
         let shape: Vec<String> = self.shape.iter().map(|x| x.to_string()).collect();
         s += &format!("{} — {} on {}\n", self.title, self.solver, self.device);
-        s += &format!("  grid          {} ({})\n", shape.join(" × "), self.precision);
+        s += &format!(
+            "  grid          {} ({})\n",
+            shape.join(" × "),
+            self.precision
+        );
         let how = match self.status {
             Status::Converged => "converged",
             Status::Running => "iteration limit reached",
             Status::NonFinite => "stopped: non-finite residual",
         };
-        s += &format!("  iterations    {} of {} ({how})\n", self.iterations, self.max_iterations);
+        s += &format!(
+            "  iterations    {} of {} ({how})\n",
+            self.iterations, self.max_iterations
+        );
         s += &format!("  residual      {:.6e}\n", self.final_residual);
         if let Some(e) = self.solution_error {
             s += &format!("  solution err  {e:.6e}\n");

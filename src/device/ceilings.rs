@@ -51,8 +51,8 @@ pub fn time_median(
 
 pub fn measure_gpu(gpu: &Gpu) -> Result<Ceilings> {
     // 2 x 512 MiB: far beyond L2, small enough for any current data-centre GPU.
-    let elems: usize = 512 << 20 >> 4;
-    gpu.ensure_fits(2 * 512 << 20, "the copy-bandwidth probe")?;
+    let elems: usize = (512 << 20) / 16;
+    gpu.ensure_fits(2 * (512 << 20), "the copy-bandwidth probe")?;
     let src = gpu.stream.alloc_zeros::<f64>(2 * elems)?;
     let mut dst = gpu.stream.alloc_zeros::<f64>(2 * elems)?;
     let copy = gpu.function(&KERNELS, Precision::F64, &[], "ceiling_copy")?;
@@ -83,9 +83,7 @@ fn fma_rate(gpu: &Gpu, precision: Precision) -> Result<f64> {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut out = gpu
-        .stream
-        .alloc_zeros::<f64>((blocks * threads) as usize)?;
+    let mut out = gpu.stream.alloc_zeros::<f64>((blocks * threads) as usize)?;
     let t = match precision {
         Precision::F32 => time_median(gpu, 2, 7, || {
             let (a, b, it) = (0.999_f32, 1e-3_f32, iters);

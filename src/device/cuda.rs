@@ -49,7 +49,9 @@ pub fn device_count() -> Result<usize> {
     match CudaContext::device_count() {
         Ok(0) => Err(Error::NoCudaDevice("the driver reports 0 devices".into())),
         Ok(n) => Ok(n as usize),
-        Err(e) => Err(Error::NoCudaDevice(format!("driver initialisation failed: {e}"))),
+        Err(e) => Err(Error::NoCudaDevice(format!(
+            "driver initialisation failed: {e}"
+        ))),
     }
 }
 
@@ -126,7 +128,10 @@ impl Gpu {
             return Err(Error::invalid(
                 "--device",
                 ordinal,
-                format!("this machine has {count} CUDA device(s): use 0..{}", count - 1),
+                format!(
+                    "this machine has {count} CUDA device(s): use 0..{}",
+                    count - 1
+                ),
             ));
         }
         let ctx = CudaContext::new(ordinal)?;
@@ -209,9 +214,9 @@ impl Gpu {
 
     /// A CUDA event that records time.
     pub fn timing_event(&self) -> Result<cudarc::driver::CudaEvent> {
-        Ok(self.ctx.new_event(Some(
-            cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT,
-        ))?)
+        Ok(self
+            .ctx
+            .new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?)
     }
 
     /// Blocks of `threads` enough to cover `items` with a grid-stride loop, capped at a

@@ -22,13 +22,22 @@ impl OutputDir {
     /// Create the folder if needed and prove it writable, before any long computation.
     pub fn prepare(path: &Path) -> Result<Self> {
         std::fs::create_dir_all(path).map_err(|e| {
-            Error::io(path, std::io::Error::new(e.kind(), format!("cannot create the output folder: {e}")))
+            Error::io(
+                path,
+                std::io::Error::new(e.kind(), format!("cannot create the output folder: {e}")),
+            )
         })?;
         tempfile::Builder::new()
             .prefix(".keisan-probe")
             .tempfile_in(path)
             .map_err(|e| {
-                Error::io(path, std::io::Error::new(e.kind(), format!("the output folder is not writable: {e}")))
+                Error::io(
+                    path,
+                    std::io::Error::new(
+                        e.kind(),
+                        format!("the output folder is not writable: {e}"),
+                    ),
+                )
             })?;
         Ok(Self {
             path: path.to_path_buf(),

@@ -45,9 +45,18 @@ pub fn write<T: Real>(path: &Path, field: &Field<T>) -> Result<()> {
              <DataArray type=\"{vtk_type}\" Name=\"{name}\" format=\"appended\" offset=\"0\"/>\n\
              </PointData>\n</Piece>\n</ImageData>\n\
              <AppendedData encoding=\"raw\">\n_",
-            ext[0] - 1, ext[1] - 1, ext[2] - 1,
-            or[0], or[1], or[2], sp[0], sp[1], sp[2],
-            ext[0] - 1, ext[1] - 1, ext[2] - 1,
+            ext[0] - 1,
+            ext[1] - 1,
+            ext[2] - 1,
+            or[0],
+            or[1],
+            or[2],
+            sp[0],
+            sp[1],
+            sp[2],
+            ext[0] - 1,
+            ext[1] - 1,
+            ext[2] - 1,
             name = field.name,
         )?;
         w.write_all(&payload.to_le_bytes())?;

@@ -92,12 +92,14 @@ impl<T: Real> CpuJacobi<T> {
 /// f of the manufactured solution, row by row in parallel.
 fn fill_forcing<T: Real>(problem: &JacobiProblem, f: &mut [T]) {
     let kind: Manufactured = problem.exact;
-    f.par_chunks_mut(problem.n).enumerate().for_each(|(j, row)| {
-        for (i, v) in row.iter_mut().enumerate() {
-            let (x, y) = problem.point(i, j);
-            *v = T::lit(kind.forcing(problem.alpha, x, y));
-        }
-    });
+    f.par_chunks_mut(problem.n)
+        .enumerate()
+        .for_each(|(j, row)| {
+            for (i, v) in row.iter_mut().enumerate() {
+                let (x, y) = problem.point(i, j);
+                *v = T::lit(kind.forcing(problem.alpha, x, y));
+            }
+        });
 }
 
 impl<T: Real> Engine for CpuJacobi<T> {

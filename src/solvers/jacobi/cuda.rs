@@ -46,7 +46,10 @@ impl<T: Real> CudaJacobi<T> {
     pub fn new(gpu: Arc<Gpu>, problem: &JacobiProblem, fields: Fields<T>) -> Result<Self> {
         let (n, m) = (problem.n, problem.m);
         let cells = n * m;
-        gpu.ensure_fits(problem.field_bytes(T::PRECISION), "the Jacobi fields (u, u_new, f)")?;
+        gpu.ensure_fits(
+            problem.field_bytes(T::PRECISION),
+            "the Jacobi fields (u, u_new, f)",
+        )?;
         let defines = [("J_BX", BX.to_string()), ("J_RY", RY.to_string())];
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_sweep")?;
         let strips = (m - 2).div_ceil(RY as usize).min(65535) as u32;
@@ -122,10 +125,20 @@ impl<T: Real> Engine for CudaJacobi<T> {
         for _ in 0..steps {
             let k = self.launched;
             let [b0, b1] = &mut self.buf;
-            let (src, dst) = if k % 2 == 0 { (&*b0, b1) } else { (&*b1, b0) };
+            let (src, dst) = if k.is_multiple_of(2) {
+                (&*b0, b1)
+            } else {
+                (&*b1, b0)
+            };
             let mut l = self.gpu.stream.launch_builder(&self.sweep);
             l.arg(src).arg(dst).arg(&self.f);
-            l.arg(&n).arg(&m).arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
+            l.arg(&n)
+                .arg(&m)
+                .arg(&ax)
+                .arg(&ay)
+                .arg(&b)
+                .arg(&rb)
+                .arg(&omega);
             l.arg(&tol).arg(&k);
             l.arg(&mut self.partials).arg(&mut self.ticket);
             l.arg(&mut self.ctl).arg(&mut self.hist).arg(&hist_len);
@@ -183,7 +196,10 @@ impl<T: Real> JacobiEngine for CudaJacobi<T> {
         let mut out = self.gpu.stream.alloc_zeros::<f64>(1)?;
         let (n, m, kind) = (p.n as i32, p.m as i32, p.exact.code());
         let mut l = self.gpu.stream.launch_builder(&func);
-        l.arg(&self.buf[(steps % 2) as usize]).arg(&n).arg(&m).arg(&kind);
+        l.arg(&self.buf[(steps % 2) as usize])
+            .arg(&n)
+            .arg(&m)
+            .arg(&kind);
         l.arg(&self.c.dx).arg(&self.c.dy);
         l.arg(&mut partials).arg(&mut self.ticket).arg(&mut out);
         // SAFETY: grid-stride over n·m values; one partial per block.

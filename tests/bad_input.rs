@@ -1,0 +1,229 @@
+//! Each class of mistake: one clear message naming the field, the right exit code, no
+//! panic, and no output files left behind.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::keisan_bin;
+
+struct Outcome {
+    code: i32,
+    stderr: String,
+}
+
+fn keisan_in(dir: &Path, args: &[&str]) -> Outcome {
+    let o = Command::new(keisan_bin())
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!stderr.contains("panicked"), "panic: {stderr}");
+    Outcome {
+        code: o.status.code().expect("exited normally"),
+        stderr,
+    }
+}
+
+/// Run a problem file with an output folder; check the code, the message, and that the
+/// folder holds no files afterwards.
+fn rejects(toml: &str, extra: &[&str], code: i32, needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.toml"), toml).unwrap();
+    let mut args = vec!["run", "p.toml", "--out", "res", "-q"];
+    if !extra.contains(&"--backend") {
+        args.extend(["--backend", "cpu"]);
+    }
+    args.extend_from_slice(extra);
+    let o = keisan_in(dir.path(), &args);
+    assert_eq!(o.code, code, "{}", o.stderr);
+    for n in needles {
+        assert!(o.stderr.contains(n), "message lacks `{n}`: {}", o.stderr);
+    }
+    let errors = o.stderr.lines().filter(|l| l.starts_with("error")).count();
+    assert_eq!(errors, 1, "one clear message: {}", o.stderr);
+    let res = dir.path().join("res");
+    if res.exists() {
+        assert_eq!(
+            std::fs::read_dir(res).unwrap().count(),
+            0,
+            "partial outputs left"
+        );
+    }
+}
+
+fn jacobi(body: &str) -> String {
+    let mut t = String::from("solver = \"jacobi\"\n[jacobi]\n");
+    for (k, v) in [
+        ("n", "16"),
+        ("m", "16"),
+        ("max_iterations", "10"),
+        ("relax", "0.5"),
+        ("tolerance", "1e-10"),
+    ] {
+        if !body
+            .lines()
+            .any(|l| l.trim_start().starts_with(&format!("{k} ")))
+        {
+            t += &format!("{k} = {v}\n");
+        }
+    }
+    t + body
+}
+
+#[test]
+fn malformed_toml() {
+    rejects(
+        "solver = \"jacobi\n[jacobi",
+        &[],
+        2,
+        &["p.toml", "malformed TOML"],
+    );
+}
+
+#[test]
+fn unknown_key() {
+    rejects(&jacobi("omega = 1.0\n"), &[], 2, &["unknown field `omega`"]);
+    rejects(
+        "solver = \"jacobi\"\nsolverr = 1\n",
+        &[],
+        2,
+        &["unknown field `solverr`"],
+    );
+}
+
+#[test]
+fn unknown_solver_and_missing_table() {
+    rejects(
+        "solver = \"multigrid\"\n",
+        &[],
+        2,
+        &["unknown variant `multigrid`"],
+    );
+    rejects("solver = \"jacobi\"\n", &[], 2, &["[jacobi]"]);
+}
+
+#[test]
+fn grid_smaller_than_three_points() {
+    rejects(&jacobi("n = 2\n"), &[], 2, &["jacobi.n = 2", "[3, "]);
+    rejects(&jacobi("m = -4\n"), &[], 2, &["jacobi.m = -4", "[3, "]);
+}
+
+#[test]
+fn relaxation_outside_open_interval() {
+    for w in ["0.0", "2.0", "-1", "nan"] {
+        rejects(
+            &jacobi(&format!("relax = {w}\n")),
+            &[],
+            2,
+            &["jacobi.relax", "(0, 2)"],
+        );
+    }
+}
+
+#[test]
+fn negative_or_nan_tolerance() {
+    for t in ["-1e-6", "nan", "inf"] {
+        rejects(
+            &jacobi(&format!("tolerance = {t}\n")),
+            &[],
+            2,
+            &["jacobi.tolerance", "≥ 0"],
+        );
+    }
+}
+
+#[test]
+fn zero_iterations() {
+    rejects(
+        &jacobi("max_iterations = 0\n"),
+        &[],
+        2,
+        &["jacobi.max_iterations = 0", "at least 1"],
+    );
+}
+
+#[test]
+fn negative_alpha() {
+    rejects(&jacobi("alpha = -3\n"), &[], 2, &["jacobi.alpha", "≥ 0"]);
+}
+
+#[test]
+fn grid_larger_than_memory() {
+    rejects(
+        &jacobi("n = 2000000000\nm = 2000000000\n"),
+        &[],
+        1,
+        &["host memory", "smaller grid"],
+    );
+}
+
+#[test]
+fn cuda_backend_without_a_device() {
+    if keisan::device::Gpu::open(0).is_ok() {
+        common::skip("skipped: a CUDA device is present, so --backend cuda is valid here");
+        return;
+    }
+    rejects(&jacobi(""), &["--backend", "cuda"], 1, &["no CUDA device"]);
+}
+
+#[test]
+fn output_folder_that_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.toml"), jacobi("")).unwrap();
+    std::fs::write(dir.path().join("afile"), "x").unwrap();
+    let o = keisan_in(
+        dir.path(),
+        &[
+            "run",
+            "p.toml",
+            "--backend",
+            "cpu",
+            "--out",
+            "afile/res",
+            "-q",
+        ],
+    );
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert!(
+        o.stderr.contains("afile/res") && o.stderr.contains("output folder"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn missing_problem_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = keisan_in(dir.path(), &["run", "nope.toml", "-q"]);
+    assert_eq!(o.code, 2);
+    assert!(
+        o.stderr.contains("cannot read problem file nope.toml"),
+        "{}",
+        o.stderr
+    );
+}
+
+#[test]
+fn malformed_override() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = keisan_in(dir.path(), &["run", "--set", "jacobi.n", "-q"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("key=value"), "{}", o.stderr);
+    let o = keisan_in(
+        dir.path(),
+        &["run", "--set", "jacobi.n=1", "--backend", "cpu", "-q"],
+    );
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("jacobi.n = 1"), "{}", o.stderr);
+}
+
+#[test]
+fn bad_bench_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = keisan_in(dir.path(), &["bench", "jacobi", "--size", "100by100"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("NxM"), "{}", o.stderr);
+}

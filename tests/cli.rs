@@ -1,0 +1,136 @@
+//! The command line end to end, on the CPU backend.
+
+mod common;
+
+use std::process::Command;
+
+use common::keisan_bin;
+
+fn keisan(args: &[&str]) -> std::process::Output {
+    Command::new(keisan_bin())
+        .args(args)
+        .output()
+        .expect("keisan runs")
+}
+
+#[test]
+fn run_writes_npy_vti_csv_and_json_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("res");
+    let o = keisan(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--quiet",
+        "--json",
+        "--set",
+        "jacobi.n=40",
+        "--set",
+        "jacobi.m=30",
+        "--set",
+        "jacobi.max_iterations=25",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["iterations"], 25);
+    assert_eq!(s["shape"], serde_json::json!([30, 40]));
+    assert_eq!(s["status"], "iteration_limit");
+    assert!(s["final_residual"].as_f64().unwrap() > 0.0);
+
+    let npy = npyz::NpyFile::new(std::fs::File::open(out.join("u.npy")).unwrap()).unwrap();
+    assert_eq!(npy.shape(), &[30, 40]);
+    let u: Vec<f64> = npy.into_vec().unwrap();
+    assert!(u.iter().any(|v| *v > 0.0) && u[0] == 0.0);
+
+    let csv = std::fs::read_to_string(out.join("residuals.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 26);
+    assert!(csv.starts_with("iteration,residual\n1,"));
+    let vti = std::fs::read(out.join("u.vti")).unwrap();
+    assert!(vti.starts_with(b"<?xml") && vti.len() > 30 * 40 * 8);
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["iterations"], 25);
+    // Nothing temporary is left behind.
+    for e in std::fs::read_dir(&out).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        assert!(!name.starts_with('.'), "left over: {name}");
+    }
+}
+
+#[test]
+fn run_accepts_a_problem_file_and_precision_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p.toml");
+    std::fs::write(
+        &file,
+        "solver = \"jacobi\"\n[jacobi]\nn = 17\nm = 19\nmax_iterations = 100000\ntolerance = 1e-7\n",
+    )
+    .unwrap();
+    let o = keisan(&[
+        "run",
+        file.to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "--precision",
+        "f32",
+        "--json",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["precision"], "f32");
+    assert_eq!(s["status"], "converged");
+}
+
+#[test]
+fn human_summary_goes_to_stderr() {
+    let o = keisan(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--set",
+        "jacobi.n=20",
+        "--set",
+        "jacobi.m=20",
+    ]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("iterations    100 of 100") && err.contains("solution err"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn info_lists_threads_and_explains_missing_cuda() {
+    let o = keisan(&["info", "--json"]);
+    assert!(o.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(s["cpu_threads"].as_u64().unwrap() >= 1);
+    assert!(s["cuda_devices"].is_array());
+}
+
+#[test]
+fn bench_reports_the_fraction_of_the_measured_ceiling() {
+    let o = keisan(&[
+        "bench",
+        "jacobi",
+        "--backend",
+        "cpu",
+        "--size",
+        "200x100",
+        "--iterations",
+        "5",
+        "--repetitions",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let frac = s["fraction_of_copy_bandwidth"].as_f64().unwrap();
+    assert!(frac > 0.0 && s["ceilings"]["copy_bandwidth"].as_f64().unwrap() > 0.0);
+    assert_eq!(s["bytes_per_cell"], 24);
+}

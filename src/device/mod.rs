@@ -30,6 +30,7 @@ pub enum Device {
 impl Device {
     pub fn describe(&self) -> String {
         match self {
+            Device::Cpu { threads: 1 } => "CPU (1 thread)".to_string(),
             Device::Cpu { threads } => format!("CPU ({threads} threads)"),
             Device::Cuda(gpu) => format!(
                 "CUDA device {}: {} (sm_{}{})",

@@ -10,7 +10,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use super::{Coefficients, Fields, JacobiEngine, JacobiProblem};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::Result;
-use crate::precision::Real;
+use crate::precision::{Precision, Real};
 use crate::run::{Diagnostics, Engine, Field, Status};
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -18,9 +18,30 @@ pub const KERNELS: KernelSource = KernelSource {
     code: include_str!("kernels.cu"),
 };
 
-/// Threads per block along x, and rows each block walks down.
-const BX: u32 = 128;
-const RY: u32 = 32;
+/// Threads per block along x, and rows each block walks down: the fastest of a sweep on
+/// the H100 for the seed case (docs/PERFORMANCE.md). KEISAN_JACOBI_TILE=BXxRY overrides
+/// them for tuning runs.
+fn tile(precision: Precision) -> (u32, u32) {
+    static TILE: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
+    let chosen = *TILE.get_or_init(|| {
+        std::env::var("KEISAN_JACOBI_TILE")
+            .ok()
+            .and_then(|v| {
+                let (a, b) = v.split_once('x')?;
+                Some((a.parse().ok()?, b.parse().ok()?))
+            })
+            .filter(|&(bx, ry): &(u32, u32)| bx % 32 == 0 && (32..=1024).contains(&bx) && ry >= 1)
+    });
+    chosen.unwrap_or(match precision {
+        Precision::F64 => (512, 8),
+        Precision::F32 => (256, 64),
+    })
+}
+
+fn tile_defines(precision: Precision) -> [(&'static str, String); 2] {
+    let (bx, ry) = tile(precision);
+    [("J_BX", bx.to_string()), ("J_RY", ry.to_string())]
+}
 /// Residual history slots on the device; the run loop reads them at least this often.
 const HISTORY: usize = 4096;
 
@@ -50,12 +71,13 @@ impl<T: Real> CudaJacobi<T> {
             problem.field_bytes(T::PRECISION),
             "the Jacobi fields (u, u_new, f)",
         )?;
-        let defines = [("J_BX", BX.to_string()), ("J_RY", RY.to_string())];
+        let (bx, ry) = tile(T::PRECISION);
+        let defines = tile_defines(T::PRECISION);
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_sweep")?;
-        let strips = (m - 2).div_ceil(RY as usize).min(65535) as u32;
+        let strips = (m - 2).div_ceil(ry as usize).min(65535) as u32;
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(BX as usize) as u32, strips, 1),
-            block_dim: (BX, 1, 1),
+            grid_dim: (n.div_ceil(bx as usize) as u32, strips, 1),
+            block_dim: (bx, 1, 1),
             shared_mem_bytes: 0,
         };
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1) as usize;
@@ -183,7 +205,7 @@ impl<T: Real> Engine for CudaJacobi<T> {
 impl<T: Real> JacobiEngine for CudaJacobi<T> {
     fn solution_error(&mut self) -> Result<f64> {
         let p = &self.problem;
-        let defines = [("J_BX", BX.to_string()), ("J_RY", RY.to_string())];
+        let defines = tile_defines(T::PRECISION);
         let func = self
             .gpu
             .function(&KERNELS, T::PRECISION, &defines, "jacobi_solution_error")?;

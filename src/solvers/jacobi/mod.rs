@@ -71,7 +71,7 @@ impl JacobiConfig {
             return Err(Error::invalid(
                 "jacobi.tolerance",
                 self.tolerance,
-                "the residual tolerance must be a finite number ≥ 0 (0 runs all iterations)",
+                "the residual tolerance must be a finite number ≥ 0 (0 stops only at an exactly zero residual)",
             ));
         }
         if self.max_iterations < 1 {

@@ -14,6 +14,8 @@ use crate::solvers::jacobi::{self, Fields, JacobiProblem, Manufactured};
 #[derive(Debug, Clone, Serialize)]
 pub struct JacobiBench {
     pub device: String,
+    /// Sweeps per pass through memory: 1 = single-pass kernel, 2 = temporal blocking.
+    pub sweeps_per_pass: u32,
     pub precision: String,
     pub n: usize,
     pub m: usize,
@@ -42,14 +44,31 @@ pub struct JacobiBenchOptions {
     pub precision: Precision,
 }
 
-pub fn jacobi(device: &Device, o: &JacobiBenchOptions) -> Result<JacobiBench> {
-    match o.precision {
-        Precision::F32 => jacobi_typed::<f32>(device, o),
-        Precision::F64 => jacobi_typed::<f64>(device, o),
-    }
+/// One report per engine variant: on CUDA the single-pass kernel and temporal blocking.
+pub fn jacobi(device: &Device, o: &JacobiBenchOptions) -> Result<Vec<JacobiBench>> {
+    let ceilings = match device {
+        Device::Cpu { .. } => ceilings::measure_cpu(),
+        Device::Cuda(gpu) => ceilings::measure_gpu(gpu)?,
+    };
+    let variants: &[u32] = match device {
+        Device::Cpu { .. } => &[1],
+        Device::Cuda(_) => &[1, 2],
+    };
+    variants
+        .iter()
+        .map(|&spp| match o.precision {
+            Precision::F32 => jacobi_typed::<f32>(device, o, spp, ceilings),
+            Precision::F64 => jacobi_typed::<f64>(device, o, spp, ceilings),
+        })
+        .collect()
 }
 
-fn jacobi_typed<T: Real>(device: &Device, o: &JacobiBenchOptions) -> Result<JacobiBench> {
+fn jacobi_typed<T: Real>(
+    device: &Device,
+    o: &JacobiBenchOptions,
+    sweeps_per_pass: u32,
+    ceilings: Ceilings,
+) -> Result<JacobiBench> {
     let problem = JacobiProblem {
         n: o.n,
         m: o.m,
@@ -59,11 +78,8 @@ fn jacobi_typed<T: Real>(device: &Device, o: &JacobiBenchOptions) -> Result<Jaco
         max_iterations: o.iterations,
         exact: Manufactured::Polynomial,
     };
-    let ceilings = match device {
-        Device::Cpu { .. } => ceilings::measure_cpu(),
-        Device::Cuda(gpu) => ceilings::measure_gpu(gpu)?,
-    };
-    let mut engine = jacobi::engine::<T>(&problem, device, Fields::Manufactured)?;
+    let mut engine =
+        jacobi::engine_with::<T>(&problem, device, Fields::Manufactured, sweeps_per_pass)?;
     let mut times = Vec::with_capacity(o.repetitions);
     match device {
         Device::Cuda(gpu) => {
@@ -95,6 +111,7 @@ fn jacobi_typed<T: Real>(device: &Device, o: &JacobiBenchOptions) -> Result<Jaco
     let effective_bandwidth = cells * bytes_per_cell as f64 / seconds;
     Ok(JacobiBench {
         device: device.describe(),
+        sweeps_per_pass,
         precision: T::PRECISION.to_string(),
         n: o.n,
         m: o.m,
@@ -112,11 +129,23 @@ fn jacobi_typed<T: Real>(device: &Device, o: &JacobiBenchOptions) -> Result<Jaco
     })
 }
 
+/// The report table: ceilings once, then one block per variant.
+pub fn jacobi_human(reports: &[JacobiBench]) -> String {
+    let mut r = String::new();
+    for (i, b) in reports.iter().enumerate() {
+        r += &b.human(i == 0);
+    }
+    r
+}
+
 impl JacobiBench {
-    pub fn human(&self) -> String {
-        use crate::units::seconds as s;
+    pub fn human(&self, with_ceilings: bool) -> String {
         let c = &self.ceilings;
-        let mut r = format!("jacobi bench on {}\n", self.device);
+        let mut r = String::new();
+        if !with_ceilings {
+            return r + &self.figures();
+        }
+        r += &format!("jacobi bench on {}\n", self.device);
         r += &format!(
             "  ceilings (measured now): copy {:.1} GB/s",
             c.copy_bandwidth * 1e-9
@@ -129,6 +158,16 @@ impl JacobiBench {
             );
         }
         r += "\n";
+        r + &self.figures()
+    }
+
+    fn figures(&self) -> String {
+        use crate::units::seconds as s;
+        let how = match self.sweeps_per_pass {
+            1 => "single pass".to_string(),
+            k => format!("{k} sweeps per pass"),
+        };
+        let mut r = format!("  [{how}]\n");
         r += &format!(
             "  {} × {} {}, {} iterations, median of {}: {} (min {}, max {})\n",
             self.n,
@@ -141,7 +180,7 @@ impl JacobiBench {
             s(self.seconds_max)
         );
         r += &format!(
-            "  {:.2} Gcell/s, {} B/cell, effective {:.1} GB/s = {:.1} % of copy bandwidth; floor {}\n",
+            "  {:.2} Gcell/s, {} B/cell, effective {:.1} GB/s = {:.1} % of copy bandwidth; single-pass floor {}\n",
             self.gcells_per_s,
             self.bytes_per_cell,
             self.effective_bandwidth * 1e-9,

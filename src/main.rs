@@ -288,7 +288,7 @@ fn bench(which: BenchCommand) -> Result<()> {
                     serde_json::to_string_pretty(&report).expect("serialises")
                 );
             } else {
-                print!("{}", report.human());
+                print!("{}", keisan::bench::jacobi_human(&report));
             }
             Ok(())
         }

@@ -129,7 +129,9 @@ fn bench_reports_the_fraction_of_the_measured_ceiling() {
         "--json",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let all: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 1, "the CPU has one variant");
+    let s = &all[0];
     let frac = s["fraction_of_copy_bandwidth"].as_f64().unwrap();
     assert!(frac > 0.0 && s["ceilings"]["copy_bandwidth"].as_f64().unwrap() > 0.0);
     assert_eq!(s["bytes_per_cell"], 24);

@@ -53,3 +53,37 @@ __device__ __forceinline__ bool grid_sum_last_block(double block_value, double* 
     }
     return tid == 0;
 }
+
+// As grid_sum_last_block, for two sums at once; partials holds 2 values per block.
+__device__ __forceinline__ bool grid_sum2_last_block(double a, double b, double* partials,
+                                                     unsigned int* ticket, double* ta,
+                                                     double* tb) {
+    __shared__ bool is_last;
+    const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
+    const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
+    if (tid == 0) {
+        partials[2 * bid] = a;
+        partials[2 * bid + 1] = b;
+        __threadfence();
+        is_last = (atomicAdd(ticket, 1u) == nblocks - 1);
+    }
+    __syncthreads();
+    if (!is_last) return false;
+    __threadfence();
+    double sa = 0.0, sb = 0.0;
+    for (unsigned i = tid; i < nblocks; i += nthreads) {
+        sa += ((volatile double*)partials)[2 * i];
+        sb += ((volatile double*)partials)[2 * i + 1];
+    }
+    sa = block_sum(sa);
+    __syncthreads();
+    sb = block_sum(sb);
+    if (tid == 0) {
+        *ta = sa;
+        *tb = sb;
+        *ticket = 0;
+    }
+    return tid == 0;
+}

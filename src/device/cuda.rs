@@ -77,6 +77,10 @@ pub fn compile(
         format!("--gpu-architecture={arch}"),
         format!("-Dreal={real}"),
         "--std=c++17".to_string(),
+        // No implicit multiply-add contraction: kernels that share a formula then round
+        // identically (bit-for-bit tests), and the GPU rounds like the CPU reference.
+        // Kernels that want an FMA call fma() explicitly.
+        "--fmad=false".to_string(),
     ];
     options.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
     let source = format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, src.code);

@@ -1,7 +1,8 @@
 //! CUDA engine. u, u_new and f stay on the device for the whole solve; the two u
-//! buffers alternate by parity (no copies); the residual norm is reduced inside the
-//! sweep, and a device-side stop flag lets the host queue many sweeps and read a few
-//! scalars now and then.
+//! buffers alternate (no copies); the residual norm is reduced inside the sweep, and a
+//! device-side stop flag lets the host queue many sweeps and read a few scalars now and
+//! then. With `sweeps_per_pass = 2` a fused kernel does two sweeps per pass through
+//! memory (temporal blocking), residuals still exact for every sweep.
 
 use std::sync::Arc;
 
@@ -44,27 +45,50 @@ fn tile_defines(precision: Precision) -> [(&'static str, String); 2] {
 }
 /// Residual history slots on the device; the run loop reads them at least this often.
 const HISTORY: usize = 4096;
+/// Output tile of the two-sweep kernel (it is launched with 256 threads).
+const TX: usize = 64;
+const TY: usize = 32;
+
+/// One queued launch: sweeps k .. k+sweeps from buf[src] into buf[dst].
+#[derive(Debug, Clone, Copy)]
+struct Launch {
+    k: u64,
+    sweeps: u64,
+    src: usize,
+    dst: usize,
+}
 
 pub struct CudaJacobi<T: Real> {
     gpu: Arc<Gpu>,
     problem: JacobiProblem,
     c: Coefficients,
-    /// u after an even number of sweeps lives in buf[0], after an odd number in buf[1].
     buf: [CudaSlice<T>; 2],
     f: CudaSlice<T>,
     partials: CudaSlice<f64>,
     ticket: CudaSlice<u32>,
-    /// [sweeps done, stop flag]
+    /// [sweeps done, stop flag (1 converged, 2 non-finite), stopped inside a fused pair]
     ctl: CudaSlice<u64>,
     hist: CudaSlice<f64>,
     sweep: CudaFunction,
     cfg: LaunchConfig,
+    /// The two-sweep kernel, when in use.
+    sweep2: Option<(CudaFunction, LaunchConfig)>,
+    /// Index of the buffer that holds u after all queued sweeps (if none stops early).
+    head: usize,
     launched: u64,
+    /// Launches since the device state was last read.
+    log: Vec<Launch>,
     reported: u64,
 }
 
 impl<T: Real> CudaJacobi<T> {
-    pub fn new(gpu: Arc<Gpu>, problem: &JacobiProblem, fields: Fields<T>) -> Result<Self> {
+    /// `sweeps_per_pass`: 1 (one sweep per kernel) or 2 (temporal blocking).
+    pub fn new(
+        gpu: Arc<Gpu>,
+        problem: &JacobiProblem,
+        fields: Fields<T>,
+        sweeps_per_pass: u32,
+    ) -> Result<Self> {
         let (n, m) = (problem.n, problem.m);
         let cells = n * m;
         gpu.ensure_fits(
@@ -80,7 +104,20 @@ impl<T: Real> CudaJacobi<T> {
             block_dim: (bx, 1, 1),
             shared_mem_bytes: 0,
         };
-        let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1) as usize;
+        let mut partial_slots = (cfg.grid_dim.0 * cfg.grid_dim.1) as usize;
+        let tiles_y = m.div_ceil(TY);
+        let sweep2 = if sweeps_per_pass >= 2 && tiles_y <= 65535 {
+            let cfg2 = LaunchConfig {
+                grid_dim: (n.div_ceil(TX) as u32, tiles_y as u32, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            partial_slots = partial_slots.max(2 * n.div_ceil(TX) * tiles_y);
+            let f2 = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_sweep2")?;
+            Some((f2, cfg2))
+        } else {
+            None
+        };
         let s = &gpu.stream;
         // SAFETY: every element is written below before it is read.
         let (mut b0, mut b1, mut f) = unsafe {
@@ -109,9 +146,9 @@ impl<T: Real> CudaJacobi<T> {
             }
         }
         Ok(Self {
-            partials: s.alloc_zeros::<f64>(blocks.max(1))?,
+            partials: s.alloc_zeros::<f64>(partial_slots.max(1))?,
             ticket: s.alloc_zeros::<u32>(1)?,
-            ctl: s.alloc_zeros::<u64>(2)?,
+            ctl: s.alloc_zeros::<u64>(3)?,
             hist: s.alloc_zeros::<f64>(HISTORY)?,
             gpu,
             problem: problem.clone(),
@@ -120,20 +157,16 @@ impl<T: Real> CudaJacobi<T> {
             f,
             sweep,
             cfg,
+            sweep2,
+            head: 0,
             launched: 0,
+            log: Vec::new(),
             reported: 0,
         })
     }
 
-    fn current(&self, steps: u64) -> &CudaSlice<T> {
-        &self.buf[(steps % 2) as usize]
-    }
-}
-
-impl<T: Real> Engine for CudaJacobi<T> {
-    type Real = T;
-
-    fn advance(&mut self, steps: u64) -> Result<()> {
+    /// Queue one launch of `sweeps` (1 or 2) sweeps starting at sweep `k`.
+    fn launch(&mut self, k: u64, sweeps: u64, src: usize) -> Result<()> {
         let (n, m) = (self.problem.n as i32, self.problem.m as i32);
         let (ax, ay, b, rb, omega) = (
             T::lit(self.c.ax),
@@ -144,36 +177,85 @@ impl<T: Real> Engine for CudaJacobi<T> {
         );
         let tol = self.problem.tolerance;
         let hist_len = HISTORY as u32;
-        for _ in 0..steps {
-            let k = self.launched;
-            let [b0, b1] = &mut self.buf;
-            let (src, dst) = if k.is_multiple_of(2) {
-                (&*b0, b1)
+        let (func, cfg) = match (&self.sweep2, sweeps) {
+            (Some((f2, cfg2)), 2) => (f2, *cfg2),
+            _ => (&self.sweep, self.cfg),
+        };
+        let [b0, b1] = &mut self.buf;
+        let (src, dst) = if src == 0 { (&*b0, b1) } else { (&*b1, b0) };
+        let mut l = self.gpu.stream.launch_builder(func);
+        l.arg(src).arg(dst).arg(&self.f);
+        l.arg(&n)
+            .arg(&m)
+            .arg(&ax)
+            .arg(&ay)
+            .arg(&b)
+            .arg(&rb)
+            .arg(&omega);
+        l.arg(&tol).arg(&k);
+        l.arg(&mut self.partials).arg(&mut self.ticket);
+        l.arg(&mut self.ctl).arg(&mut self.hist).arg(&hist_len);
+        // SAFETY: buffers sized n·m, partials sized for either kernel's blocks, hist
+        // HISTORY long, ctl 3 values.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Read the device's progress and settle which buffer holds the current u. A solve
+    /// that stopped inside a fused pair is brought back to the stopping sweep by redoing
+    /// that sweep alone. Returns (sweeps done, stop flag).
+    fn resolve(&mut self) -> Result<(u64, u64)> {
+        let mut ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
+        let steps = ctl[0];
+        if steps < self.launched {
+            let stop = *self
+                .log
+                .iter()
+                .find(|l| l.k < steps && steps <= l.k + l.sweeps)
+                .expect("the stopping sweep was queued since the last read");
+            if ctl[2] == 1 && ctl[1] == 1 {
+                self.gpu
+                    .stream
+                    .memcpy_htod(&[stop.k, 0u64, 0u64], &mut self.ctl)?;
+                self.launch(stop.k, 1, stop.src)?;
+                ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
+            }
+            self.head = stop.dst;
+            self.launched = ctl[0];
+        }
+        self.log.clear();
+        Ok((ctl[0], ctl[1]))
+    }
+}
+
+impl<T: Real> Engine for CudaJacobi<T> {
+    type Real = T;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        let mut left = steps;
+        while left > 0 {
+            let sweeps = if self.sweep2.is_some() && left >= 2 {
+                2
             } else {
-                (&*b1, b0)
+                1
             };
-            let mut l = self.gpu.stream.launch_builder(&self.sweep);
-            l.arg(src).arg(dst).arg(&self.f);
-            l.arg(&n)
-                .arg(&m)
-                .arg(&ax)
-                .arg(&ay)
-                .arg(&b)
-                .arg(&rb)
-                .arg(&omega);
-            l.arg(&tol).arg(&k);
-            l.arg(&mut self.partials).arg(&mut self.ticket);
-            l.arg(&mut self.ctl).arg(&mut self.hist).arg(&hist_len);
-            // SAFETY: buffers sized n·m, partials one per block, hist HISTORY long.
-            unsafe { l.launch(self.cfg) }?;
-            self.launched += 1;
+            let (k, src) = (self.launched, self.head);
+            self.launch(k, sweeps, src)?;
+            self.log.push(Launch {
+                k,
+                sweeps,
+                src,
+                dst: 1 - src,
+            });
+            self.head = 1 - src;
+            self.launched += sweeps;
+            left -= sweeps;
         }
         Ok(())
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
-        let (steps, flag) = (ctl[0], ctl[1]);
+        let (steps, flag) = self.resolve()?;
         let mut new_residuals = Vec::new();
         if steps > self.reported {
             let hist = self.gpu.stream.clone_dtoh(&self.hist)?;
@@ -192,8 +274,8 @@ impl<T: Real> Engine for CudaJacobi<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let steps = self.gpu.stream.clone_dtoh(&self.ctl)?[0];
-        let data = self.gpu.stream.clone_dtoh(self.current(steps))?;
+        self.resolve()?;
+        let data = self.gpu.stream.clone_dtoh(&self.buf[self.head])?;
         Ok(super::cpu::field_of(&self.problem, data))
     }
 
@@ -204,12 +286,12 @@ impl<T: Real> Engine for CudaJacobi<T> {
 
 impl<T: Real> JacobiEngine for CudaJacobi<T> {
     fn solution_error(&mut self) -> Result<f64> {
+        self.resolve()?;
         let p = &self.problem;
         let defines = tile_defines(T::PRECISION);
         let func = self
             .gpu
             .function(&KERNELS, T::PRECISION, &defines, "jacobi_solution_error")?;
-        let steps = self.gpu.stream.clone_dtoh(&self.ctl)?[0];
         let cfg = self.gpu.stride_config(p.cells(), 256);
         let mut partials = self
             .gpu
@@ -218,10 +300,7 @@ impl<T: Real> JacobiEngine for CudaJacobi<T> {
         let mut out = self.gpu.stream.alloc_zeros::<f64>(1)?;
         let (n, m, kind) = (p.n as i32, p.m as i32, p.exact.code());
         let mut l = self.gpu.stream.launch_builder(&func);
-        l.arg(&self.buf[(steps % 2) as usize])
-            .arg(&n)
-            .arg(&m)
-            .arg(&kind);
+        l.arg(&self.buf[self.head]).arg(&n).arg(&m).arg(&kind);
         l.arg(&self.c.dx).arg(&self.c.dy);
         l.arg(&mut partials).arg(&mut self.ticket).arg(&mut out);
         // SAFETY: grid-stride over n·m values; one partial per block.

@@ -175,11 +175,25 @@ pub trait JacobiEngine: Engine {
     fn solution_error(&mut self) -> Result<f64>;
 }
 
+/// Sweeps per pass through device memory on CUDA: 2 = temporal blocking.
+pub const DEFAULT_SWEEPS_PER_PASS: u32 = 2;
+
 /// Build the engine for `device`.
 pub fn engine<T: Real>(
     problem: &JacobiProblem,
     device: &Device,
     fields: Fields<T>,
+) -> Result<Box<dyn JacobiEngine<Real = T>>> {
+    engine_with(problem, device, fields, DEFAULT_SWEEPS_PER_PASS)
+}
+
+/// As [`engine`], choosing how many sweeps the CUDA engine does per pass (1 or 2); the
+/// CPU engine always does one.
+pub fn engine_with<T: Real>(
+    problem: &JacobiProblem,
+    device: &Device,
+    fields: Fields<T>,
+    sweeps_per_pass: u32,
 ) -> Result<Box<dyn JacobiEngine<Real = T>>> {
     if let Fields::Given { f, u0 } = &fields {
         for (name, v) in [("f", f), ("u0", u0)] {
@@ -194,6 +208,11 @@ pub fn engine<T: Real>(
     }
     Ok(match device {
         Device::Cpu { .. } => Box::new(cpu::CpuJacobi::new(problem, fields)?),
-        Device::Cuda(gpu) => Box::new(cuda::CudaJacobi::new(gpu.clone(), problem, fields)?),
+        Device::Cuda(gpu) => Box::new(cuda::CudaJacobi::new(
+            gpu.clone(),
+            problem,
+            fields,
+            sweeps_per_pass,
+        )?),
     })
 }

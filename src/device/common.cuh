@@ -24,66 +24,47 @@ __device__ __forceinline__ double block_sum(double v) {
     return v;
 }
 
-// Grid-wide sum without a second launch: each block stores its partial sum, and the
-// last block to finish adds them all in index order (deterministic). Returns true in
-// thread 0 of that last block, with the total in *total. `ticket` must be 0 on entry
-// and is left at 0 for the next launch.
-__device__ __forceinline__ bool grid_sum_last_block(double block_value, double* partials,
-                                                    unsigned int* ticket, double* total) {
+// Grid-wide sums of N values without a second launch: each block stores its N partial
+// sums, and the last block to finish adds them in block order (deterministic). Returns
+// true in thread 0 of that last block, with the totals in total[0..N). `ticket` must be 0
+// on entry and is left at 0 for the next launch; `partials` holds N values per block.
+template <int N>
+__device__ __forceinline__ bool grid_sums_last_block(const double (&block_values)[N],
+                                                     double* partials, unsigned int* ticket,
+                                                     double (&total)[N]) {
     __shared__ bool is_last;
     const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
     const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
     const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
     if (tid == 0) {
-        partials[bid] = block_value;
+        for (int v = 0; v < N; ++v) partials[N * bid + v] = block_values[v];
         __threadfence();
         is_last = (atomicAdd(ticket, 1u) == nblocks - 1);
     }
     __syncthreads();
     if (!is_last) return false;
     __threadfence();
-    // Per-thread strided sums, then one block reduction: fixed order.
-    double s = 0.0;
-    for (unsigned i = tid; i < nblocks; i += nthreads) s += ((volatile double*)partials)[i];
-    s = block_sum(s);
-    if (tid == 0) {
-        *total = s;
-        *ticket = 0;
+    // Per-thread strided sums (L2 reads: other blocks wrote them), then one block
+    // reduction per value: fixed order.
+    double s[N];
+    for (int v = 0; v < N; ++v) s[v] = 0.0;
+    for (unsigned i = tid; i < nblocks; i += nthreads)
+        for (int v = 0; v < N; ++v) s[v] += __ldcg(&partials[N * i + v]);
+    for (int v = 0; v < N; ++v) {
+        const double t = block_sum(s[v]);
+        if (tid == 0) total[v] = t;
+        __syncthreads();
     }
+    if (tid == 0) *ticket = 0;
     return tid == 0;
 }
 
-// As grid_sum_last_block, for two sums at once; partials holds 2 values per block.
-__device__ __forceinline__ bool grid_sum2_last_block(double a, double b, double* partials,
-                                                     unsigned int* ticket, double* ta,
-                                                     double* tb) {
-    __shared__ bool is_last;
-    const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
-    const unsigned bid = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const unsigned tid = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-    const unsigned nthreads = blockDim.x * blockDim.y * blockDim.z;
-    if (tid == 0) {
-        partials[2 * bid] = a;
-        partials[2 * bid + 1] = b;
-        __threadfence();
-        is_last = (atomicAdd(ticket, 1u) == nblocks - 1);
-    }
-    __syncthreads();
-    if (!is_last) return false;
-    __threadfence();
-    double sa = 0.0, sb = 0.0;
-    for (unsigned i = tid; i < nblocks; i += nthreads) {
-        sa += ((volatile double*)partials)[2 * i];
-        sb += ((volatile double*)partials)[2 * i + 1];
-    }
-    sa = block_sum(sa);
-    __syncthreads();
-    sb = block_sum(sb);
-    if (tid == 0) {
-        *ta = sa;
-        *tb = sb;
-        *ticket = 0;
-    }
-    return tid == 0;
+__device__ __forceinline__ bool grid_sum_last_block(double block_value, double* partials,
+                                                    unsigned int* ticket, double* total) {
+    const double v[1] = {block_value};
+    double t[1];
+    const bool last = grid_sums_last_block<1>(v, partials, ticket, t);
+    if (last) *total = t[0];
+    return last;
 }

@@ -165,13 +165,14 @@ jacobi_sweep2(const real* __restrict__ u, real* __restrict__ unew, const real* _
         }
     }
 
-    const double b1 = block_sum(acc1);
+    double sums[2];
+    sums[0] = block_sum(acc1);
     __syncthreads();
-    const double b2 = block_sum(acc2);
-    double t1, t2;
-    if (grid_sum2_last_block(b1, b2, partials, ticket, &t1, &t2)) {
-        if (record_sweep(ctl, hist, hist_len, k, t1, n, m, tol)) ctl[2] = 1;
-        else record_sweep(ctl, hist, hist_len, k + 1, t2, n, m, tol);
+    sums[1] = block_sum(acc2);
+    double totals[2];
+    if (grid_sums_last_block<2>(sums, partials, ticket, totals)) {
+        if (record_sweep(ctl, hist, hist_len, k, totals[0], n, m, tol)) ctl[2] = 1;
+        else record_sweep(ctl, hist, hist_len, k + 1, totals[1], n, m, tol);
     }
 }
 

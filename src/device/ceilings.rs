@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::cuda::{Gpu, KernelSource};
 use crate::error::Result;
-use crate::precision::Precision;
+use crate::precision::{Precision, Real};
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "ceilings.cu",
@@ -74,7 +74,14 @@ pub fn measure_gpu(gpu: &Gpu) -> Result<Ceilings> {
 }
 
 fn fma_rate(gpu: &Gpu, precision: Precision) -> Result<f64> {
-    let f = gpu.function(&KERNELS, precision, &[], "ceiling_fma")?;
+    match precision {
+        Precision::F32 => fma_rate_typed::<f32>(gpu),
+        Precision::F64 => fma_rate_typed::<f64>(gpu),
+    }
+}
+
+fn fma_rate_typed<T: Real>(gpu: &Gpu) -> Result<f64> {
+    let f = gpu.function(&KERNELS, T::PRECISION, &[], "ceiling_fma")?;
     let threads = 256u32;
     let blocks = (gpu.multiprocessors * 8) as u32;
     let iters = 2048i32;
@@ -83,25 +90,16 @@ fn fma_rate(gpu: &Gpu, precision: Precision) -> Result<f64> {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut out = gpu.stream.alloc_zeros::<f64>((blocks * threads) as usize)?;
-    let t = match precision {
-        Precision::F32 => time_median(gpu, 2, 7, || {
-            let (a, b, it) = (0.999_f32, 1e-3_f32, iters);
-            let mut l = gpu.stream.launch_builder(&f);
-            l.arg(&mut out).arg(&a).arg(&b).arg(&it);
-            // SAFETY: out has one slot per thread (f64 slots hold f32 values too).
-            unsafe { l.launch(cfg) }?;
-            Ok(())
-        })?,
-        Precision::F64 => time_median(gpu, 2, 7, || {
-            let (a, b, it) = (0.999_f64, 1e-3_f64, iters);
-            let mut l = gpu.stream.launch_builder(&f);
-            l.arg(&mut out).arg(&a).arg(&b).arg(&it);
-            // SAFETY: out has one slot per thread.
-            unsafe { l.launch(cfg) }?;
-            Ok(())
-        })?,
-    };
+    let mut out = gpu.stream.alloc_zeros::<T>((blocks * threads) as usize)?;
+    let (a, b) = (T::lit(0.999), T::lit(1e-3));
+    let t = time_median(gpu, 2, 7, || {
+        let mut l = gpu.stream.launch_builder(&f);
+        l.arg(&mut out).arg(&a).arg(&b).arg(&iters);
+        // SAFETY: out has one slot per thread.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    })?;
+    // 8 chains × 16 unrolled FMAs × iters per thread, 2 flops each.
     let flops = 2.0 * 8.0 * 16.0 * iters as f64 * (blocks * threads) as f64;
     Ok(flops / t)
 }

@@ -39,15 +39,35 @@ fn tile(precision: Precision) -> (u32, u32) {
     })
 }
 
-fn tile_defines(precision: Precision) -> [(&'static str, String); 2] {
+fn tile_defines(precision: Precision) -> [(&'static str, String); 4] {
     let (bx, ry) = tile(precision);
-    [("J_BX", bx.to_string()), ("J_RY", ry.to_string())]
+    let (tx, ty) = tile2(precision);
+    [
+        ("J_BX", bx.to_string()),
+        ("J_RY", ry.to_string()),
+        ("J2_TX", tx.to_string()),
+        ("J2_TY", ty.to_string()),
+    ]
 }
 /// Residual history slots on the device; the run loop reads them at least this often.
 const HISTORY: usize = 4096;
-/// Output tile of the two-sweep kernel (it is launched with 256 threads).
-const TX: usize = 64;
-const TY: usize = 32;
+/// Output tile (x, y) of the two-sweep kernel, which runs 256 threads per block; its two
+/// shared-memory tiles must fit the 48 KiB of static shared memory.
+/// KEISAN_JACOBI_TILE2=TXxTY overrides it for tuning runs.
+fn tile2(precision: Precision) -> (usize, usize) {
+    static TILE: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    let fits = |(tx, ty): (usize, usize)| {
+        tx >= 8
+            && ty >= 8
+            && ((tx + 4) * (ty + 4) + (tx + 2) * (ty + 2)) * precision.bytes() <= 48 << 10
+    };
+    let chosen = *TILE.get_or_init(|| {
+        let v = std::env::var("KEISAN_JACOBI_TILE2").ok()?;
+        let (a, b) = v.split_once('x')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    });
+    chosen.filter(|&t| fits(t)).unwrap_or((64, 32))
+}
 
 /// One queued launch: sweeps k .. k+sweeps from buf[src] into buf[dst].
 #[derive(Debug, Clone, Copy)]
@@ -105,14 +125,15 @@ impl<T: Real> CudaJacobi<T> {
             shared_mem_bytes: 0,
         };
         let mut partial_slots = (cfg.grid_dim.0 * cfg.grid_dim.1) as usize;
-        let tiles_y = m.div_ceil(TY);
+        let (tx, ty) = tile2(T::PRECISION);
+        let tiles_y = m.div_ceil(ty);
         let sweep2 = if sweeps_per_pass >= 2 && tiles_y <= 65535 {
             let cfg2 = LaunchConfig {
-                grid_dim: (n.div_ceil(TX) as u32, tiles_y as u32, 1),
+                grid_dim: (n.div_ceil(tx) as u32, tiles_y as u32, 1),
                 block_dim: (256, 1, 1),
                 shared_mem_bytes: 0,
             };
-            partial_slots = partial_slots.max(2 * n.div_ceil(TX) * tiles_y);
+            partial_slots = partial_slots.max(2 * n.div_ceil(tx) * tiles_y);
             let f2 = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_sweep2")?;
             Some((f2, cfg2))
         } else {

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use crate::device::Backend;
 use crate::error::{Error, Result};
 use crate::precision::Precision;
+use crate::solvers::heat::{HeatConfig, HeatProblem};
 use crate::solvers::jacobi::{JacobiConfig, JacobiProblem};
 
 /// The built-in default problem: the seed benchmark of the Jacobi study.
@@ -17,6 +18,7 @@ pub const DEFAULT_PROBLEM: &str = include_str!("../examples/jacobi-seed.toml");
 #[serde(rename_all = "lowercase")]
 pub enum SolverName {
     Jacobi,
+    Heat,
 }
 
 #[derive(Debug, Deserialize)]
@@ -33,6 +35,8 @@ struct ProblemFile {
     output: OutputConfig,
     #[serde(default)]
     jacobi: Option<JacobiConfig>,
+    #[serde(default)]
+    heat: Option<HeatConfig>,
 }
 
 /// Where and how to run, when the command line does not say.
@@ -56,6 +60,7 @@ pub struct OutputConfig {
 #[derive(Debug, Clone)]
 pub enum SolverProblem {
     Jacobi(JacobiProblem),
+    Heat(HeatProblem),
 }
 
 /// A validated problem, ready to plan.
@@ -130,6 +135,15 @@ fn validate(file: ProblemFile, origin: &str) -> Result<Problem> {
             })?;
             SolverProblem::Jacobi(cfg.validate()?)
         }
+        SolverName::Heat => {
+            let cfg = file.heat.ok_or_else(|| {
+                Error::Parse(format!(
+                    "{origin}: solver = \"heat\" needs a [heat] table (shape, dt, steps, \
+                     diffusivity, [heat.initial])"
+                ))
+            })?;
+            SolverProblem::Heat(cfg.validate()?)
+        }
     };
     Ok(Problem {
         title: file.title.unwrap_or_else(|| origin.to_string()),
@@ -147,7 +161,9 @@ mod tests {
     #[test]
     fn default_problem_is_the_seed_benchmark() {
         let p = parse(DEFAULT_PROBLEM, "default", &[]).unwrap();
-        let SolverProblem::Jacobi(j) = p.solver;
+        let SolverProblem::Jacobi(j) = p.solver else {
+            panic!("not jacobi")
+        };
         assert_eq!((j.n, j.m, j.max_iterations), (5120, 5000, 100));
         assert_eq!((j.alpha, j.relax, j.tolerance), (1.0, 0.5, 1e-13));
         assert_eq!(p.precision, Precision::F64);
@@ -165,7 +181,9 @@ mod tests {
             ],
         )
         .unwrap();
-        let SolverProblem::Jacobi(j) = p.solver;
+        let SolverProblem::Jacobi(j) = p.solver else {
+            panic!("not jacobi")
+        };
         assert_eq!(j.n, 64);
         assert_eq!(p.precision, Precision::F32);
         assert_eq!(p.output.dir.as_deref(), Some(Path::new("res")));

@@ -109,8 +109,7 @@ pub fn drive<E: Engine + ?Sized>(
     bar.finish_and_clear();
     if diag.status == Status::NonFinite {
         return Err(Error::Diverged(format!(
-            "the residual became {} at iteration {}; stopped, no outputs written",
-            residuals.last().copied().unwrap_or(f64::NAN),
+            "a non-finite value (NaN or inf) appeared at step {}; stopped, no outputs written",
             diag.steps
         )));
     }

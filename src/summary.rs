@@ -36,7 +36,8 @@ pub struct Summary {
     pub iterations: u64,
     pub max_iterations: u64,
     pub status: Status,
-    pub final_residual: f64,
+    /// Residual norm of the last iteration (iterative solvers).
+    pub final_residual: Option<f64>,
     pub solution_error: Option<f64>,
     pub time_per_iteration_s: f64,
     pub timings: Timings,
@@ -56,13 +57,15 @@ impl Summary {
         let how = match self.status {
             Status::Converged => "converged",
             Status::Running => "iteration limit reached",
-            Status::NonFinite => "stopped: non-finite residual",
+            Status::NonFinite => "stopped: non-finite value",
         };
         s += &format!(
             "  iterations    {} of {} ({how})\n",
             self.iterations, self.max_iterations
         );
-        s += &format!("  residual      {:.6e}\n", self.final_residual);
+        if let Some(r) = self.final_residual {
+            s += &format!("  residual      {r:.6e}\n");
+        }
         if let Some(e) = self.solution_error {
             s += &format!("  solution err  {e:.6e}\n");
         }

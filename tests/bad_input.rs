@@ -227,3 +227,56 @@ fn bad_bench_size() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("NxM"), "{}", o.stderr);
 }
+
+fn heat(body: &str) -> String {
+    format!("solver = \"heat\"\n[heat]\nshape = [64, 64]\nsteps = 10\n{body}")
+}
+
+#[test]
+fn heat_dt_above_the_stability_limit() {
+    // h = 1/63: the limit is dt ≤ 0.5/(2·63²) = 6.299e-5.
+    rejects(
+        &heat("dt = 1e-4\n"),
+        &[],
+        2,
+        &["heat.dt", "stability limit", "largest stable dt is 6.2988"],
+    );
+}
+
+#[test]
+fn heat_bad_shape_and_steps() {
+    rejects(
+        &heat("dt = 1e-6\n").replace("[64, 64]", "[64, 2]"),
+        &[],
+        2,
+        &["heat.shape", "[3, "],
+    );
+    rejects(
+        &heat("dt = 1e-6\n").replace("[64, 64]", "[4, 4, 4, 4]"),
+        &[],
+        2,
+        &["heat.shape", "1, 2 or 3"],
+    );
+    rejects(
+        &heat("dt = 1e-6\n").replace("steps = 10", "steps = 0"),
+        &[],
+        2,
+        &["heat.steps"],
+    );
+}
+
+#[test]
+fn heat_bad_initial_preset() {
+    rejects(
+        &heat("dt = 1e-6\n[heat.initial]\npreset = \"sine\"\nmodes = [1]\n"),
+        &[],
+        2,
+        &["heat.initial.modes"],
+    );
+    rejects(
+        &heat("dt = 1e-6\n[heat.initial]\npreset = \"plasma\"\n"),
+        &[],
+        2,
+        &["unknown variant `plasma`"],
+    );
+}

@@ -167,5 +167,5 @@ fn nan_in_the_forcing_stops_the_run_with_the_iteration() {
     )
     .unwrap();
     let err = run::drive(e.as_mut(), 50, &run::progress_bar(0, true)).unwrap_err();
-    assert!(err.to_string().contains("at iteration 1"), "{err}");
+    assert!(err.to_string().contains("at step 1;"), "{err}");
 }

@@ -1,0 +1,157 @@
+//! Initial conditions: presets, and the analytic solution of the sine preset.
+
+use serde::{Deserialize, Serialize};
+
+use super::HeatProblem;
+use crate::error::{Error, Result};
+use crate::memory::try_filled;
+use crate::precision::Real;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "preset", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Initial {
+    /// Π_a sin(k_a·π·x_a/L_a): zero on the boundary, decays as exp(−α²π²Σ(k_a/L_a)² t).
+    Sine {
+        #[serde(default)]
+        modes: Option<Vec<u32>>,
+        #[serde(default = "one")]
+        amplitude: f64,
+    },
+    /// exp(−|x − centre|²/(2σ²)), σ = width (in domain units), boundary held at 0.
+    Gaussian {
+        #[serde(default = "tenth")]
+        width: f64,
+        #[serde(default = "one")]
+        amplitude: f64,
+    },
+    /// `value` inside the central box covering `fraction` of each axis, 0 elsewhere.
+    HotBox {
+        #[serde(default = "half")]
+        fraction: f64,
+        #[serde(default = "one")]
+        value: f64,
+    },
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn half() -> f64 {
+    0.5
+}
+fn tenth() -> f64 {
+    0.1
+}
+
+impl Default for Initial {
+    fn default() -> Self {
+        Initial::Sine {
+            modes: None,
+            amplitude: 1.0,
+        }
+    }
+}
+
+impl Initial {
+    pub fn validate(&self, dims: usize) -> Result<()> {
+        match self {
+            Initial::Sine { modes: Some(m), .. } if m.len() != dims || m.contains(&0) => {
+                Err(Error::invalid(
+                    "heat.initial.modes",
+                    format!("{m:?}"),
+                    format!("give one mode number ≥ 1 per axis ({dims})"),
+                ))
+            }
+            Initial::Gaussian { width, .. } if !(*width > 0.0 && width.is_finite()) => Err(
+                Error::invalid("heat.initial.width", width, "must be finite and > 0"),
+            ),
+            Initial::HotBox { fraction, .. } if !(*fraction > 0.0 && *fraction <= 1.0) => Err(
+                Error::invalid("heat.initial.fraction", fraction, "must lie in (0, 1]"),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Mode numbers of the sine preset, padded to three axes (1 where unused).
+fn sine_modes(p: &HeatProblem, modes: &Option<Vec<u32>>) -> [f64; 3] {
+    let mut k = [0.0; 3];
+    for a in 3 - p.dims..3 {
+        k[a] = modes.as_ref().map_or(1.0, |m| m[a - (3 - p.dims)] as f64);
+    }
+    k
+}
+
+/// Coordinates of point `idx` (padded axes at 0) and the domain length per axis.
+fn coords(p: &HeatProblem, idx: usize) -> ([f64; 3], [f64; 3]) {
+    let [_, ny, nx] = p.shape;
+    let ijk = [idx / (ny * nx), (idx / nx) % ny, idx % nx];
+    let mut x = [0.0; 3];
+    let mut len = [1.0; 3];
+    for a in 0..3 {
+        x[a] = ijk[a] as f64 * p.spacing[a];
+        len[a] = (p.shape[a] - 1) as f64 * p.spacing[a];
+    }
+    (x, len)
+}
+
+fn is_boundary(p: &HeatProblem, idx: usize) -> bool {
+    let [_, ny, nx] = p.shape;
+    let ijk = [idx / (ny * nx), (idx / nx) % ny, idx % nx];
+    (3 - p.dims..3).any(|a| ijk[a] == 0 || ijk[a] == p.shape[a] - 1)
+}
+
+pub fn value(p: &HeatProblem, idx: usize) -> f64 {
+    let (x, len) = coords(p, idx);
+    let active = 3 - p.dims..3;
+    match &p.initial {
+        Initial::Sine { modes, amplitude } => {
+            let k = sine_modes(p, modes);
+            amplitude
+                * active
+                    .map(|a| (k[a] * std::f64::consts::PI * x[a] / len[a]).sin())
+                    .product::<f64>()
+        }
+        Initial::Gaussian { width, amplitude } => {
+            if is_boundary(p, idx) {
+                return 0.0;
+            }
+            let r2: f64 = active.map(|a| (x[a] - 0.5 * len[a]).powi(2)).sum();
+            amplitude * (-r2 / (2.0 * width * width)).exp()
+        }
+        Initial::HotBox { fraction, value } => {
+            let inside = !is_boundary(p, idx)
+                && active
+                    .into_iter()
+                    .all(|a| (x[a] - 0.5 * len[a]).abs() <= 0.5 * fraction * len[a]);
+            if inside { *value } else { 0.0 }
+        }
+    }
+}
+
+/// The initial field, row-major.
+pub fn field<T: Real>(p: &HeatProblem) -> Result<Vec<T>> {
+    use rayon::prelude::*;
+    crate::memory::ensure_host_fits(p.field_bytes(T::PRECISION), "the heat fields")?;
+    let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
+    u.par_iter_mut()
+        .enumerate()
+        .for_each(|(i, v)| *v = T::lit(value(p, i)));
+    Ok(u)
+}
+
+impl HeatProblem {
+    /// The exact solution of the continuous problem at time t, where one is known
+    /// (the sine preset); None otherwise.
+    pub fn exact(&self, idx: usize, t: f64) -> Option<f64> {
+        let Initial::Sine { modes, .. } = &self.initial else {
+            return None;
+        };
+        let k = sine_modes(self, modes);
+        let (_, len) = coords(self, idx);
+        let rate: f64 = (3 - self.dims..3)
+            .map(|a| (k[a] * std::f64::consts::PI / len[a]).powi(2))
+            .sum();
+        Some(value(self, idx) * (-self.diffusivity * rate * t).exp())
+    }
+}

@@ -1,0 +1,222 @@
+//! Explicit (FTCS) heat equation in 1D, 2D and 3D (seed 002), in-core.
+//!
+//! U ← U + Σ_a r_a·(U[p+e_a] + U[p−e_a] − 2U[p]), r_a = α²·Δt/h_a², Dirichlet boundaries
+//! (boundary points keep their values). Stable for Σ_a r_a ≤ 1/2 (r ≤ 1/(2d) with equal
+//! spacing). Fields are row-major, last axis fastest; the domain is [0,1] per axis unless
+//! `spacing` says otherwise.
+//!
+//! Status: the in-core CPU and CUDA engines. The out-of-core pyramid method, temporal
+//! blocking, the cost model and .npy initial fields are still to come (issue 3).
+
+pub mod cpu;
+pub mod cuda;
+mod initial;
+
+use serde::{Deserialize, Serialize};
+
+pub use initial::Initial;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::precision::{Precision, Real};
+use crate::run::Engine;
+
+/// The `[heat]` table of a problem file, as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeatConfig {
+    /// Points per axis, slowest first: [nx], [ny, nx] or [nz, ny, nx].
+    pub shape: Vec<i64>,
+    /// Grid spacing per axis (same order); default 1/(n−1), the unit interval.
+    #[serde(default)]
+    pub spacing: Option<Vec<f64>>,
+    /// α² of the equation U_t = α²ΔU.
+    #[serde(default = "one")]
+    pub diffusivity: f64,
+    pub dt: f64,
+    pub steps: i64,
+    #[serde(default)]
+    pub initial: Initial,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+/// A validated heat problem; axes padded to three, slowest first (unused axes have 1 point).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HeatProblem {
+    pub dims: usize,
+    pub shape: [usize; 3],
+    pub spacing: [f64; 3],
+    pub diffusivity: f64,
+    pub dt: f64,
+    pub steps: u64,
+    pub initial: Initial,
+}
+
+impl HeatConfig {
+    pub fn validate(self) -> Result<HeatProblem> {
+        let dims = self.shape.len();
+        if !(1..=3).contains(&dims) {
+            return Err(Error::invalid(
+                "heat.shape",
+                format!("{:?}", self.shape),
+                "give 1, 2 or 3 extents, slowest axis first, e.g. [256, 256]",
+            ));
+        }
+        let mut shape = [1usize; 3];
+        for (k, &n) in self.shape.iter().enumerate() {
+            if !(3..=i32::MAX as i64).contains(&n) {
+                return Err(Error::invalid(
+                    "heat.shape",
+                    format!("{:?}", self.shape),
+                    format!(
+                        "each extent must be in [3, {}] (the boundary takes two points)",
+                        i32::MAX
+                    ),
+                ));
+            }
+            shape[3 - dims + k] = n as usize;
+        }
+        let mut spacing = [1.0f64; 3];
+        match &self.spacing {
+            Some(h) if h.len() != dims => {
+                return Err(Error::invalid(
+                    "heat.spacing",
+                    format!("{h:?}"),
+                    format!("give one spacing per axis ({dims})"),
+                ));
+            }
+            Some(h) => {
+                for (k, &v) in h.iter().enumerate() {
+                    if !(v > 0.0 && v.is_finite()) {
+                        return Err(Error::invalid(
+                            "heat.spacing",
+                            format!("{h:?}"),
+                            "spacings must be finite and > 0",
+                        ));
+                    }
+                    spacing[3 - dims + k] = v;
+                }
+            }
+            None => {
+                for k in 3 - dims..3 {
+                    spacing[k] = 1.0 / (shape[k] - 1) as f64;
+                }
+            }
+        }
+        if !(self.diffusivity > 0.0 && self.diffusivity.is_finite()) {
+            return Err(Error::invalid(
+                "heat.diffusivity",
+                self.diffusivity,
+                "must be finite and > 0",
+            ));
+        }
+        if self.steps < 1 {
+            return Err(Error::invalid(
+                "heat.steps",
+                self.steps,
+                "at least 1 step is needed",
+            ));
+        }
+        let p = HeatProblem {
+            dims,
+            shape,
+            spacing,
+            diffusivity: self.diffusivity,
+            dt: self.dt,
+            steps: self.steps as u64,
+            initial: self.initial,
+        };
+        let max_dt = p.largest_stable_dt();
+        if !(self.dt > 0.0 && self.dt <= max_dt) {
+            return Err(Error::invalid(
+                "heat.dt",
+                self.dt,
+                format!(
+                    "must be > 0 and within the FTCS stability limit Σ α²Δt/h² ≤ 1/2 \
+                     (here Σ r = {:.4}); the largest stable dt is {max_dt:.6e}",
+                    p.r().iter().sum::<f64>()
+                ),
+            ));
+        }
+        p.initial.validate(dims)?;
+        Ok(p)
+    }
+}
+
+impl HeatProblem {
+    /// r_a = α²Δt/h_a² per axis (0 for the padding axes).
+    pub fn r(&self) -> [f64; 3] {
+        let mut r = [0.0; 3];
+        for (k, rk) in r.iter_mut().enumerate().skip(3 - self.dims) {
+            *rk = self.diffusivity * self.dt / (self.spacing[k] * self.spacing[k]);
+        }
+        r
+    }
+
+    pub fn largest_stable_dt(&self) -> f64 {
+        let s: f64 = (3 - self.dims..3)
+            .map(|k| 1.0 / (self.spacing[k] * self.spacing[k]))
+            .sum();
+        0.5 / (self.diffusivity * s)
+    }
+
+    pub fn cells(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    /// Bytes of the two time layers in `precision`.
+    pub fn field_bytes(&self, precision: Precision) -> u128 {
+        2 * self.cells() as u128 * precision.bytes() as u128
+    }
+
+    /// The shape without padding axes, slowest first (the NumPy shape).
+    pub fn user_shape(&self) -> Vec<usize> {
+        self.shape[3 - self.dims..].to_vec()
+    }
+
+    pub fn user_spacing(&self) -> Vec<f64> {
+        self.spacing[3 - self.dims..].to_vec()
+    }
+}
+
+/// Build the in-core engine for `device`, starting from the problem's initial field.
+pub fn engine<T: Real>(
+    problem: &HeatProblem,
+    device: &Device,
+) -> Result<Box<dyn Engine<Real = T>>> {
+    let u0 = initial::field::<T>(problem)?;
+    engine_from::<T>(problem, device, u0)
+}
+
+/// As [`engine`], from a given initial field (n values, row-major; boundary values stay).
+pub fn engine_from<T: Real>(
+    problem: &HeatProblem,
+    device: &Device,
+    u0: Vec<T>,
+) -> Result<Box<dyn Engine<Real = T>>> {
+    if u0.len() != problem.cells() {
+        return Err(Error::invalid(
+            "initial field",
+            u0.len(),
+            format!("expected {} values", problem.cells()),
+        ));
+    }
+    Ok(match device {
+        Device::Cpu { .. } => Box::new(cpu::CpuHeat::new(problem, u0)?),
+        Device::Cuda(gpu) => Box::new(cuda::CudaHeat::new(gpu.clone(), problem, u0)?),
+    })
+}
+
+/// Wrap a host copy of U with the grid's geometry.
+pub(crate) fn field_of<T>(p: &HeatProblem, data: Vec<T>) -> crate::run::Field<T> {
+    crate::run::Field {
+        name: "u",
+        shape: p.user_shape(),
+        spacing: p.user_spacing(),
+        origin: vec![0.0; p.dims],
+        data,
+    }
+}

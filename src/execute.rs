@@ -7,7 +7,7 @@ use crate::error::Result;
 use crate::output::{self, OutputDir};
 use crate::precision::{Precision, Real};
 use crate::problem::{Problem, SolverProblem};
-use crate::run;
+use crate::run::{self, Engine};
 use crate::solvers::heat::{self, HeatProblem};
 use crate::solvers::jacobi::{self, Fields, JacobiProblem};
 use crate::summary::{Summary, Timings};
@@ -53,6 +53,37 @@ pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Res
     Ok(summary)
 }
 
+/// Build an engine (timed as setup, including the device finishing its initialisation)
+/// and drive it to `max_steps` (timed as solve).
+fn setup_and_drive<E: Engine + ?Sized>(
+    build: impl FnOnce() -> Result<Box<E>>,
+    max_steps: u64,
+    opts: &ExecuteOptions,
+    t: &mut Timings,
+) -> Result<(Box<E>, run::LoopOutcome)> {
+    let clock = Instant::now();
+    let mut engine = build()?;
+    engine.diagnostics()?; // waits for the initialisation to finish
+    t.setup_s = clock.elapsed().as_secs_f64();
+    let bar = run::progress_bar(max_steps, opts.quiet);
+    let outcome = run::drive(engine.as_mut(), max_steps, &bar)?;
+    t.solve_s = outcome.seconds;
+    Ok((engine, outcome))
+}
+
+/// Write a field as `<name>.npy`, plus `<name>.vti` when it is 2D or 3D; the paths written.
+fn write_field<T: Real>(out: &OutputDir, u: &run::Field<T>) -> Result<Vec<std::path::PathBuf>> {
+    let npy = out.file(&format!("{}.npy", u.name));
+    output::npy::write(&npy, &u.shape, &u.data)?;
+    let mut files = vec![npy];
+    if u.shape.len() >= 2 {
+        let vti = out.file(&format!("{}.vti", u.name));
+        output::vti::write(&vti, u)?;
+        files.push(vti);
+    }
+    Ok(files)
+}
+
 fn run_jacobi<T: Real>(
     p: &JacobiProblem,
     device: &Device,
@@ -60,14 +91,12 @@ fn run_jacobi<T: Real>(
     opts: &ExecuteOptions,
 ) -> Result<Summary> {
     let mut t = Timings::default();
-    let clock = Instant::now();
-    let mut engine = jacobi::engine::<T>(p, device, Fields::Manufactured)?;
-    engine.diagnostics()?; // waits for the initialisation to finish
-    t.setup_s = clock.elapsed().as_secs_f64();
-
-    let bar = run::progress_bar(p.max_iterations, opts.quiet);
-    let outcome = run::drive(engine.as_mut(), p.max_iterations, &bar)?;
-    t.solve_s = outcome.seconds;
+    let (mut engine, outcome) = setup_and_drive(
+        || jacobi::engine::<T>(p, device, Fields::Manufactured),
+        p.max_iterations,
+        opts,
+        &mut t,
+    )?;
 
     let lap = Instant::now();
     let solution_error = engine.solution_error()?;
@@ -79,16 +108,11 @@ fn run_jacobi<T: Real>(
         let u = engine.snapshot()?;
         t.download_s = lap.elapsed().as_secs_f64();
         let lap = Instant::now();
-        let files = [
-            out.file("u.npy"),
-            out.file("u.vti"),
-            out.file("residuals.csv"),
-        ];
-        output::npy::write(&files[0], &u.shape, &u.data)?;
-        output::vti::write(&files[1], &u)?;
-        output::csv::write_residuals(&files[2], &outcome.residuals)?;
+        outputs = write_field(out, &u)?;
+        let csv = out.file("residuals.csv");
+        output::csv::write_residuals(&csv, &outcome.residuals)?;
+        outputs.push(csv);
         t.write_s = lap.elapsed().as_secs_f64();
-        outputs.extend(files);
     }
     t.study_s = t.setup_s + t.solve_s + t.check_s + t.download_s;
 
@@ -116,14 +140,8 @@ fn run_heat<T: Real>(
     opts: &ExecuteOptions,
 ) -> Result<Summary> {
     let mut t = Timings::default();
-    let clock = Instant::now();
-    let mut engine = heat::engine::<T>(p, device)?;
-    engine.diagnostics()?;
-    t.setup_s = clock.elapsed().as_secs_f64();
-
-    let bar = run::progress_bar(p.steps, opts.quiet);
-    let outcome = run::drive(engine.as_mut(), p.steps, &bar)?;
-    t.solve_s = outcome.seconds;
+    let (mut engine, outcome) =
+        setup_and_drive(|| heat::engine::<T>(p, device), p.steps, opts, &mut t)?;
 
     // The host copy serves both the analytic check and the outputs.
     let exact_known = p.exact(0, 0.0).is_some();
@@ -144,14 +162,7 @@ fn run_heat<T: Real>(
         }
         if let Some(out) = out {
             let lap = Instant::now();
-            let npy = out.file("u.npy");
-            output::npy::write(&npy, &u.shape, &u.data)?;
-            outputs.push(npy);
-            if p.dims >= 2 {
-                let vti = out.file("u.vti");
-                output::vti::write(&vti, &u)?;
-                outputs.push(vti);
-            }
+            outputs = write_field(out, &u)?;
             t.write_s = lap.elapsed().as_secs_f64();
         }
     }

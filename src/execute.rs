@@ -130,6 +130,7 @@ fn run_jacobi<T: Real>(
         time_per_iteration_s: outcome.seconds / outcome.steps.max(1) as f64,
         timings: t,
         outputs,
+        layout: None,
     })
 }
 
@@ -140,8 +141,20 @@ fn run_heat<T: Real>(
     opts: &ExecuteOptions,
 ) -> Result<Summary> {
     let mut t = Timings::default();
-    let (mut engine, outcome) =
-        setup_and_drive(|| heat::engine::<T>(p, device), p.steps, opts, &mut t)?;
+    let mut layout = None;
+    let (mut engine, outcome) = setup_and_drive(
+        || {
+            let (engine, l) = heat::engine::<T>(p, device)?;
+            if !opts.quiet && l.strategy != heat::Strategy::InCore {
+                eprintln!("keisan: {}", l.human());
+            }
+            layout = Some(l);
+            Ok(engine)
+        },
+        p.steps,
+        opts,
+        &mut t,
+    )?;
 
     // The host copy serves both the analytic check and the outputs.
     let exact_known = p.exact(0, 0.0).is_some();
@@ -149,7 +162,7 @@ fn run_heat<T: Real>(
     let mut solution_error = None;
     if exact_known || out.is_some() {
         let lap = Instant::now();
-        let u = engine.snapshot()?;
+        let u = engine.take_snapshot()?;
         t.download_s = lap.elapsed().as_secs_f64();
         if exact_known {
             let lap = Instant::now();
@@ -182,5 +195,6 @@ fn run_heat<T: Real>(
         time_per_iteration_s: outcome.seconds / outcome.steps.max(1) as f64,
         timings: t,
         outputs,
+        layout: layout.map(|l| serde_json::to_value(l).expect("layout serialises")),
     })
 }

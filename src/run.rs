@@ -52,6 +52,17 @@ pub trait Engine {
     fn max_steps_between_diagnostics(&self) -> u64 {
         u64::MAX
     }
+    /// Steps the engine prefers to advance at a time (a pyramid pass); chunks are
+    /// multiples of it.
+    fn step_granularity(&self) -> u64 {
+        1
+    }
+    /// The final field, for engines that may hand over their storage instead of copying
+    /// it (an out-of-core grid can be most of the host's memory). The engine must not be
+    /// advanced afterwards.
+    fn take_snapshot(&mut self) -> Result<Field<Self::Real>> {
+        self.snapshot()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -86,7 +97,7 @@ pub fn drive<E: Engine + ?Sized>(
     bar: &ProgressBar,
 ) -> Result<LoopOutcome> {
     let start = Instant::now();
-    let mut chunk = 1u64;
+    let mut chunk = engine.step_granularity().max(1);
     let mut residuals = Vec::new();
     let mut diag = engine.diagnostics()?;
     residuals.extend(&diag.new_residuals);

@@ -42,6 +42,9 @@ pub struct Summary {
     pub time_per_iteration_s: f64,
     pub timings: Timings,
     pub outputs: Vec<PathBuf>,
+    /// How the grid met the device (heat: in-core or the pyramid plan).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layout: Option<serde_json::Value>,
 }
 
 impl Summary {
@@ -65,6 +68,18 @@ impl Summary {
         );
         if let Some(r) = self.final_residual {
             s += &format!("  residual      {r:.6e}\n");
+        }
+        if let Some(l) = &self.layout
+            && let Some(s_) = l.get("strategy").and_then(|v| v.as_str())
+            && s_ != "in-core"
+        {
+            s += &format!(
+                "  layout        {s_}, {} decomposition, n = {}, {} tasks per pass, predicted {}\n",
+                l["decomposition"].as_str().unwrap_or("?"),
+                l["pyramid_height"],
+                l["tasks"],
+                seconds(l["predicted_s"].as_f64().unwrap_or(0.0)),
+            );
         }
         if let Some(e) = self.solution_error {
             s += &format!("  solution err  {e:.6e}\n");

@@ -27,7 +27,7 @@ fn sine_problem(dims: usize, n: usize, steps: u64, t_end: f64) -> HeatProblem {
 }
 
 fn max_error(p: &HeatProblem) -> f64 {
-    let mut e = heat::engine::<f64>(p, &cpu()).unwrap();
+    let mut e = heat::engine::<f64>(p, &cpu()).unwrap().0;
     let out = run::drive(e.as_mut(), p.steps, &run::progress_bar(0, true)).unwrap();
     assert_eq!(out.steps, p.steps);
     let u = e.snapshot().unwrap();
@@ -77,7 +77,7 @@ fn boundary_values_stay_fixed() {
     let SolverProblem::Heat(p) = problem::parse(toml, "t", &[]).unwrap().solver else {
         unreachable!()
     };
-    let mut e = heat::engine::<f64>(&p, &cpu()).unwrap();
+    let mut e = heat::engine::<f64>(&p, &cpu()).unwrap().0;
     run::drive(e.as_mut(), 50, &run::progress_bar(0, true)).unwrap();
     let u = e.snapshot().unwrap().data;
     for j in 0..20 {
@@ -97,7 +97,7 @@ fn nan_in_the_initial_field_stops_at_step_1() {
     let p = sine_problem(2, 9, 10, 0.001);
     let mut u0 = vec![0.0; 81];
     u0[40] = f64::NAN;
-    let mut e = heat::engine_from::<f64>(&p, &cpu(), u0).unwrap();
+    let mut e = heat::engine_from::<f64>(&p, &cpu(), u0).unwrap().0;
     let err = run::drive(e.as_mut(), p.steps, &run::progress_bar(0, true)).unwrap_err();
     assert!(err.to_string().contains("at step 1;"), "{err}");
 }

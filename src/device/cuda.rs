@@ -24,7 +24,7 @@ pub fn all_kernel_sources() -> Vec<KernelSource> {
     vec![
         crate::device::ceilings::KERNELS,
         crate::solvers::jacobi::cuda::KERNELS,
-        crate::solvers::heat::cuda::KERNELS,
+        crate::solvers::heat::step_kernel::KERNELS,
     ]
 }
 

@@ -63,3 +63,44 @@ pub fn skip(msg: &str) {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "{msg}");
 }
+
+/// A heat problem from a `[heat]` table body (shape, steps and any extra keys), with dt
+/// set to 0.9 of the stability limit.
+pub fn heat_problem(shape: &str, steps: u64, extra: &str) -> keisan::solvers::heat::HeatProblem {
+    let toml = format!(
+        "solver = \"heat\"\n[heat]\nshape = {shape}\ndt = 1e-12\nsteps = {steps}\n{extra}\n"
+    );
+    match keisan::problem::parse(&toml, "test", &[]).unwrap().solver {
+        keisan::problem::SolverProblem::Heat(mut p) => {
+            p.dt = 0.9 * p.largest_stable_dt();
+            p
+        }
+        _ => unreachable!(),
+    }
+}
+
+/// Run a heat problem from `u0` on `device`; the final field and how it was laid out.
+pub fn heat_run<T: keisan::precision::Real>(
+    p: &keisan::solvers::heat::HeatProblem,
+    device: &Device,
+    u0: &[f64],
+) -> (Vec<T>, keisan::solvers::heat::Layout) {
+    let u0: Vec<T> = u0.iter().map(|v| T::lit(*v)).collect();
+    let (mut e, layout) = keisan::solvers::heat::engine_from::<T>(p, device, u0).unwrap();
+    keisan::run::drive(e.as_mut(), p.steps, &keisan::run::progress_bar(0, true)).unwrap();
+    (e.snapshot().unwrap().data, layout)
+}
+
+/// Equal bits (widening f32 to f64 is exact).
+pub fn same_bits<T: keisan::precision::Real>(a: &[T], b: &[T]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x.as_f64().to_bits() == y.as_f64().to_bits())
+}
+
+pub fn cpu() -> Device {
+    Device::Cpu {
+        threads: rayon::current_num_threads(),
+    }
+}

@@ -3,20 +3,15 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::CudaSlice;
 
 use super::HeatProblem;
-use crate::device::cuda::{Gpu, KernelSource};
+use super::pyramid::Region;
+use super::step_kernel::{BoxKernels, NONE};
+use crate::device::cuda::Gpu;
 use crate::error::Result;
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
-
-pub const KERNELS: KernelSource = KernelSource {
-    name: "heat/kernels.cu",
-    code: include_str!("kernels.cu"),
-};
-
-const NONE: u64 = u64::MAX;
 
 pub struct CudaHeat<T: Real> {
     gpu: Arc<Gpu>,
@@ -25,8 +20,7 @@ pub struct CudaHeat<T: Real> {
     buf: [CudaSlice<T>; 2],
     /// First step that produced a non-finite value, or NONE.
     bad: CudaSlice<u64>,
-    step: CudaFunction,
-    cfg: LaunchConfig,
+    kernels: BoxKernels<T>,
     launched: u64,
 }
 
@@ -36,13 +30,7 @@ impl<T: Real> CudaHeat<T> {
             p.field_bytes(T::PRECISION),
             "the heat fields (two time layers)",
         )?;
-        let step = gpu.function(&KERNELS, T::PRECISION, &[], "heat_step")?;
-        let [nz, ny, nx] = p.shape;
-        let cfg = LaunchConfig {
-            grid_dim: (nx.div_ceil(256) as u32, (nz * ny).min(65535) as u32, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let kernels = BoxKernels::new(&gpu, p)?;
         let s = &gpu.stream;
         let b0 = s.clone_htod(&u0)?;
         let b1 = s.clone_htod(&u0)?;
@@ -52,8 +40,7 @@ impl<T: Real> CudaHeat<T> {
             p: p.clone(),
             buf: [b0, b1],
             bad,
-            step,
-            cfg,
+            kernels,
             launched: 0,
         })
     }
@@ -72,10 +59,10 @@ impl<T: Real> Engine for CudaHeat<T> {
     type Real = T;
 
     fn advance(&mut self, steps: u64) -> Result<()> {
-        let [nz, ny, nx] = self.p.shape.map(|v| v as i32);
-        let dims = self.p.dims as i32;
-        let r = self.p.r();
-        let (rz, ry, rx) = (T::lit(r[0]), T::lit(r[1]), T::lit(r[2]));
+        let whole = Region {
+            lo: [0; 3],
+            hi: self.p.shape,
+        };
         for _ in 0..steps {
             let k = self.launched;
             let [b0, b1] = &mut self.buf;
@@ -84,11 +71,16 @@ impl<T: Real> Engine for CudaHeat<T> {
             } else {
                 (&*b1, b0)
             };
-            let mut l = self.gpu.stream.launch_builder(&self.step);
-            l.arg(src).arg(dst).arg(&nz).arg(&ny).arg(&nx).arg(&dims);
-            l.arg(&rz).arg(&ry).arg(&rx).arg(&k).arg(&mut self.bad);
-            // SAFETY: both buffers hold nz·ny·nx values; the kernel stays in the interior.
-            unsafe { l.launch(self.cfg) }?;
+            self.kernels.step(
+                &self.gpu.stream,
+                src,
+                dst,
+                [0; 3],
+                self.p.shape,
+                &whole,
+                k,
+                &mut self.bad,
+            )?;
             self.launched += 1;
         }
         Ok(())

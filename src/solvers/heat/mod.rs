@@ -5,16 +5,23 @@
 //! spacing). Fields are row-major, last axis fastest; the domain is [0,1] per axis unless
 //! `spacing` says otherwise.
 //!
-//! Status: the in-core CPU and CUDA engines. The out-of-core pyramid method, temporal
-//! blocking, the cost model and .npy initial fields are still to come (issue 3).
+//! Engines: in-core CPU ([`cpu`]) and CUDA ([`cuda`]); out-of-core by the pyramid method
+//! ([`pyramid`]) on either, with the plan chosen by the cost model ([`model`]) as the
+//! problem's [`strategy`] says.
 
 pub mod cpu;
 pub mod cuda;
 mod initial;
+pub mod model;
+pub mod pyramid;
+pub mod step_kernel;
+pub mod strategy;
 
 use serde::{Deserialize, Serialize};
 
 pub use initial::Initial;
+pub use pyramid::Decomposition;
+pub use strategy::{Layout, OutOfCore, Strategy};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -37,6 +44,18 @@ pub struct HeatConfig {
     pub steps: i64,
     #[serde(default)]
     pub initial: Initial,
+    /// "auto" (in-core when it fits the device budget), "in-core", "pyramid", "trivial".
+    #[serde(default)]
+    pub strategy: Strategy,
+    /// "1d" (bands) or "2d" (blocks); default: the cost model's choice.
+    #[serde(default)]
+    pub decomposition: Option<Decomposition>,
+    /// Steps per pass of the pyramid; default: the cost model's choice.
+    #[serde(default)]
+    pub pyramid_height: Option<i64>,
+    /// Device memory to use, e.g. "8GiB" or a number of bytes; default: free less a margin.
+    #[serde(default)]
+    pub device_memory: Option<crate::units::ByteSize>,
 }
 
 fn one() -> f64 {
@@ -53,6 +72,7 @@ pub struct HeatProblem {
     pub dt: f64,
     pub steps: u64,
     pub initial: Initial,
+    pub ooc: OutOfCore,
 }
 
 impl HeatConfig {
@@ -120,6 +140,19 @@ impl HeatConfig {
                 "at least 1 step is needed",
             ));
         }
+        if let Some(n) = self.pyramid_height
+            && !(1..=1 << 20).contains(&n)
+        {
+            return Err(Error::invalid(
+                "heat.pyramid_height",
+                n,
+                "must be at least 1 (steps per pass of the pyramid)",
+            ));
+        }
+        let device_memory = match self.device_memory {
+            Some(b) => Some(b.bytes("heat.device_memory")?),
+            None => None,
+        };
         let p = HeatProblem {
             dims,
             shape,
@@ -128,6 +161,12 @@ impl HeatConfig {
             dt: self.dt,
             steps: self.steps as u64,
             initial: self.initial,
+            ooc: OutOfCore {
+                strategy: self.strategy,
+                decomposition: self.decomposition,
+                pyramid_height: self.pyramid_height.map(|n| n as usize),
+                device_memory,
+            },
         };
         let max_dt = p.largest_stable_dt();
         if !(self.dt > 0.0 && self.dt <= max_dt) {
@@ -182,11 +221,11 @@ impl HeatProblem {
     }
 }
 
-/// Build the in-core engine for `device`, starting from the problem's initial field.
+/// Build the engine the problem's strategy asks for on `device`, from the initial field.
 pub fn engine<T: Real>(
     problem: &HeatProblem,
     device: &Device,
-) -> Result<Box<dyn Engine<Real = T>>> {
+) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
     let u0 = initial::field::<T>(problem)?;
     engine_from::<T>(problem, device, u0)
 }
@@ -196,7 +235,7 @@ pub fn engine_from<T: Real>(
     problem: &HeatProblem,
     device: &Device,
     u0: Vec<T>,
-) -> Result<Box<dyn Engine<Real = T>>> {
+) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
     if u0.len() != problem.cells() {
         return Err(Error::invalid(
             "initial field",
@@ -204,10 +243,7 @@ pub fn engine_from<T: Real>(
             format!("expected {} values", problem.cells()),
         ));
     }
-    Ok(match device {
-        Device::Cpu { .. } => Box::new(cpu::CpuHeat::new(problem, u0)?),
-        Device::Cuda(gpu) => Box::new(cuda::CudaHeat::new(gpu.clone(), problem, u0)?),
-    })
+    strategy::build(problem, device, u0)
 }
 
 /// Wrap a host copy of U with the grid's geometry.

@@ -1,0 +1,171 @@
+//! Cost model of the pyramid method (seed 002, adapted to overlapped transfers) and the
+//! automatic choice of pyramid height and decomposition.
+//!
+//! The seed's model for a 1D decomposition of a 2D grid, τ ≈ K(I−1)²·(R−n)/(R−2n)·(2τc/n + τa),
+//! adds transfer and compute. keisan overlaps them: a task's copy in, its compute, its copy
+//! out and the host's staging run in four pipelined stages, so a pass costs about
+//! Σ_tasks max(stage times) plus filling and draining the pipeline. Stage times come from
+//! the actual task geometry (edges, remainders, the shrinking valid region) and from
+//! per-value costs measured on the device at start-up.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::pyramid::plan::plan;
+use super::pyramid::{Decomposition, Plan};
+
+/// Measured per-value costs, in seconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Costs {
+    /// Host → device copy, per byte (τc in).
+    pub h2d: f64,
+    /// Device → host copy, per byte (τc out).
+    pub d2h: f64,
+    /// One step of one value on the device (τa).
+    pub compute: f64,
+    /// Host staging (gather or scatter), per byte.
+    pub host: f64,
+    /// Fixed cost per kernel launch.
+    pub launch: f64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Prediction {
+    pub seconds: f64,
+    /// Which stage bounds the steady state: "copy-in", "copy-out", "compute" or "host".
+    pub bound: &'static str,
+}
+
+/// Time of `steps` steps of the whole grid with `plan`, values of `bytes` bytes.
+pub fn predict(plan: &Plan, steps: u64, bytes: usize, costs: &Costs, overlap: bool) -> Prediction {
+    let n = plan.height as u64;
+    let full = steps / n;
+    let rest = (steps % n) as usize;
+    let mut seconds = full as f64 * pass_time(plan, plan.height, bytes, costs, overlap).0;
+    if rest > 0 {
+        seconds += pass_time(plan, rest, bytes, costs, overlap).0;
+    }
+    Prediction {
+        seconds,
+        bound: pass_time(plan, plan.height, bytes, costs, overlap).1,
+    }
+}
+
+fn pass_time(
+    plan: &Plan,
+    steps: usize,
+    bytes: usize,
+    c: &Costs,
+    overlap: bool,
+) -> (f64, &'static str) {
+    let b = bytes as f64;
+    let mut total = 0.0;
+    let mut sums = [0.0f64; 4];
+    for t in &plan.tasks {
+        let inp = t.input.len() as f64 * b;
+        let out = t.result.len() as f64 * b;
+        let computed: f64 = (1..=steps).map(|k| t.valid_at(k).len() as f64).sum();
+        let stages = [
+            inp * c.h2d,
+            out * c.d2h,
+            computed * c.compute + steps as f64 * c.launch,
+            (inp + out) * c.host,
+        ];
+        for (s, v) in sums.iter_mut().zip(stages) {
+            *s += v;
+        }
+        total += if overlap {
+            stages.iter().cloned().fold(0.0, f64::max)
+        } else {
+            stages.iter().sum()
+        };
+    }
+    if overlap {
+        // Filling and draining: the first task's way in and the last one's way out.
+        if let (Some(first), Some(last)) = (plan.tasks.first(), plan.tasks.last()) {
+            total += first.input.len() as f64 * b * (c.h2d + c.host)
+                + last.result.len() as f64 * b * (c.d2h + c.host);
+        }
+    }
+    let names = ["copy-in", "copy-out", "compute", "host"];
+    let bound = names[sums
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i)
+        .unwrap_or(2)];
+    (total, bound)
+}
+
+/// Heights worth trying: every n up to 64, then every 8th up to `max`.
+pub fn candidate_heights(max: usize) -> impl Iterator<Item = usize> {
+    (1..=max).filter(|&n| n <= 64 || n % 8 == 0)
+}
+
+/// The plan with the least predicted time over `decompositions` and `heights`.
+#[allow(clippy::too_many_arguments)]
+pub fn best_plan(
+    shape: [usize; 3],
+    dims: usize,
+    decompositions: &[Decomposition],
+    heights: &[usize],
+    capacity: usize,
+    steps: u64,
+    bytes: usize,
+    costs: &Costs,
+    overlap: bool,
+) -> Option<(Plan, Prediction)> {
+    let mut best: Option<(Plan, Prediction)> = None;
+    for &d in decompositions.iter().filter(|d| d.fits(dims)) {
+        for &n in heights {
+            if n as u64 > steps.max(1) && n > 1 {
+                continue;
+            }
+            let Some(p) = plan(shape, dims, d, n, capacity) else {
+                continue;
+            };
+            let pred = predict(&p, steps, bytes, costs, overlap);
+            if best.as_ref().is_none_or(|(_, b)| pred.seconds < b.seconds) {
+                best = Some((p, pred));
+            }
+        }
+    }
+    best
+}
+
+/// Per-value costs of the CPU executor, measured here (a few milliseconds).
+pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
+    use super::pyramid::Region;
+    let shape = match p.dims {
+        1 => [1, 1, 1 << 18],
+        2 => [1, 512, 512],
+        _ => [64, 64, 64],
+    };
+    let len: usize = shape.iter().product();
+    let src = vec![T::lit(1.0); len];
+    let mut dst = src.clone();
+    let real = |a: usize| a >= 3 - p.dims;
+    let region = Region {
+        lo: [0, 1, 2].map(|a| usize::from(real(a))),
+        hi: [0, 1, 2].map(|a| shape[a] - usize::from(real(a))),
+    };
+    let mut probe = p.clone();
+    probe.shape = shape;
+    let t = Instant::now();
+    let reps = 3;
+    for _ in 0..reps {
+        super::pyramid::cpu::step_box(&probe, [0; 3], shape, &region, &src, &mut dst);
+    }
+    let compute = t.elapsed().as_secs_f64() / (reps * region.len()) as f64;
+    let t = Instant::now();
+    dst.copy_from_slice(&src);
+    let host = t.elapsed().as_secs_f64() / (len * std::mem::size_of::<T>()) as f64;
+    Costs {
+        h2d: host,
+        d2h: host,
+        compute,
+        host,
+        launch: 0.0,
+    }
+}

@@ -1,0 +1,158 @@
+//! The pyramid executor on the CPU: a capped workspace of two boxes stands in for device
+//! memory, so the scheduler, both decompositions and every edge case run in CI.
+
+use rayon::prelude::*;
+
+use super::{BoxExecutor, Region, Task};
+use crate::error::Result;
+use crate::memory::try_filled;
+use crate::precision::Real;
+use crate::solvers::heat::HeatProblem;
+use crate::solvers::heat::cpu::update;
+
+/// One step inside a box: write `region` (local indices) of `dst` from `src`. Points on the
+/// grid's boundary are copied (Dirichlet), the rest updated. False if a value is non-finite.
+pub fn step_box<T: Real>(
+    p: &HeatProblem,
+    origin: [usize; 3],
+    shape: [usize; 3],
+    region: &Region,
+    src: &[T],
+    dst: &mut [T],
+) -> bool {
+    let r = p.r();
+    let (rz, ry, rx) = (T::lit(r[0]), T::lit(r[1]), T::lit(r[2]));
+    let dims = p.dims;
+    let [_, by, bx] = shape;
+    let plane = by * bx;
+    let edge = |a: usize, local: usize| {
+        a >= 3 - dims && {
+            let g = origin[a] + local;
+            g == 0 || g + 1 == p.shape[a]
+        }
+    };
+    let len = shape.iter().product::<usize>();
+    dst[..len]
+        .par_chunks_mut(bx)
+        .enumerate()
+        .map(|(row, out)| {
+            let (z, y) = (row / by, row % by);
+            if z < region.lo[0] || z >= region.hi[0] || y < region.lo[1] || y >= region.hi[1] {
+                return true;
+            }
+            let boundary_row = edge(0, z) || edge(1, y);
+            let mut finite = true;
+            let xs = out
+                .iter_mut()
+                .enumerate()
+                .take(region.hi[2])
+                .skip(region.lo[2]);
+            for (x, slot) in xs {
+                let i = row * bx + x;
+                let c = src[i];
+                let v = if boundary_row || edge(2, x) {
+                    c
+                } else {
+                    let (ym, yp) = if dims >= 2 {
+                        (src[i - bx], src[i + bx])
+                    } else {
+                        (c, c)
+                    };
+                    let (zm, zp) = if dims >= 3 {
+                        (src[i - plane], src[i + plane])
+                    } else {
+                        (c, c)
+                    };
+                    update(c, src[i - 1], src[i + 1], ym, yp, zm, zp, rx, ry, rz)
+                };
+                finite &= v.is_finite();
+                *slot = v;
+            }
+            finite
+        })
+        .reduce(|| true, |a, b| a && b)
+}
+
+/// Copy the `region` (local indices of a box of `shape`) of `src` into contiguous `out`.
+pub fn pack<T: Real>(shape: [usize; 3], region: &Region, src: &[T], out: &mut [T]) {
+    let [_, ry, rx] = region.shape();
+    for (row, dst) in out[..region.len()].chunks_mut(rx).enumerate() {
+        let (z, y) = (region.lo[0] + row / ry, region.lo[1] + row % ry);
+        let i = (z * shape[1] + y) * shape[2] + region.lo[2];
+        dst.copy_from_slice(&src[i..i + rx]);
+    }
+}
+
+pub struct CpuBoxes<T> {
+    p: HeatProblem,
+    work: [Vec<T>; 2],
+    results: Vec<Vec<T>>,
+    free: Vec<usize>,
+    bad: Option<u64>,
+}
+
+impl<T: Real> CpuBoxes<T> {
+    /// Workspace for boxes of `box_values` values (two boxes: the step ping-pongs).
+    pub fn new(p: &HeatProblem, box_values: usize) -> Result<Self> {
+        Ok(Self {
+            p: p.clone(),
+            work: [
+                try_filled(box_values, T::zero(), "the pyramid workspace")?,
+                try_filled(box_values, T::zero(), "the pyramid workspace")?,
+            ],
+            results: Vec::new(),
+            free: Vec::new(),
+            bad: None,
+        })
+    }
+
+    /// Values of workspace the executor needs per box of capacity: two boxes.
+    pub const BOXES: usize = 2;
+}
+
+impl<T: Real> BoxExecutor<T> for CpuBoxes<T> {
+    fn stage(&mut self, values: usize) -> Result<&mut [T]> {
+        Ok(&mut self.work[0][..values])
+    }
+
+    fn launch(&mut self, task: &Task, steps: usize, step0: u64) -> Result<usize> {
+        let shape = task.input.shape();
+        for k in 1..=steps {
+            let [a, b] = &mut self.work;
+            let (src, dst) = if k % 2 == 1 { (&*a, b) } else { (&*b, a) };
+            let finite = step_box(&self.p, task.input.lo, shape, &task.valid_at(k), src, dst);
+            if !finite {
+                let s = step0 + k as u64 - 1;
+                self.bad = Some(self.bad.map_or(s, |b| b.min(s)));
+            }
+        }
+        let ticket = match self.free.pop() {
+            Some(t) => t,
+            None => {
+                self.results.push(Vec::new());
+                self.results.len() - 1
+            }
+        };
+        let local = task.result_local();
+        let out = &mut self.results[ticket];
+        out.resize(local.len(), T::zero());
+        pack(shape, &local, &self.work[steps % 2], out);
+        Ok(ticket)
+    }
+
+    fn result(&mut self, ticket: usize) -> Result<&[T]> {
+        Ok(&self.results[ticket])
+    }
+
+    fn release(&mut self, ticket: usize) {
+        self.free.push(ticket);
+    }
+
+    fn first_bad_step(&mut self) -> Result<Option<u64>> {
+        Ok(self.bad)
+    }
+
+    fn depth(&self) -> usize {
+        1
+    }
+}

@@ -1,0 +1,130 @@
+//! Launching the box-step kernel (kernels.cu) shared by the in-core and pyramid engines.
+
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+
+use super::HeatProblem;
+use super::pyramid::Region;
+use crate::device::cuda::{Gpu, KernelSource};
+use crate::error::Result;
+use crate::precision::Real;
+
+pub const KERNELS: KernelSource = KernelSource {
+    name: "heat/kernels.cu",
+    code: include_str!("kernels.cu"),
+};
+
+/// No non-finite value seen yet (the bad-step flag's resting value).
+pub const NONE: u64 = u64::MAX;
+
+const THREADS: u32 = 256;
+
+/// The step and copy kernels of one precision, with the problem's constants.
+pub struct BoxKernels<T: Real> {
+    step: CudaFunction,
+    copy: CudaFunction,
+    p: HeatProblem,
+    r: [T; 3],
+}
+
+fn config(region: &Region) -> LaunchConfig {
+    let [rz, ry, rx] = region.shape();
+    LaunchConfig {
+        grid_dim: (
+            (rx as u32).div_ceil(THREADS),
+            (rz * ry).clamp(1, 65535) as u32,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
+impl<T: Real> BoxKernels<T> {
+    pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
+        let r = p.r();
+        Ok(Self {
+            step: gpu.function(&KERNELS, T::PRECISION, &[], "heat_box_step")?,
+            copy: gpu.function(&KERNELS, T::PRECISION, &[], "box_copy")?,
+            p: p.clone(),
+            r: r.map(T::lit),
+        })
+    }
+
+    /// One step over `region` (local indices) of a box of `shape` at global `origin`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        stream: &CudaStream,
+        src: &CudaSlice<T>,
+        dst: &mut CudaSlice<T>,
+        origin: [usize; 3],
+        shape: [usize; 3],
+        region: &Region,
+        step: u64,
+        bad: &mut CudaSlice<u64>,
+    ) -> Result<()> {
+        if region.is_empty() {
+            return Ok(());
+        }
+        let len: usize = shape.iter().product();
+        assert!(
+            src.len() >= len && dst.len() >= len,
+            "box larger than its buffers"
+        );
+        let i = |v: usize| v as i32;
+        let (by, bx) = (i(shape[1]), i(shape[2]));
+        let [lo, hi] = [region.lo.map(i), region.hi.map(i)];
+        let o = origin.map(i);
+        let n = self.p.shape.map(i);
+        let dims = self.p.dims as i32;
+        let mut l = stream.launch_builder(&self.step);
+        l.arg(src).arg(dst).arg(&by).arg(&bx);
+        l.arg(&lo[0])
+            .arg(&hi[0])
+            .arg(&lo[1])
+            .arg(&hi[1])
+            .arg(&lo[2])
+            .arg(&hi[2]);
+        l.arg(&o[0])
+            .arg(&o[1])
+            .arg(&o[2])
+            .arg(&n[0])
+            .arg(&n[1])
+            .arg(&n[2]);
+        l.arg(&dims).arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
+        l.arg(&step).arg(bad);
+        // SAFETY: the region lies inside the box, both buffers hold the box, and the
+        // kernel reads neighbours only of points that are not on the grid's edge, which
+        // lie inside the box (the region shrinks on halo sides).
+        unsafe { l.launch(config(region)) }?;
+        Ok(())
+    }
+
+    /// Copy `region` of a box of `shape` from `src` to `dst`.
+    pub fn copy(
+        &self,
+        stream: &CudaStream,
+        src: &CudaSlice<T>,
+        dst: &mut CudaSlice<T>,
+        shape: [usize; 3],
+        region: &Region,
+    ) -> Result<()> {
+        if region.is_empty() {
+            return Ok(());
+        }
+        let i = |v: usize| v as i32;
+        let (by, bx) = (i(shape[1]), i(shape[2]));
+        let [lo, hi] = [region.lo.map(i), region.hi.map(i)];
+        let mut l = stream.launch_builder(&self.copy);
+        l.arg(src).arg(dst).arg(&by).arg(&bx);
+        l.arg(&lo[0])
+            .arg(&hi[0])
+            .arg(&lo[1])
+            .arg(&hi[1])
+            .arg(&lo[2])
+            .arg(&hi[2]);
+        // SAFETY: the region lies inside the box, which both buffers hold.
+        unsafe { l.launch(config(region)) }?;
+        Ok(())
+    }
+}

@@ -1,0 +1,229 @@
+//! How a heat problem meets the device: in-core when both time layers fit the device
+//! budget, else the pyramid method with a plan chosen by the cost model; or as asked.
+
+use serde::{Deserialize, Serialize};
+
+use super::model::{self, Costs, Prediction};
+use super::pyramid::{self, BoxExecutor, Decomposition, Plan, PyramidHeat};
+use super::{HeatProblem, cpu, cuda};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::precision::Real;
+use crate::run::Engine;
+use crate::units;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Strategy {
+    /// In-core when the grid fits the device budget, else the pyramid method.
+    #[default]
+    Auto,
+    InCore,
+    /// Out-of-core pyramid method with overlapped transfers.
+    Pyramid,
+    /// Out-of-core baseline of the study: each step, every task in, one step, out.
+    Trivial,
+}
+
+/// The out-of-core settings of a heat problem.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OutOfCore {
+    pub strategy: Strategy,
+    pub decomposition: Option<Decomposition>,
+    pub pyramid_height: Option<usize>,
+    /// Device memory the solver may use, bytes; default: what is free minus a margin.
+    pub device_memory: Option<u64>,
+}
+
+/// Task slots of the CUDA executor (plus a scratch box): one coming in, one computing,
+/// one going out.
+const CUDA_SLOTS: usize = 3;
+/// Workspace of the CPU pyramid when none is given.
+const CPU_DEFAULT_WORKSPACE: u64 = 256 << 20;
+
+/// What was decided, for the summary and `keisan model`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Layout {
+    pub strategy: Strategy,
+    pub decomposition: Option<Decomposition>,
+    pub pyramid_height: Option<usize>,
+    pub tasks: Option<usize>,
+    pub device_memory: u64,
+    pub predicted_s: Option<f64>,
+    pub bound: Option<&'static str>,
+    pub costs: Option<Costs>,
+}
+
+impl Layout {
+    pub fn human(&self) -> String {
+        match self.strategy {
+            Strategy::InCore | Strategy::Auto => "in-core".into(),
+            s => format!(
+                "{} ({} decomposition, n = {}, {} tasks per pass, device budget {}; predicted {}, {}-bound)",
+                if s == Strategy::Trivial {
+                    "trivial out-of-core"
+                } else {
+                    "pyramid out-of-core"
+                },
+                self.decomposition.map_or("?", |d| d.label()),
+                self.pyramid_height.unwrap_or(0),
+                self.tasks.unwrap_or(0),
+                units::bytes(self.device_memory as u128),
+                units::seconds(self.predicted_s.unwrap_or(0.0)),
+                self.bound.unwrap_or("?"),
+            ),
+        }
+    }
+}
+
+/// The device budget: as given, or free memory less max(5 %, 512 MiB) on a GPU.
+fn budget(p: &HeatProblem, device: &Device) -> Result<u64> {
+    if let Some(b) = p.ooc.device_memory {
+        return Ok(b);
+    }
+    Ok(match device {
+        Device::Cpu { .. } => CPU_DEFAULT_WORKSPACE,
+        Device::Cuda(gpu) => {
+            let free = gpu.free_memory()? as u64;
+            free.saturating_sub((free / 20).max(512 << 20))
+        }
+    })
+}
+
+/// Choose the plan: the user's decomposition/height where given, else the model's best.
+pub fn choose_plan(
+    p: &HeatProblem,
+    capacity: usize,
+    bytes: usize,
+    costs: &Costs,
+    trivial: bool,
+    budget: u64,
+    boxes: usize,
+) -> Result<(Plan, Prediction)> {
+    let decompositions: Vec<Decomposition> = match p.ooc.decomposition {
+        Some(d) if !d.fits(p.dims) => {
+            return Err(Error::invalid(
+                "heat.decomposition",
+                d.label(),
+                format!("a {}D grid can only be cut into bands (\"1d\")", p.dims),
+            ));
+        }
+        Some(d) => vec![d],
+        None => Decomposition::ALL.to_vec(),
+    };
+    let min_values = decompositions
+        .iter()
+        .filter(|d| d.fits(p.dims))
+        .map(|&d| pyramid::plan::min_capacity(p.shape, p.dims, d))
+        .min()
+        .unwrap_or(usize::MAX);
+    if capacity < min_values {
+        return Err(Error::invalid(
+            "heat.device_memory",
+            units::bytes(budget as u128),
+            format!(
+                "too small for even pyramid height 1 with the smallest task: {boxes} boxes of \
+                 {min_values} values need at least {}",
+                units::bytes((boxes * min_values * bytes) as u128)
+            ),
+        ));
+    }
+    let heights: Vec<usize> = match (trivial, p.ooc.pyramid_height) {
+        (true, _) => vec![1],
+        (false, Some(n)) => vec![n],
+        (false, None) => model::candidate_heights(512).collect(),
+    };
+    model::best_plan(
+        p.shape,
+        p.dims,
+        &decompositions,
+        &heights,
+        capacity,
+        p.steps,
+        bytes,
+        costs,
+        !trivial,
+    )
+    .ok_or_else(|| {
+        Error::invalid(
+            "heat.pyramid_height",
+            heights[0],
+            format!(
+                "no task fits the device budget of {} at this height: the input box grows \
+                 by 2n per split axis; use a smaller pyramid_height or a larger device_memory",
+                units::bytes(budget as u128)
+            ),
+        )
+    })
+}
+
+/// Build the engine the problem's strategy asks for, starting from `u0`.
+pub fn build<T: Real>(
+    p: &HeatProblem,
+    device: &Device,
+    u0: Vec<T>,
+) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
+    let budget = budget(p, device)?;
+    let in_core_fits = p.field_bytes(T::PRECISION) <= budget as u128;
+    let strategy = match (p.ooc.strategy, device) {
+        (Strategy::Auto, Device::Cpu { .. }) => Strategy::InCore,
+        (Strategy::Auto, _) if in_core_fits => Strategy::InCore,
+        (Strategy::Auto, _) => Strategy::Pyramid,
+        (s, _) => s,
+    };
+    let in_core = Layout {
+        strategy: Strategy::InCore,
+        decomposition: None,
+        pyramid_height: None,
+        tasks: None,
+        device_memory: budget,
+        predicted_s: None,
+        bound: None,
+        costs: None,
+    };
+    if strategy == Strategy::InCore {
+        let engine: Box<dyn Engine<Real = T>> = match device {
+            Device::Cpu { .. } => Box::new(cpu::CpuHeat::new(p, u0)?),
+            Device::Cuda(gpu) => Box::new(cuda::CudaHeat::new(gpu.clone(), p, u0)?),
+        };
+        return Ok((engine, in_core));
+    }
+    let trivial = strategy == Strategy::Trivial;
+    let bytes = T::PRECISION.bytes();
+    let (boxes, costs) = match device {
+        Device::Cpu { .. } => (
+            pyramid::cpu::CpuBoxes::<T>::BOXES,
+            model::measure_cpu::<T>(p),
+        ),
+        Device::Cuda(gpu) => {
+            let slots = if trivial { 1 } else { CUDA_SLOTS };
+            let boxes = pyramid::cuda::CudaBoxes::<T>::boxes(slots);
+            let capacity = (budget as usize / bytes / boxes).max(1);
+            (boxes, pyramid::cuda::measure::<T>(gpu, p, capacity)?)
+        }
+    };
+    let capacity = budget as usize / bytes / boxes;
+    let (plan, prediction) = choose_plan(p, capacity, bytes, &costs, trivial, budget, boxes)?;
+    let exec: Box<dyn BoxExecutor<T>> = match device {
+        Device::Cpu { .. } => Box::new(pyramid::cpu::CpuBoxes::<T>::new(p, plan.box_values)?),
+        Device::Cuda(gpu) => Box::new(pyramid::cuda::CudaBoxes::<T>::new(
+            gpu.clone(),
+            p,
+            if trivial { 1 } else { CUDA_SLOTS },
+            plan.box_values,
+            plan.result_values,
+            !trivial,
+        )?),
+    };
+    let layout = Layout {
+        strategy,
+        decomposition: Some(plan.decomposition),
+        pyramid_height: Some(plan.height),
+        tasks: Some(plan.tasks.len()),
+        device_memory: budget,
+        predicted_s: Some(prediction.seconds),
+        bound: Some(prediction.bound),
+        costs: Some(costs),
+    };
+    Ok((Box::new(PyramidHeat::new(p, u0, plan, exec)), layout))
+}

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod device;
 pub mod error;
 pub mod execute;
+pub mod heat_bench;
 pub mod memory;
 pub mod output;
 pub mod precision;

@@ -42,6 +42,34 @@ enum Command {
         #[command(subcommand)]
         which: BenchCommand,
     },
+    /// Predicted vs measured time of an out-of-core run for a sweep of pyramid heights.
+    Model {
+        #[command(subcommand)]
+        which: ModelCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// The heat problem's pyramid run, for each height (and decomposition).
+    Heat {
+        /// Problem file (TOML) with solver = "heat".
+        problem: PathBuf,
+        /// Pyramid heights to try.
+        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 12, 16, 24, 32, 48, 64])]
+        heights: Vec<usize>,
+        /// Device memory for the pyramid, e.g. 8GiB (overrides heat.device_memory).
+        #[arg(long)]
+        device_memory: Option<String>,
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        #[arg(long, value_enum)]
+        precision: Option<Precision>,
+        #[command(flatten)]
+        dev: DeviceArgs,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -69,6 +97,9 @@ struct RunArgs {
     /// Output folder (overrides [output] dir).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Device memory an out-of-core solver may use, e.g. 8GiB (overrides the problem file).
+    #[arg(long)]
+    device_memory: Option<String>,
     /// Print a JSON summary on stdout.
     #[arg(long)]
     json: bool,
@@ -94,6 +125,50 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Heat: in-core 3D and 2D single pass, out-of-core pyramid vs trivial (f32).
+    Heat {
+        #[arg(long, value_enum, default_value_t = Precision::F32)]
+        precision: Precision,
+        /// In-core 3D grid, e.g. 512x512x512 (empty to skip).
+        #[arg(long, default_value = "512x512x512")]
+        size_3d: String,
+        /// In-core 2D grid.
+        #[arg(long, default_value = "16384x16384")]
+        size_2d: String,
+        #[arg(long, default_value_t = 100)]
+        steps: u64,
+        #[arg(long, default_value_t = 5)]
+        repetitions: usize,
+        /// Out-of-core 3D grid.
+        #[arg(long, default_value = "1024x1024x1024")]
+        ooc_size: String,
+        #[arg(long, default_value_t = 64)]
+        ooc_steps: u64,
+        /// Device budget = grid bytes / this.
+        #[arg(long, default_value_t = 8)]
+        budget_divisor: u64,
+        #[arg(long, default_value_t = 2)]
+        trivial_steps: u64,
+        #[arg(long)]
+        skip_out_of_core: bool,
+        #[command(flatten)]
+        dev: DeviceArgs,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// "512x512x512" → [512, 512, 512]; "" → [] (skip).
+fn parse_shape(s: &str) -> std::result::Result<Vec<usize>, String> {
+    if s.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: Option<Vec<usize>> = s
+        .split(['x', 'X'])
+        .map(|t| t.trim().parse::<usize>().ok().filter(|v| *v >= 3))
+        .collect();
+    v.filter(|v| (1..=3).contains(&v.len()))
+        .ok_or_else(|| format!("`{s}`: expected 1 to 3 extents ≥ 3, e.g. 512x512x512"))
 }
 
 fn parse_size(s: &str) -> std::result::Result<(usize, usize), String> {
@@ -136,7 +211,83 @@ fn dispatch(cli: Cli, start: Instant) -> Result<()> {
         Command::Run(args) => run(args, start),
         Command::Info { probe, json } => info(probe, json),
         Command::Bench { which } => bench(which),
+        Command::Model { which } => model(which),
     }
+}
+
+fn device_memory_override(v: &Option<String>) -> Option<String> {
+    v.as_ref()
+        .map(|m| format!("heat.device_memory=\"{}\"", m.replace('"', "")))
+}
+
+fn model(which: ModelCommand) -> Result<()> {
+    let ModelCommand::Heat {
+        problem: path,
+        heights,
+        device_memory,
+        mut set,
+        precision,
+        dev,
+        json,
+    } = which;
+    set.extend(device_memory_override(&device_memory));
+    let problem = problem::load(&path, &set)?;
+    let problem::SolverProblem::Heat(p) = &problem.solver else {
+        return Err(Error::invalid(
+            "solver",
+            "jacobi",
+            "keisan model heat needs a problem with solver = \"heat\"",
+        ));
+    };
+    if heights.is_empty() || heights.contains(&0) {
+        return Err(Error::invalid("--heights", "0", "heights must be at least 1"));
+    }
+    let (device, _) = select(&dev, &problem.run, json)?;
+    let precision = precision.unwrap_or(problem.precision);
+    if !json {
+        println!(
+            "{:>4} {:>6} {:>6} {:>12} {:>12} {:>9}  bound",
+            "dec", "n", "tasks", "predicted", "measured", "deviation"
+        );
+    }
+    let show = |m: &keisan::heat_bench::ModelPoint| {
+        if !json {
+            println!(
+                "{:>4} {:>6} {:>6} {:>12} {:>12} {:>8.1}%  {}",
+                m.decomposition.label(),
+                m.pyramid_height,
+                m.tasks,
+                keisan::units::seconds(m.predicted_s),
+                keisan::units::seconds(m.measured_s),
+                100.0 * m.deviation,
+                m.bound
+            );
+        }
+    };
+    let points = match precision {
+        Precision::F32 => keisan::heat_bench::model_sweep::<f32>(&device, p, &heights, &show)?,
+        Precision::F64 => keisan::heat_bench::model_sweep::<f64>(&device, p, &heights, &show)?,
+    };
+    if points.is_empty() {
+        return Err(Error::invalid(
+            "--heights",
+            format!("{heights:?}"),
+            "no height fits the device budget; try smaller heights or more device memory",
+        ));
+    }
+    let mean = points.iter().map(|m| m.deviation.abs()).sum::<f64>() / points.len() as f64;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "device": device.describe(), "points": points, "mean_abs_deviation": mean
+            }))
+            .expect("serialises")
+        );
+    } else {
+        println!("mean |deviation| {:.1} % over {} runs", 100.0 * mean, points.len());
+    }
+    Ok(())
 }
 
 fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(Device, f64)> {
@@ -153,7 +304,8 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(D
     Ok((device, t.elapsed().as_secs_f64()))
 }
 
-fn run(args: RunArgs, start: Instant) -> Result<()> {
+fn run(mut args: RunArgs, start: Instant) -> Result<()> {
+    args.set.extend(device_memory_override(&args.device_memory));
     let mut problem = match &args.problem {
         Some(path) => problem::load(path, &args.set)?,
         None => problem::parse(
@@ -289,6 +441,61 @@ fn bench(which: BenchCommand) -> Result<()> {
                 );
             } else {
                 print!("{}", keisan::bench::jacobi_human(&report));
+            }
+            Ok(())
+        }
+        BenchCommand::Heat {
+            precision,
+            size_3d,
+            size_2d,
+            steps,
+            repetitions,
+            ooc_size,
+            ooc_steps,
+            budget_divisor,
+            trivial_steps,
+            skip_out_of_core,
+            dev,
+            json,
+        } => {
+            if steps == 0 || repetitions == 0 || ooc_steps == 0 || trivial_steps == 0 {
+                return Err(Error::invalid(
+                    "--steps/--repetitions/--ooc-steps/--trivial-steps",
+                    0,
+                    "each must be at least 1",
+                ));
+            }
+            if budget_divisor == 0 {
+                return Err(Error::invalid("--budget-divisor", 0, "at least 1"));
+            }
+            let shape = |flag: &str, v: &str| {
+                parse_shape(v).map_err(|why| Error::invalid(flag, v, why))
+            };
+            let (size_3d, size_2d) = (shape("--size-3d", &size_3d)?, shape("--size-2d", &size_2d)?);
+            let ooc_size = shape("--ooc-size", &ooc_size)?;
+            let (device, _) = select(&dev, &problem::RunConfig::default(), json)?;
+            let report = keisan::heat_bench::heat(
+                &device,
+                &keisan::heat_bench::HeatBenchOptions {
+                    precision,
+                    shape_3d: size_3d,
+                    shape_2d: size_2d,
+                    steps,
+                    repetitions,
+                    ooc_shape: ooc_size,
+                    ooc_steps,
+                    budget_divisor,
+                    trivial_steps,
+                    skip_out_of_core,
+                },
+            )?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).expect("serialises")
+                );
+            } else {
+                print!("{}", report.human());
             }
             Ok(())
         }

@@ -18,6 +18,10 @@ pub struct CpuHeat<T> {
 
 impl<T: Real> CpuHeat<T> {
     pub fn new(p: &HeatProblem, u0: Vec<T>) -> Result<Self> {
+        crate::memory::ensure_host_fits(
+            p.field_bytes(T::PRECISION),
+            "the heat fields (two time layers)",
+        )?;
         let mut unew = try_filled(u0.len(), T::zero(), "the heat fields")?;
         unew.copy_from_slice(&u0);
         Ok(Self {

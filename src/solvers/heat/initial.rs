@@ -132,7 +132,8 @@ pub fn value(p: &HeatProblem, idx: usize) -> f64 {
 /// The initial field, row-major.
 pub fn field<T: Real>(p: &HeatProblem) -> Result<Vec<T>> {
     use rayon::prelude::*;
-    crate::memory::ensure_host_fits(p.field_bytes(T::PRECISION), "the heat fields")?;
+    // One time layer: the out-of-core engine keeps only this one on the host.
+    crate::memory::ensure_host_fits(p.field_bytes(T::PRECISION) / 2, "the heat grid")?;
     let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
     u.par_iter_mut()
         .enumerate()

@@ -202,8 +202,18 @@ pub fn build<T: Real>(
             (boxes, pyramid::cuda::measure::<T>(gpu, p, capacity)?)
         }
     };
-    let capacity = budget as usize / bytes / boxes;
+    // Unless the budget was given: boxes beyond 1/16 of the grid only lengthen the
+    // pipeline's fill and drain (and the pinned host buffers beside the grid).
+    let mut capacity = budget as usize / bytes / boxes;
+    if p.ooc.device_memory.is_none() {
+        capacity = capacity.min(p.cells().div_ceil(16).max(1));
+    }
     let (plan, prediction) = choose_plan(p, capacity, bytes, &costs, trivial, budget, boxes)?;
+    // Pinned staging and result buffers beside the grid: slots + a few pending results.
+    crate::memory::ensure_host_fits(
+        p.field_bytes(T::PRECISION) / 2 + ((CUDA_SLOTS + 4) * plan.box_values * bytes) as u128,
+        "the host grid and the pyramid's staging buffers",
+    )?;
     let exec: Box<dyn BoxExecutor<T>> = match device {
         Device::Cpu { .. } => Box::new(pyramid::cpu::CpuBoxes::<T>::new(p, plan.box_values)?),
         Device::Cuda(gpu) => Box::new(pyramid::cuda::CudaBoxes::<T>::new(

@@ -62,16 +62,25 @@ impl Rows {
         (z * self.shape[1] + y) * self.shape[2] + x
     }
 
+    /// Rows per parallel work item: about 1 MiB, so rayon's overhead stays small.
+    fn rows_per_item<T>(row: usize) -> usize {
+        ((1 << 20) / (row * std::mem::size_of::<T>()).max(1)).max(1)
+    }
+
     /// grid[region] → out (contiguous).
     fn gather<T: Real>(&self, grid: &[T], region: &Region, out: &mut [T]) {
         let [_, by, bx] = region.shape();
+        let k = Self::rows_per_item::<T>(bx);
         out[..region.len()]
-            .par_chunks_mut(bx)
+            .par_chunks_mut(bx * k)
             .enumerate()
-            .for_each(|(row, dst)| {
-                let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
-                let i = self.offset(z, y, region.lo[2]);
-                dst.copy_from_slice(&grid[i..i + bx]);
+            .for_each(|(item, rows)| {
+                for (r, dst) in rows.chunks_mut(bx).enumerate() {
+                    let row = item * k + r;
+                    let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
+                    let i = self.offset(z, y, region.lo[2]);
+                    dst.copy_from_slice(&grid[i..i + bx]);
+                }
             });
     }
 
@@ -81,14 +90,19 @@ impl Rows {
         assert!(region.hi.iter().zip(self.shape).all(|(h, n)| *h <= n));
         assert!(src.len() >= region.len());
         let base = SharedMut(grid.as_mut_ptr());
+        let k = Self::rows_per_item::<T>(bx);
         src[..region.len()]
-            .par_chunks(bx)
+            .par_chunks(bx * k)
             .enumerate()
-            .for_each(|(row, from)| {
-                let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
-                let i = self.offset(z, y, region.lo[2]);
-                // SAFETY: rows of a region are disjoint and inside the grid (asserted above).
-                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), base.get().add(i), bx) };
+            .for_each(|(item, rows)| {
+                for (r, from) in rows.chunks(bx).enumerate() {
+                    let row = item * k + r;
+                    let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
+                    let i = self.offset(z, y, region.lo[2]);
+                    // SAFETY: rows of a region are disjoint and inside the grid (asserted
+                    // above).
+                    unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), base.get().add(i), bx) };
+                }
             });
     }
 }

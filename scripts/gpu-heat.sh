@@ -12,3 +12,6 @@ for c in r['cases']: print(c['name'], c['shape'], c['steps'], '%.4f s'%c['second
 "
 echo "== model"
 timeout 200 gpu/keisan model heat examples/heat-ooc-1024.toml --heights 4,8,16,24,32,48 2>&1 | tail -20
+echo "== examples (study sizes)"
+gpu/keisan run examples/heat-2d-16384.toml -q --json | python3 -c "import json,sys; s=json.load(sys.stdin); print('2d16384', s['timings'])"
+gpu/keisan run examples/heat-3d-640.toml -q --json | python3 -c "import json,sys; s=json.load(sys.stdin); print('3d640', s['timings'], s['solution_error'])"

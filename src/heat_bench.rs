@@ -11,7 +11,9 @@ use crate::device::ceilings::{self, Ceilings};
 use crate::error::Result;
 use crate::precision::{Precision, Real};
 use crate::run::Engine;
-use crate::solvers::heat::{self, Decomposition, HeatConfig, HeatProblem, Initial, Layout, Strategy};
+use crate::solvers::heat::{
+    self, Decomposition, HeatConfig, HeatProblem, Initial, Layout, Strategy,
+};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct HeatCase {
@@ -65,7 +67,9 @@ pub fn bench_problem(shape: &[usize], steps: u64, ooc: heat::OutOfCore) -> Resul
         strategy: ooc.strategy,
         decomposition: ooc.decomposition,
         pyramid_height: ooc.pyramid_height.map(|v| v as i64),
-        device_memory: ooc.device_memory.map(|b| crate::units::ByteSize::Bytes(b as i64)),
+        device_memory: ooc
+            .device_memory
+            .map(|b| crate::units::ByteSize::Bytes(b as i64)),
     };
     let mut p = cfg.validate()?;
     p.dt = 0.9 * p.largest_stable_dt();

@@ -240,7 +240,11 @@ fn model(which: ModelCommand) -> Result<()> {
         ));
     };
     if heights.is_empty() || heights.contains(&0) {
-        return Err(Error::invalid("--heights", "0", "heights must be at least 1"));
+        return Err(Error::invalid(
+            "--heights",
+            "0",
+            "heights must be at least 1",
+        ));
     }
     let (device, _) = select(&dev, &problem.run, json)?;
     let precision = precision.unwrap_or(problem.precision);
@@ -285,7 +289,11 @@ fn model(which: ModelCommand) -> Result<()> {
             .expect("serialises")
         );
     } else {
-        println!("mean |deviation| {:.1} % over {} runs", 100.0 * mean, points.len());
+        println!(
+            "mean |deviation| {:.1} % over {} runs",
+            100.0 * mean,
+            points.len()
+        );
     }
     Ok(())
 }
@@ -468,9 +476,8 @@ fn bench(which: BenchCommand) -> Result<()> {
             if budget_divisor == 0 {
                 return Err(Error::invalid("--budget-divisor", 0, "at least 1"));
             }
-            let shape = |flag: &str, v: &str| {
-                parse_shape(v).map_err(|why| Error::invalid(flag, v, why))
-            };
+            let shape =
+                |flag: &str, v: &str| parse_shape(v).map_err(|why| Error::invalid(flag, v, why));
             let (size_3d, size_2d) = (shape("--size-3d", &size_3d)?, shape("--size-2d", &size_2d)?);
             let ooc_size = shape("--ooc-size", &ooc_size)?;
             let (device, _) = select(&dev, &problem::RunConfig::default(), json)?;

@@ -26,6 +26,23 @@ pub struct BoxKernels<T: Real> {
     r: [T; 3],
 }
 
+/// Points each thread of the step kernel marches along the slowest real axis.
+const MARCH: usize = 32;
+
+fn step_config(region: &Region, dims: usize) -> LaunchConfig {
+    let [rz, ry, rx] = region.shape();
+    let (march, other) = if dims == 2 { (ry, rz) } else { (rz, ry) };
+    LaunchConfig {
+        grid_dim: (
+            (rx as u32).div_ceil(THREADS),
+            (other * march.div_ceil(MARCH)).clamp(1, 65535) as u32,
+            1,
+        ),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 fn config(region: &Region) -> LaunchConfig {
     let [rz, ry, rx] = region.shape();
     LaunchConfig {
@@ -42,9 +59,10 @@ fn config(region: &Region) -> LaunchConfig {
 impl<T: Real> BoxKernels<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
         let r = p.r();
+        let march = [("MARCH", MARCH.to_string())];
         Ok(Self {
-            step: gpu.function(&KERNELS, T::PRECISION, &[], "heat_box_step")?,
-            copy: gpu.function(&KERNELS, T::PRECISION, &[], "box_copy")?,
+            step: gpu.function(&KERNELS, T::PRECISION, &march, "heat_box_step")?,
+            copy: gpu.function(&KERNELS, T::PRECISION, &march, "box_copy")?,
             p: p.clone(),
             r: r.map(T::lit),
         })
@@ -72,13 +90,13 @@ impl<T: Real> BoxKernels<T> {
             "box larger than its buffers"
         );
         let i = |v: usize| v as i32;
-        let (by, bx) = (i(shape[1]), i(shape[2]));
+        let [bz, by, bx] = shape.map(i);
         let [lo, hi] = [region.lo.map(i), region.hi.map(i)];
         let o = origin.map(i);
         let n = self.p.shape.map(i);
         let dims = self.p.dims as i32;
         let mut l = stream.launch_builder(&self.step);
-        l.arg(src).arg(dst).arg(&by).arg(&bx);
+        l.arg(src).arg(dst).arg(&bz).arg(&by).arg(&bx);
         l.arg(&lo[0])
             .arg(&hi[0])
             .arg(&lo[1])
@@ -96,7 +114,7 @@ impl<T: Real> BoxKernels<T> {
         // SAFETY: the region lies inside the box, both buffers hold the box, and the
         // kernel reads neighbours only of points that are not on the grid's edge, which
         // lie inside the box (the region shrinks on halo sides).
-        unsafe { l.launch(config(region)) }?;
+        unsafe { l.launch(step_config(region, self.p.dims)) }?;
         Ok(())
     }
 

@@ -202,11 +202,11 @@ pub fn build<T: Real>(
             (boxes, pyramid::cuda::measure::<T>(gpu, p, capacity)?)
         }
     };
-    // Unless the budget was given: boxes beyond 1/16 of the grid only lengthen the
+    // Unless the budget was given: boxes beyond 1/64 of the grid only lengthen the
     // pipeline's fill and drain (and the pinned host buffers beside the grid).
     let mut capacity = budget as usize / bytes / boxes;
     if p.ooc.device_memory.is_none() {
-        capacity = capacity.min(p.cells().div_ceil(16).max(1));
+        capacity = capacity.min(p.cells().div_ceil(64).max(1));
     }
     let (plan, prediction) = choose_plan(p, capacity, bytes, &costs, trivial, budget, boxes)?;
     // Pinned staging and result buffers beside the grid: slots + a few pending results.

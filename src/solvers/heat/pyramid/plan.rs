@@ -261,11 +261,15 @@ pub fn plan(
             });
         }
     }
+    // Tasks run in row-major order, so input boxes start no earlier along the first
+    // split axis as i grows: scan forward only while they can still reach j's result.
     let last_reader = (0..tasks.len())
         .map(|j| {
+            let end = tasks[j].result.hi[a0];
             (j..tasks.len())
-                .rev()
-                .find(|&i| tasks[i].input.intersects(&tasks[j].result))
+                .take_while(|&i| tasks[i].input.lo[a0] < end)
+                .filter(|&i| tasks[i].input.intersects(&tasks[j].result))
+                .last()
                 .unwrap_or(j)
         })
         .collect();

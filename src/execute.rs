@@ -167,9 +167,14 @@ fn run_heat<T: Real>(
         if exact_known {
             let lap = Instant::now();
             let time = outcome.steps as f64 * p.dt;
-            let err = u.data.iter().enumerate().fold(0.0f64, |m, (i, v)| {
-                m.max((v.as_f64() - p.exact(i, time).expect("sine preset")).abs())
-            });
+            let err = {
+                use rayon::prelude::*;
+                u.data
+                    .par_iter()
+                    .enumerate()
+                    .map(|(i, v)| (v.as_f64() - p.exact(i, time).expect("sine preset")).abs())
+                    .reduce(|| 0.0f64, f64::max)
+            };
             solution_error = Some(err);
             t.check_s = lap.elapsed().as_secs_f64();
         }

@@ -280,3 +280,43 @@ fn heat_bad_initial_preset() {
         &["unknown variant `plasma`"],
     );
 }
+
+#[test]
+fn heat_device_budget_too_small_names_the_minimum() {
+    // 64×64 f64, CPU executor (2 boxes): the smallest task is 3 rows of 64 or a 3×3 block.
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\ndevice_memory = \"100B\"\n"),
+        &[],
+        2,
+        &["heat.device_memory", "too small", "at least 144 B"],
+    );
+}
+
+#[test]
+fn heat_bad_out_of_core_settings() {
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\ndevice_memory = \"lots\"\n"),
+        &[],
+        2,
+        &["heat.device_memory", "8GiB"],
+    );
+    rejects(
+        &heat("dt = 1e-6\npyramid_height = 0\n"),
+        &[],
+        2,
+        &["heat.pyramid_height", "at least 1"],
+    );
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\ndecomposition = \"2d\"\n")
+            .replace("[64, 64]", "[64]"),
+        &[],
+        2,
+        &["heat.decomposition", "bands"],
+    );
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\npyramid_height = 40\ndevice_memory = \"4KiB\"\n"),
+        &[],
+        2,
+        &["heat.pyramid_height", "smaller pyramid_height"],
+    );
+}

@@ -42,14 +42,12 @@ pub fn predict(plan: &Plan, steps: u64, bytes: usize, costs: &Costs, overlap: bo
     let n = plan.height as u64;
     let full = steps / n;
     let rest = (steps % n) as usize;
-    let mut seconds = full as f64 * pass_time(plan, plan.height, bytes, costs, overlap).0;
+    let (pass, bound) = pass_time(plan, plan.height, bytes, costs, overlap);
+    let mut seconds = full as f64 * pass;
     if rest > 0 {
         seconds += pass_time(plan, rest, bytes, costs, overlap).0;
     }
-    Prediction {
-        seconds,
-        bound: pass_time(plan, plan.height, bytes, costs, overlap).1,
-    }
+    Prediction { seconds, bound }
 }
 
 fn pass_time(

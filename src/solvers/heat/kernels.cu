@@ -46,6 +46,7 @@ extern "C" __global__ void heat_box_step(const real* __restrict__ u, real* __res
         size_t i = ((size_t)z * by + y) * bx + x;
         real cm = s0 > 0 ? u[i - ms] : (real)0;
         real cc = u[i];
+#pragma unroll 4
         for (int m = s0; m < s1; ++m) {
             const real cp = m + 1 < mext ? u[i + ms] : cc;
             const bool edge = edge_x || edge_o || (mreal && (mg + m == 0 || mg + m == mn - 1));

@@ -24,18 +24,26 @@ pub struct BoxKernels<T: Real> {
     copy: CudaFunction,
     p: HeatProblem,
     r: [T; 3],
+    march: usize,
 }
 
-/// Points each thread of the step kernel marches along the slowest real axis.
-const MARCH: usize = 32;
+/// Points each thread of the step kernel marches along the slowest real axis (tuned on
+/// the H100, docs/PERFORMANCE.md); KEISAN_HEAT_MARCH overrides it for tuning.
+fn march() -> usize {
+    std::env::var("KEISAN_HEAT_MARCH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&m: &usize| (1..=1024).contains(&m))
+        .unwrap_or(32)
+}
 
-fn step_config(region: &Region, dims: usize) -> LaunchConfig {
+fn step_config(region: &Region, dims: usize, march_len: usize) -> LaunchConfig {
     let [rz, ry, rx] = region.shape();
     let (march, other) = if dims == 2 { (ry, rz) } else { (rz, ry) };
     LaunchConfig {
         grid_dim: (
             (rx as u32).div_ceil(THREADS),
-            (other * march.div_ceil(MARCH)).clamp(1, 65535) as u32,
+            (other * march.div_ceil(march_len)).clamp(1, 65535) as u32,
             1,
         ),
         block_dim: (THREADS, 1, 1),
@@ -59,12 +67,14 @@ fn config(region: &Region) -> LaunchConfig {
 impl<T: Real> BoxKernels<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
         let r = p.r();
-        let march = [("MARCH", MARCH.to_string())];
+        let march_len = march();
+        let march = [("MARCH", march_len.to_string())];
         Ok(Self {
             step: gpu.function(&KERNELS, T::PRECISION, &march, "heat_box_step")?,
             copy: gpu.function(&KERNELS, T::PRECISION, &march, "box_copy")?,
             p: p.clone(),
             r: r.map(T::lit),
+            march: march_len,
         })
     }
 
@@ -114,7 +124,7 @@ impl<T: Real> BoxKernels<T> {
         // SAFETY: the region lies inside the box, both buffers hold the box, and the
         // kernel reads neighbours only of points that are not on the grid's edge, which
         // lie inside the box (the region shrinks on halo sides).
-        unsafe { l.launch(step_config(region, self.p.dims)) }?;
+        unsafe { l.launch(step_config(region, self.p.dims, self.march)) }?;
         Ok(())
     }
 

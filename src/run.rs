@@ -28,6 +28,17 @@ pub struct Diagnostics {
     pub status: Status,
 }
 
+impl Diagnostics {
+    /// For engines without a residual (time steppers): the step count and status.
+    pub fn steps_only(steps: u64, status: Status) -> Self {
+        Self {
+            steps,
+            new_residuals: Vec::new(),
+            status,
+        }
+    }
+}
+
 /// A field copied to the host, row-major with the last axis fastest.
 #[derive(Debug, Clone)]
 pub struct Field<T> {

@@ -106,11 +106,7 @@ impl<T: Real> Engine for CpuHeat<T> {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        Ok(Diagnostics {
-            steps: self.steps,
-            new_residuals: Vec::new(),
-            status: self.status,
-        })
+        Ok(Diagnostics::steps_only(self.steps, self.status))
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

@@ -88,11 +88,7 @@ impl<T: Real> Engine for CudaHeat<T> {
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let (steps, status) = self.state()?;
-        Ok(Diagnostics {
-            steps,
-            new_residuals: Vec::new(),
-            status,
-        })
+        Ok(Diagnostics::steps_only(steps, status))
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

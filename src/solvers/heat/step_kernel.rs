@@ -64,6 +64,12 @@ fn config(region: &Region) -> LaunchConfig {
     }
 }
 
+/// A region as the kernels take it: z0, z1, y0, y1, x0, x1.
+fn region_args(region: &Region) -> [i32; 6] {
+    let [lo, hi] = [region.lo, region.hi].map(|a| a.map(|v| v as i32));
+    [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]]
+}
+
 impl<T: Real> BoxKernels<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
         let r = p.r();
@@ -101,24 +107,14 @@ impl<T: Real> BoxKernels<T> {
         );
         let i = |v: usize| v as i32;
         let [bz, by, bx] = shape.map(i);
-        let [lo, hi] = [region.lo.map(i), region.hi.map(i)];
-        let o = origin.map(i);
-        let n = self.p.shape.map(i);
+        let bounds = region_args(region);
+        let (o, n) = (origin.map(i), self.p.shape.map(i));
         let dims = self.p.dims as i32;
         let mut l = stream.launch_builder(&self.step);
         l.arg(src).arg(dst).arg(&bz).arg(&by).arg(&bx);
-        l.arg(&lo[0])
-            .arg(&hi[0])
-            .arg(&lo[1])
-            .arg(&hi[1])
-            .arg(&lo[2])
-            .arg(&hi[2]);
-        l.arg(&o[0])
-            .arg(&o[1])
-            .arg(&o[2])
-            .arg(&n[0])
-            .arg(&n[1])
-            .arg(&n[2]);
+        for v in bounds.iter().chain(&o).chain(&n) {
+            l.arg(v);
+        }
         l.arg(&dims).arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
         l.arg(&step).arg(bad);
         // SAFETY: the region lies inside the box, both buffers hold the box, and the
@@ -140,17 +136,13 @@ impl<T: Real> BoxKernels<T> {
         if region.is_empty() {
             return Ok(());
         }
-        let i = |v: usize| v as i32;
-        let (by, bx) = (i(shape[1]), i(shape[2]));
-        let [lo, hi] = [region.lo.map(i), region.hi.map(i)];
+        let (by, bx) = (shape[1] as i32, shape[2] as i32);
+        let bounds = region_args(region);
         let mut l = stream.launch_builder(&self.copy);
         l.arg(src).arg(dst).arg(&by).arg(&bx);
-        l.arg(&lo[0])
-            .arg(&hi[0])
-            .arg(&lo[1])
-            .arg(&hi[1])
-            .arg(&lo[2])
-            .arg(&hi[2]);
+        for v in &bounds {
+            l.arg(v);
+        }
         // SAFETY: the region lies inside the box, which both buffers hold.
         unsafe { l.launch(config(region)) }?;
         Ok(())

@@ -50,6 +50,8 @@ pub struct HeatBenchOptions {
     pub budget_divisor: u64,
     pub trivial_steps: u64,
     pub skip_out_of_core: bool,
+    /// Steps per pass of the temporal-blocked in-core case; None: the engine's default.
+    pub temporal_block: Option<usize>,
 }
 
 /// A heat problem with dt at 0.9 of the stability limit and a hot box inside.
@@ -70,6 +72,7 @@ pub fn bench_problem(shape: &[usize], steps: u64, ooc: heat::OutOfCore) -> Resul
         device_memory: ooc
             .device_memory
             .map(|b| crate::units::ByteSize::Bytes(b as i64)),
+        temporal_block: None,
     };
     let mut p = cfg.validate()?;
     p.dt = 0.9 * p.largest_stable_dt();
@@ -98,12 +101,23 @@ fn cases<T: Real>(device: &Device, o: &HeatBenchOptions, c: &Ceilings) -> Result
         ..Default::default()
     };
     let mut out = Vec::new();
-    for (name, shape) in [("in-core 3D", &o.shape_3d), ("in-core 2D", &o.shape_2d)] {
+    let on_gpu = matches!(device, Device::Cuda(_));
+    for (dims, shape) in [("3D", &o.shape_3d), ("2D", &o.shape_2d)] {
         if shape.is_empty() {
             continue;
         }
-        let p = bench_problem(shape, o.steps, in_core.clone())?;
-        out.push(time_case::<T>(name, device, &p, o.repetitions, c)?);
+        let mut p = bench_problem(shape, o.steps, in_core.clone())?;
+        p.temporal_block = Some(1);
+        let name = format!("in-core {dims} single-pass");
+        out.push(time_case::<T>(&name, device, &p, o.repetitions, c)?);
+        let levels = o
+            .temporal_block
+            .unwrap_or_else(|| heat::step_kernel::default_levels(p.dims, T::PRECISION));
+        if on_gpu && levels > 1 {
+            p.temporal_block = Some(levels);
+            let name = format!("in-core {dims} temporal {levels} steps/pass");
+            out.push(time_case::<T>(&name, device, &p, o.repetitions, c)?);
+        }
     }
     if !o.skip_out_of_core {
         let cells: u64 = o.ooc_shape.iter().map(|&v| v as u64).product();
@@ -219,8 +233,18 @@ impl HeatBench {
                     );
                 }
             }
+            let single = |d: &str| format!("in-core {d} single-pass");
+            if k.name.starts_with("in-core") && !k.name.ends_with("single-pass") {
+                let d = &k.name[8..10];
+                if let Some(s) = self.cases.iter().find(|c| c.name == single(d)) {
+                    r += &format!(
+                        "  temporal blocking / single pass ({d}): {:.2}×\n",
+                        k.gcells_per_s / s.gcells_per_s
+                    );
+                }
+            }
             match k.name.as_str() {
-                "in-core 3D" => in_core_3d = Some(k.gcells_per_s),
+                "in-core 3D single-pass" => in_core_3d = Some(k.gcells_per_s),
                 "out-of-core pyramid" => pyramid = Some(k.gcells_per_s),
                 "out-of-core trivial" => {
                     if let Some(py) = pyramid {

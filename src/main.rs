@@ -125,7 +125,8 @@ enum BenchCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Heat: in-core 3D and 2D single pass, out-of-core pyramid vs trivial (f32).
+    /// Heat: in-core 3D and 2D single pass and temporal blocking, out-of-core pyramid vs
+    /// trivial (f32).
     Heat {
         #[arg(long, value_enum, default_value_t = Precision::F32)]
         precision: Precision,
@@ -151,6 +152,9 @@ enum BenchCommand {
         trivial_steps: u64,
         #[arg(long)]
         skip_out_of_core: bool,
+        /// Steps per pass of the temporal-blocked in-core cases (default: the engine's).
+        #[arg(long)]
+        temporal_block: Option<usize>,
         #[command(flatten)]
         dev: DeviceArgs,
         #[arg(long)]
@@ -463,9 +467,17 @@ fn bench(which: BenchCommand) -> Result<()> {
             budget_divisor,
             trivial_steps,
             skip_out_of_core,
+            temporal_block,
             dev,
             json,
         } => {
+            if temporal_block.is_some_and(|t| !(1..=64).contains(&t)) {
+                return Err(Error::invalid(
+                    "--temporal-block",
+                    temporal_block.unwrap_or(0),
+                    "steps per pass must be in [1, 64]",
+                ));
+            }
             if steps == 0 || repetitions == 0 || ooc_steps == 0 || trivial_steps == 0 {
                 return Err(Error::invalid(
                     "--steps/--repetitions/--ooc-steps/--trivial-steps",
@@ -494,6 +506,7 @@ fn bench(which: BenchCommand) -> Result<()> {
                     budget_divisor,
                     trivial_steps,
                     skip_out_of_core,
+                    temporal_block,
                 },
             )?;
             if json {

@@ -320,3 +320,19 @@ fn heat_bad_out_of_core_settings() {
         &["heat.pyramid_height", "smaller pyramid_height"],
     );
 }
+
+#[test]
+fn heat_bad_temporal_block() {
+    rejects(
+        &heat("dt = 1e-6\ntemporal_block = 0\n"),
+        &[],
+        2,
+        &["heat.temporal_block", "[1, 64]"],
+    );
+    rejects(
+        &heat("dt = 1e-6\ntemporal_block = 4\n").replace("[64, 64]", "[64]"),
+        &[],
+        2,
+        &["heat.temporal_block", "2D and 3D"],
+    );
+}

@@ -4,6 +4,7 @@
 
 use keisan::device::cuda::{all_kernel_sources, compile};
 use keisan::precision::Precision;
+use keisan::solvers::heat::step_kernel;
 
 #[test]
 fn every_kernel_compiles_for_sm_90() {
@@ -24,5 +25,25 @@ fn every_kernel_compiles_for_sm_90() {
                 Err(e) => panic!("{} ({p}): {e}", src.name),
             }
         }
+    }
+}
+
+/// The heat temporal-blocking kernel is compiled per tile and pass height; ptxas rejects a
+/// tile whose shared memory is too large, so each default and each tallest allowed pass
+/// is compiled here.
+#[test]
+fn heat_temporal_blocking_variants_compile() {
+    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none()
+        && compile(&step_kernel::KERNELS, Precision::F32, "sm_90", &[]).is_err()
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+        return;
+    }
+    for (p, defines) in step_kernel::tb_variants() {
+        let defs: Vec<(&str, String)> = defines.clone();
+        let ptx = compile(&step_kernel::KERNELS, p, "sm_90", &defs)
+            .unwrap_or_else(|e| panic!("{p} {defines:?}: {e}"));
+        assert!(ptx.to_src().contains("heat_tb_pass"), "{p} {defines:?}");
     }
 }

@@ -1,5 +1,6 @@
-//! CUDA engine for the heat equation, in-core: both time layers on the device, one
-//! single-pass step kernel per step, buffers alternating by step parity.
+//! CUDA engine for the heat equation, in-core: both time layers on the device. Steps go
+//! in temporal-blocking passes of several steps each (one trip through device memory per
+//! pass), single-step passes for the remainder; buffers alternate by pass.
 
 use std::sync::Arc;
 
@@ -7,21 +8,35 @@ use cudarc::driver::CudaSlice;
 
 use super::HeatProblem;
 use super::pyramid::Region;
-use super::step_kernel::{BoxKernels, NONE};
+use super::step_kernel::{BoxKernels, NONE, TemporalBlock, default_levels};
 use crate::device::cuda::Gpu;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
+
+/// One kernel launch: its first step, how many steps it took, the buffer it read.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    start: u64,
+    steps: u64,
+    input: usize,
+}
 
 pub struct CudaHeat<T: Real> {
     gpu: Arc<Gpu>,
     p: HeatProblem,
-    /// U after an even number of steps is in buf[0], after an odd number in buf[1].
     buf: [CudaSlice<T>; 2],
-    /// First step that produced a non-finite value, or NONE.
+    /// The buffer holding U after the last pass.
+    cur: usize,
+    /// First step of the pass that produced a non-finite value, or NONE.
     bad: CudaSlice<u64>,
     kernels: BoxKernels<T>,
+    blocked: Option<TemporalBlock<T>>,
     launched: u64,
+    /// Passes since the last check found every value finite (to replay a failed pass).
+    unchecked: Vec<Pass>,
+    /// The step that first produced a non-finite value, once found.
+    failed: Option<u64>,
 }
 
 impl<T: Real> CudaHeat<T> {
@@ -31,6 +46,13 @@ impl<T: Real> CudaHeat<T> {
             "the heat fields (two time layers)",
         )?;
         let kernels = BoxKernels::new(&gpu, p)?;
+        let levels = p
+            .temporal_block
+            .unwrap_or_else(|| default_levels(p.dims, T::PRECISION));
+        let blocked = match levels {
+            1 => None,
+            n => Some(TemporalBlock::new(&gpu, p, n)?),
+        };
         let s = &gpu.stream;
         let b0 = s.clone_htod(&u0)?;
         let b1 = s.clone_htod(&u0)?;
@@ -39,19 +61,92 @@ impl<T: Real> CudaHeat<T> {
             gpu,
             p: p.clone(),
             buf: [b0, b1],
+            cur: 0,
             bad,
             kernels,
+            blocked,
             launched: 0,
+            unchecked: Vec::new(),
+            failed: None,
         })
     }
 
+    /// Steps per pass (1 without temporal blocking).
+    pub fn levels(&self) -> usize {
+        self.blocked.as_ref().map_or(1, |b| b.levels())
+    }
+
+    /// One launch of `steps` steps (1 or the temporal block) from buffer `input`.
+    fn launch(&mut self, input: usize, start: u64, steps: u64) -> Result<()> {
+        let [b0, b1] = &mut self.buf;
+        let (src, dst) = if input == 0 { (&*b0, b1) } else { (&*b1, b0) };
+        let stream = &self.gpu.stream;
+        match &self.blocked {
+            Some(tb) if steps > 1 => tb.pass(stream, src, dst, start, &mut self.bad),
+            _ => {
+                let whole = Region {
+                    lo: [0; 3],
+                    hi: self.p.shape,
+                };
+                self.kernels.step(
+                    stream,
+                    src,
+                    dst,
+                    [0; 3],
+                    self.p.shape,
+                    &whole,
+                    start,
+                    &mut self.bad,
+                )
+            }
+        }
+    }
+
+    /// Redo a failed temporal pass one step at a time to find the step that went
+    /// non-finite; the pass's input buffer is untouched, since every later launch returned
+    /// at once. Leaves U after that step current.
+    fn replay(&mut self, pass: Pass) -> Result<u64> {
+        self.gpu.stream.memcpy_htod(&[NONE], &mut self.bad)?;
+        let mut input = pass.input;
+        for k in pass.start..pass.start + pass.steps {
+            self.launch(input, k, 1)?;
+            input ^= 1;
+        }
+        let step = self.gpu.stream.clone_dtoh(&self.bad)?[0];
+        if step == NONE {
+            return Err(Error::Cuda(format!(
+                "a temporal-blocking pass of steps {}..{} reported a non-finite value that \
+                 single steps did not reproduce",
+                pass.start,
+                pass.start + pass.steps
+            )));
+        }
+        self.cur = pass.input ^ ((step - pass.start + 1) as usize & 1);
+        Ok(step)
+    }
+
     fn state(&mut self) -> Result<(u64, Status)> {
+        if let Some(step) = self.failed {
+            return Ok((step + 1, Status::NonFinite));
+        }
         let bad = self.gpu.stream.clone_dtoh(&self.bad)?[0];
-        Ok(if bad == NONE {
-            (self.launched, Status::Running)
+        if bad == NONE {
+            self.unchecked.clear();
+            return Ok((self.launched, Status::Running));
+        }
+        let pass = *self
+            .unchecked
+            .iter()
+            .find(|p| p.start == bad)
+            .ok_or_else(|| Error::Cuda(format!("no pass began at failed step {bad}")))?;
+        let step = if pass.steps == 1 {
+            self.cur = pass.input ^ 1;
+            bad
         } else {
-            (bad + 1, Status::NonFinite)
-        })
+            self.replay(pass)?
+        };
+        self.failed = Some(step);
+        Ok((step + 1, Status::NonFinite))
     }
 }
 
@@ -59,29 +154,20 @@ impl<T: Real> Engine for CudaHeat<T> {
     type Real = T;
 
     fn advance(&mut self, steps: u64) -> Result<()> {
-        let whole = Region {
-            lo: [0; 3],
-            hi: self.p.shape,
-        };
-        for _ in 0..steps {
-            let k = self.launched;
-            let [b0, b1] = &mut self.buf;
-            let (src, dst) = if k.is_multiple_of(2) {
-                (&*b0, b1)
-            } else {
-                (&*b1, b0)
+        let levels = self.levels() as u64;
+        let mut left = steps;
+        while left > 0 {
+            let n = if left >= levels { levels } else { 1 };
+            let pass = Pass {
+                start: self.launched,
+                steps: n,
+                input: self.cur,
             };
-            self.kernels.step(
-                &self.gpu.stream,
-                src,
-                dst,
-                [0; 3],
-                self.p.shape,
-                &whole,
-                k,
-                &mut self.bad,
-            )?;
-            self.launched += 1;
+            self.launch(pass.input, pass.start, n)?;
+            self.unchecked.push(pass);
+            self.cur ^= 1;
+            self.launched += n;
+            left -= n;
         }
         Ok(())
     }
@@ -92,11 +178,8 @@ impl<T: Real> Engine for CudaHeat<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let (steps, _) = self.state()?;
-        let data = self
-            .gpu
-            .stream
-            .clone_dtoh(&self.buf[(steps % 2) as usize])?;
+        self.state()?;
+        let data = self.gpu.stream.clone_dtoh(&self.buf[self.cur])?;
         Ok(super::field_of(&self.p, data))
     }
 }

@@ -56,6 +56,10 @@ pub struct HeatConfig {
     /// Device memory to use, e.g. "8GiB" or a number of bytes; default: free less a margin.
     #[serde(default)]
     pub device_memory: Option<crate::units::ByteSize>,
+    /// Steps per pass of the in-core CUDA engine's temporal blocking (1: single-step
+    /// passes); default: the fastest measured for the grid's dimension and precision.
+    #[serde(default)]
+    pub temporal_block: Option<i64>,
 }
 
 fn one() -> f64 {
@@ -73,6 +77,8 @@ pub struct HeatProblem {
     pub steps: u64,
     pub initial: Initial,
     pub ooc: OutOfCore,
+    /// Steps per in-core CUDA pass; None: the default for the dimension and precision.
+    pub temporal_block: Option<usize>,
 }
 
 impl HeatConfig {
@@ -149,6 +155,22 @@ impl HeatConfig {
                 "must be at least 1 (steps per pass of the pyramid)",
             ));
         }
+        if let Some(t) = self.temporal_block {
+            if !(1..=64).contains(&t) {
+                return Err(Error::invalid(
+                    "heat.temporal_block",
+                    t,
+                    "steps per pass must be in [1, 64] (1: no temporal blocking)",
+                ));
+            }
+            if dims == 1 && t > 1 {
+                return Err(Error::invalid(
+                    "heat.temporal_block",
+                    t,
+                    "temporal blocking is for 2D and 3D grids; use 1 or leave it out",
+                ));
+            }
+        }
         let device_memory = match self.device_memory {
             Some(b) => Some(b.bytes("heat.device_memory")?),
             None => None,
@@ -167,6 +189,7 @@ impl HeatConfig {
                 pyramid_height: self.pyramid_height.map(|n| n as usize),
                 device_memory,
             },
+            temporal_block: self.temporal_block.map(|t| t as usize),
         };
         let max_dt = p.largest_stable_dt();
         if !(self.dt > 0.0 && self.dt <= max_dt) {

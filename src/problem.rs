@@ -90,7 +90,13 @@ pub fn parse(text: &str, origin: &str, overrides: &[String]) -> Result<Problem> 
 pub fn load(path: &Path, overrides: &[String]) -> Result<Problem> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::Parse(format!("cannot read problem file {}: {e}", path.display())))?;
-    parse(&text, &path.display().to_string(), overrides)
+    let mut problem = parse(&text, &path.display().to_string(), overrides)?;
+    if let SolverProblem::Heat(h) = &mut problem.solver {
+        let base = path.parent().unwrap_or(Path::new("."));
+        h.initial.resolve_relative_to(base);
+        crate::solvers::heat::initial::check(h)?;
+    }
+    Ok(problem)
 }
 
 fn apply_override(table: &mut toml::Table, ov: &str) -> Result<()> {

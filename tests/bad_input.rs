@@ -31,20 +31,25 @@ fn keisan_in(dir: &Path, args: &[&str]) -> Outcome {
 /// folder holds no files afterwards.
 fn rejects(toml: &str, extra: &[&str], code: i32, needles: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("p.toml"), toml).unwrap();
+    rejects_in(dir.path(), toml, extra, code, needles);
+}
+
+/// As [`rejects`], in `dir` (which may hold files the problem refers to).
+fn rejects_in(dir: &Path, toml: &str, extra: &[&str], code: i32, needles: &[&str]) {
+    std::fs::write(dir.join("p.toml"), toml).unwrap();
     let mut args = vec!["run", "p.toml", "--out", "res", "-q"];
     if !extra.contains(&"--backend") {
         args.extend(["--backend", "cpu"]);
     }
     args.extend_from_slice(extra);
-    let o = keisan_in(dir.path(), &args);
+    let o = keisan_in(dir, &args);
     assert_eq!(o.code, code, "{}", o.stderr);
     for n in needles {
         assert!(o.stderr.contains(n), "message lacks `{n}`: {}", o.stderr);
     }
     let errors = o.stderr.lines().filter(|l| l.starts_with("error")).count();
     assert_eq!(errors, 1, "one clear message: {}", o.stderr);
-    let res = dir.path().join("res");
+    let res = dir.join("res");
     if res.exists() {
         assert_eq!(
             std::fs::read_dir(res).unwrap().count(),
@@ -334,5 +339,74 @@ fn heat_bad_temporal_block() {
         &[],
         2,
         &["heat.temporal_block", "2D and 3D"],
+    );
+}
+
+fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
+    use npyz::WriterBuilder;
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(std::fs::File::create(path).unwrap())
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
+
+#[test]
+fn heat_bad_initial_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let from = |file: &str| {
+        heat(&format!(
+            "dt = 1e-6\n[heat.initial]\npreset = \"file\"\npath = \"{file}\"\n"
+        ))
+    };
+    write_npy(&d.join("small.npy"), &[10, 10], &[0.0f64; 100]);
+    rejects_in(
+        d,
+        &from("small.npy"),
+        &[],
+        2,
+        &[
+            "heat.initial.path",
+            "small.npy",
+            "shape [10, 10]",
+            "[64, 64]",
+        ],
+    );
+    write_npy(&d.join("ints.npy"), &[64, 64], &[0i32; 64 * 64]);
+    rejects_in(
+        d,
+        &from("ints.npy"),
+        &[],
+        2,
+        &["ints.npy", "dtype <i4", "float64"],
+    );
+    let mut u = vec![0.0f32; 64 * 64];
+    u[3 * 64 + 5] = f32::NAN;
+    write_npy(&d.join("nan.npy"), &[64, 64], &u);
+    rejects_in(
+        d,
+        &from("nan.npy"),
+        &[],
+        2,
+        &["nan.npy", "NaN at index [3, 5]", "finite"],
+    );
+    std::fs::write(d.join("text.npy"), "not an array").unwrap();
+    rejects_in(
+        d,
+        &from("text.npy"),
+        &[],
+        2,
+        &["text.npy", "not a readable .npy"],
+    );
+    rejects_in(
+        d,
+        &from("missing.npy"),
+        &[],
+        2,
+        &["heat.initial.path", "missing.npy"],
     );
 }

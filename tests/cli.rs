@@ -136,3 +136,52 @@ fn bench_reports_the_fraction_of_the_measured_ceiling() {
     assert!(frac > 0.0 && s["ceilings"]["copy_bandwidth"].as_f64().unwrap() > 0.0);
     assert_eq!(s["bytes_per_cell"], 24);
 }
+
+/// An initial field from a .npy beside the problem file (a relative path is taken from the
+/// problem file's folder, not the working directory); the run starts from those values.
+#[test]
+fn heat_initial_field_from_a_npy_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (ny, nx) = (9usize, 12usize);
+    let u0: Vec<f32> = (0..ny * nx)
+        .map(|i| ((i % nx) * (i / nx)) as f32 * 0.01)
+        .collect();
+    keisan::output::npy::write(&d.join("u0.npy"), &[ny, nx], &u0).unwrap();
+    let toml = format!(
+        "solver = \"heat\"\n[heat]\nshape = [{ny}, {nx}]\ndt = 1e-4\nsteps = 1\n\
+         [heat.initial]\npreset = \"file\"\npath = \"u0.npy\"\n[output]\ndir = \"{}\"\n",
+        d.join("res").display()
+    );
+    std::fs::write(d.join("p.toml"), toml).unwrap();
+    let o = keisan(&[
+        "run",
+        d.join("p.toml").to_str().unwrap(),
+        "--backend",
+        "cpu",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let bytes = std::fs::read(d.join("res/u.npy")).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(npy.shape(), &[ny as u64, nx as u64]);
+    let u: Vec<f64> = npy.into_vec().unwrap();
+    // One step: boundary values kept, interior moved by the update from the file's values.
+    let r = 1e-4 * ((ny - 1) as f64).powi(2);
+    let rx = 1e-4 * ((nx - 1) as f64).powi(2);
+    let at = |j: usize, i: usize| u0[j * nx + i] as f64;
+    for (j, i) in [(0, 3), (ny - 1, 5), (4, 0), (4, 6)] {
+        let want = if j == 0 || j == ny - 1 || i == 0 || i == nx - 1 {
+            at(j, i)
+        } else {
+            let c = at(j, i);
+            c + (rx * ((at(j, i - 1) + at(j, i + 1)) - 2.0 * c)
+                + r * ((at(j - 1, i) + at(j + 1, i)) - 2.0 * c))
+        };
+        assert!(
+            (u[j * nx + i] - want).abs() < 1e-12,
+            "({j}, {i}): {} vs {want}",
+            u[j * nx + i]
+        );
+    }
+}

@@ -1,5 +1,10 @@
 //! Initial conditions: presets, and the analytic solution of the sine preset.
 
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use npyz::{DType, NpyFile, Order, TypeChar};
 use serde::{Deserialize, Serialize};
 
 use super::HeatProblem;
@@ -31,6 +36,10 @@ pub enum Initial {
         #[serde(default = "one")]
         value: f64,
     },
+    /// A NumPy .npy array of the grid's shape (float32 or float64, C order), e.g. from
+    /// `np.save("u0.npy", u0)`; a relative path is taken from the problem file's folder.
+    /// Its boundary values are the Dirichlet values.
+    File { path: PathBuf },
 }
 
 fn one() -> f64 {
@@ -71,6 +80,107 @@ impl Initial {
             _ => Ok(()),
         }
     }
+
+    /// Make a relative file path relative to `base` (the problem file's folder).
+    pub fn resolve_relative_to(&mut self, base: &Path) {
+        if let Initial::File { path } = self
+            && path.is_relative()
+        {
+            *path = base.join(&*path);
+        }
+    }
+}
+
+const FILE_FIELD: &str = "heat.initial.path";
+
+/// Open an initial-field .npy and check its header against the grid: shape, dtype, order.
+/// Returns the reader and whether the values are float32.
+fn open_npy(p: &HeatProblem, path: &Path) -> Result<(NpyFile<BufReader<File>>, bool)> {
+    let shown = path.display();
+    let file = File::open(path).map_err(|e| Error::invalid(FILE_FIELD, &shown, e.to_string()))?;
+    let npy = NpyFile::new(BufReader::new(file)).map_err(|e| {
+        Error::invalid(FILE_FIELD, &shown, format!("not a readable .npy file: {e}"))
+    })?;
+    let shape: Vec<usize> = npy.shape().iter().map(|&v| v as usize).collect();
+    if shape != p.user_shape() {
+        return Err(Error::invalid(
+            FILE_FIELD,
+            &shown,
+            format!(
+                "holds an array of shape {shape:?}; the grid (heat.shape) is {:?}",
+                p.user_shape()
+            ),
+        ));
+    }
+    let f32 = match npy.dtype() {
+        DType::Plain(t) if t.type_char() == TypeChar::Float && t.size_field() == 4 => true,
+        DType::Plain(t) if t.type_char() == TypeChar::Float && t.size_field() == 8 => false,
+        DType::Plain(t) => {
+            return Err(Error::invalid(
+                FILE_FIELD,
+                &shown,
+                format!("has dtype {t}; save it as float64 or float32 (arr.astype(np.float64))"),
+            ));
+        }
+        _ => {
+            return Err(Error::invalid(
+                FILE_FIELD,
+                &shown,
+                "holds a structured array; save a plain float64 or float32 array",
+            ));
+        }
+    };
+    if npy.order() == Order::Fortran && p.dims > 1 {
+        return Err(Error::invalid(
+            FILE_FIELD,
+            &shown,
+            "is in Fortran order; save np.ascontiguousarray(arr)",
+        ));
+    }
+    Ok((npy, f32))
+}
+
+/// Check a file initial condition's header, so that a wrong file fails before any work.
+pub fn check(p: &HeatProblem) -> Result<()> {
+    match &p.initial {
+        Initial::File { path } => open_npy(p, path).map(|_| ()),
+        _ => Ok(()),
+    }
+}
+
+fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
+    let (npy, f32) = open_npy(p, path)?;
+    let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
+    let shown = path.display();
+    let short = |e: std::io::Error| Error::invalid(FILE_FIELD, &shown, format!("{e}"));
+    let dtype = |e: npyz::DTypeError| Error::invalid(FILE_FIELD, &shown, e.to_string());
+    if f32 {
+        for (v, x) in u.iter_mut().zip(npy.data::<f32>().map_err(dtype)?) {
+            *v = T::lit(x.map_err(short)? as f64);
+        }
+    } else {
+        for (v, x) in u.iter_mut().zip(npy.data::<f64>().map_err(dtype)?) {
+            *v = T::lit(x.map_err(short)?);
+        }
+    }
+    if let Some(i) = u.iter().position(|v| !v.as_f64().is_finite()) {
+        let mut at = Vec::with_capacity(p.dims);
+        let mut rest = i;
+        for &n in p.user_shape().iter().rev() {
+            at.push(rest % n);
+            rest /= n;
+        }
+        at.reverse();
+        return Err(Error::invalid(
+            FILE_FIELD,
+            &shown,
+            format!(
+                "holds {} at index {at:?}; the initial field must be finite",
+                u[i].as_f64()
+            ),
+        ));
+    }
+    Ok(u)
 }
 
 /// Mode numbers of the sine preset, padded to three axes (1 where unused).
@@ -119,6 +229,7 @@ pub fn value(p: &HeatProblem, idx: usize) -> f64 {
             let r2: f64 = active.map(|a| (x[a] - 0.5 * len[a]).powi(2)).sum();
             amplitude * (-r2 / (2.0 * width * width)).exp()
         }
+        Initial::File { .. } => unreachable!("file initial fields are read whole, not per point"),
         Initial::HotBox { fraction, value } => {
             let inside = !is_boundary(p, idx)
                 && active
@@ -134,6 +245,9 @@ pub fn field<T: Real>(p: &HeatProblem) -> Result<Vec<T>> {
     use rayon::prelude::*;
     // One time layer: the out-of-core engine keeps only this one on the host.
     crate::memory::ensure_host_fits(p.field_bytes(T::PRECISION) / 2, "the heat grid")?;
+    if let Initial::File { path } = &p.initial {
+        return read_npy(p, path);
+    }
     let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
     u.par_iter_mut()
         .enumerate()

@@ -11,7 +11,7 @@
 
 pub mod cpu;
 pub mod cuda;
-mod initial;
+pub mod initial;
 pub mod model;
 pub mod pyramid;
 pub mod step_kernel;

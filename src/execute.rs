@@ -71,7 +71,8 @@ fn setup_and_drive<E: Engine + ?Sized>(
     Ok((engine, outcome))
 }
 
-/// Write a field as `<name>.npy`, plus `<name>.vti` when it is 2D or 3D; the paths written.
+/// Write a field as `<name>.npy`, plus `<name>.vti` and a picture `<name>.png` (the field,
+/// or its middle z-plane) when it is 2D or 3D; the paths written.
 fn write_field<T: Real>(out: &OutputDir, u: &run::Field<T>) -> Result<Vec<std::path::PathBuf>> {
     let npy = out.file(&format!("{}.npy", u.name));
     output::npy::write(&npy, &u.shape, &u.data)?;
@@ -80,6 +81,11 @@ fn write_field<T: Real>(out: &OutputDir, u: &run::Field<T>) -> Result<Vec<std::p
         let vti = out.file(&format!("{}.vti", u.name));
         output::vti::write(&vti, u)?;
         files.push(vti);
+    }
+    if output::png::applies(u) {
+        let png = out.file(&format!("{}.png", u.name));
+        output::png::write(&png, u)?;
+        files.push(png);
     }
     Ok(files)
 }

@@ -49,6 +49,12 @@ fn run_writes_npy_vti_csv_and_json_summary() {
     assert!(csv.starts_with("iteration,residual\n1,"));
     let vti = std::fs::read(out.join("u.vti")).unwrap();
     assert!(vti.starts_with(b"<?xml") && vti.len() > 30 * 40 * 8);
+    // A picture of the field with its colour bar, small grids enlarged.
+    let png = std::fs::File::open(out.join("u.png")).unwrap();
+    let reader = png::Decoder::new(std::io::BufReader::new(png))
+        .read_info()
+        .unwrap();
+    assert!(reader.info().width >= 256, "{}", reader.info().width);
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["iterations"], 25);

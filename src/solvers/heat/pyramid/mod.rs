@@ -11,6 +11,7 @@ pub mod cuda;
 pub mod plan;
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use rayon::prelude::*;
 
@@ -131,9 +132,14 @@ impl Scheduler {
         assert!(steps >= 1 && steps <= plan.height);
         let mut pending: VecDeque<(usize, usize)> = VecDeque::new();
         let lag = exec.depth().saturating_sub(1);
+        let mut trace = PassTrace::default();
         for (i, task) in plan.tasks.iter().enumerate() {
+            let t = Instant::now();
             let buf = exec.stage(task.input.len())?;
+            trace.stage_wait += t.elapsed().as_secs_f64();
+            let t = Instant::now();
             self.rows.gather(grid, &task.input, buf);
+            trace.gather += t.elapsed().as_secs_f64();
             let ticket = exec.launch(task, steps, step0)?;
             pending.push_back((i, ticket));
             // Write back results nobody will read old values from, oldest first, once
@@ -142,12 +148,15 @@ impl Scheduler {
                 if plan.last_reader[j] > i || j + lag > i {
                     break;
                 }
-                self.write_back(plan, j, t, grid, exec)?;
+                self.write_back(plan, j, t, grid, exec, &mut trace)?;
                 pending.pop_front();
             }
         }
         while let Some((j, t)) = pending.pop_front() {
-            self.write_back(plan, j, t, grid, exec)?;
+            self.write_back(plan, j, t, grid, exec, &mut trace)?;
+        }
+        if std::env::var_os("KEISAN_TRACE").is_some() {
+            trace.print(plan.tasks.len());
         }
         Ok(())
     }
@@ -159,11 +168,40 @@ impl Scheduler {
         ticket: usize,
         grid: &mut [T],
         exec: &mut dyn BoxExecutor<T>,
+        trace: &mut PassTrace,
     ) -> Result<()> {
+        let t = Instant::now();
         let res = exec.result(ticket)?;
+        trace.result_wait += t.elapsed().as_secs_f64();
+        let t = Instant::now();
         self.rows.scatter(res, &plan.tasks[j].result, grid);
+        trace.scatter += t.elapsed().as_secs_f64();
         exec.release(ticket);
         Ok(())
+    }
+}
+
+/// Where the host thread spent a pass (KEISAN_TRACE=1 prints it): waiting for a free
+/// staging buffer, gathering inputs, waiting for results, scattering them back. Tells a
+/// host-bound pass (gather + scatter ≈ pass) from a device-bound one (waits dominate).
+#[derive(Default)]
+struct PassTrace {
+    stage_wait: f64,
+    gather: f64,
+    result_wait: f64,
+    scatter: f64,
+}
+
+impl PassTrace {
+    fn print(&self, tasks: usize) {
+        eprintln!(
+            "pyramid pass, {tasks} tasks: stage wait {:.1} ms, gather {:.1} ms, result wait \
+             {:.1} ms, scatter {:.1} ms",
+            self.stage_wait * 1e3,
+            self.gather * 1e3,
+            self.result_wait * 1e3,
+            self.scatter * 1e3
+        );
     }
 }
 

@@ -54,6 +54,9 @@ pub struct HeatBenchOptions {
     pub temporal_block: Option<usize>,
 }
 
+/// How the name of an in-core case without temporal blocking ends.
+const SINGLE_PASS: &str = "single-pass";
+
 /// A heat problem with dt at 0.9 of the stability limit and a hot box inside.
 pub fn bench_problem(shape: &[usize], steps: u64, ooc: heat::OutOfCore) -> Result<HeatProblem> {
     let cfg = HeatConfig {
@@ -108,7 +111,7 @@ fn cases<T: Real>(device: &Device, o: &HeatBenchOptions, c: &Ceilings) -> Result
         }
         let mut p = bench_problem(shape, o.steps, in_core.clone())?;
         p.temporal_block = Some(1);
-        let name = format!("in-core {dims} single-pass");
+        let name = format!("in-core {dims} {SINGLE_PASS}");
         out.push(time_case::<T>(&name, device, &p, o.repetitions, c)?);
         let levels = o
             .temporal_block
@@ -233,12 +236,16 @@ impl HeatBench {
                     );
                 }
             }
-            let single = |d: &str| format!("in-core {d} single-pass");
-            if k.name.starts_with("in-core") && !k.name.ends_with("single-pass") {
-                let d = &k.name[8..10];
-                if let Some(s) = self.cases.iter().find(|c| c.name == single(d)) {
+            let single_pass = |c: &HeatCase| c.name.ends_with(SINGLE_PASS);
+            if k.layout.strategy == Strategy::InCore && !single_pass(k) {
+                let twin = self
+                    .cases
+                    .iter()
+                    .find(|c| c.shape == k.shape && single_pass(c));
+                if let Some(s) = twin {
                     r += &format!(
-                        "  temporal blocking / single pass ({d}): {:.2}×\n",
+                        "  temporal blocking / single pass ({}D): {:.2}×\n",
+                        k.shape.len(),
                         k.gcells_per_s / s.gcells_per_s
                     );
                 }

@@ -471,11 +471,12 @@ fn bench(which: BenchCommand) -> Result<()> {
             dev,
             json,
         } => {
-            if temporal_block.is_some_and(|t| !(1..=64).contains(&t)) {
+            let most = keisan::solvers::heat::MAX_TEMPORAL_BLOCK;
+            if let Some(t) = temporal_block.filter(|t| !(1..=most).contains(t)) {
                 return Err(Error::invalid(
                     "--temporal-block",
-                    temporal_block.unwrap_or(0),
-                    "steps per pass must be in [1, 64]",
+                    t,
+                    format!("steps per pass must be in [1, {most}]"),
                 ));
             }
             if steps == 0 || repetitions == 0 || ooc_steps == 0 || trivial_steps == 0 {

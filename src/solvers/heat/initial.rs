@@ -148,29 +148,30 @@ pub fn check(p: &HeatProblem) -> Result<()> {
     }
 }
 
+/// Read the array's values, stored as `S`, into `u`.
+fn fill<S: npyz::Deserialize + Into<f64>, T: Real>(
+    npy: NpyFile<BufReader<File>>,
+    u: &mut [T],
+    path: &Path,
+) -> Result<()> {
+    let why = |e: &dyn std::fmt::Display| Error::invalid(FILE_FIELD, path.display(), e.to_string());
+    for (v, x) in u.iter_mut().zip(npy.data::<S>().map_err(|e| why(&e))?) {
+        *v = T::lit(x.map_err(|e| why(&e))?.into());
+    }
+    Ok(())
+}
+
 fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
     let (npy, f32) = open_npy(p, path)?;
     let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
     let shown = path.display();
-    let short = |e: std::io::Error| Error::invalid(FILE_FIELD, &shown, format!("{e}"));
-    let dtype = |e: npyz::DTypeError| Error::invalid(FILE_FIELD, &shown, e.to_string());
     if f32 {
-        for (v, x) in u.iter_mut().zip(npy.data::<f32>().map_err(dtype)?) {
-            *v = T::lit(x.map_err(short)? as f64);
-        }
+        fill::<f32, T>(npy, &mut u, path)?;
     } else {
-        for (v, x) in u.iter_mut().zip(npy.data::<f64>().map_err(dtype)?) {
-            *v = T::lit(x.map_err(short)?);
-        }
+        fill::<f64, T>(npy, &mut u, path)?;
     }
     if let Some(i) = u.iter().position(|v| !v.as_f64().is_finite()) {
-        let mut at = Vec::with_capacity(p.dims);
-        let mut rest = i;
-        for &n in p.user_shape().iter().rev() {
-            at.push(rest % n);
-            rest /= n;
-        }
-        at.reverse();
+        let at = &ijk(p, i)[3 - p.dims..];
         return Err(Error::invalid(
             FILE_FIELD,
             &shown,
@@ -192,10 +193,15 @@ fn sine_modes(p: &HeatProblem, modes: &Option<Vec<u32>>) -> [f64; 3] {
     k
 }
 
+/// The (z, y, x) index of row-major point `idx` (padded axes at 0).
+fn ijk(p: &HeatProblem, idx: usize) -> [usize; 3] {
+    let [_, ny, nx] = p.shape;
+    [idx / (ny * nx), (idx / nx) % ny, idx % nx]
+}
+
 /// Coordinates of point `idx` (padded axes at 0) and the domain length per axis.
 fn coords(p: &HeatProblem, idx: usize) -> ([f64; 3], [f64; 3]) {
-    let [_, ny, nx] = p.shape;
-    let ijk = [idx / (ny * nx), (idx / nx) % ny, idx % nx];
+    let ijk = ijk(p, idx);
     let mut x = [0.0; 3];
     let mut len = [1.0; 3];
     for a in 0..3 {
@@ -206,8 +212,7 @@ fn coords(p: &HeatProblem, idx: usize) -> ([f64; 3], [f64; 3]) {
 }
 
 fn is_boundary(p: &HeatProblem, idx: usize) -> bool {
-    let [_, ny, nx] = p.shape;
-    let ijk = [idx / (ny * nx), (idx / nx) % ny, idx % nx];
+    let ijk = ijk(p, idx);
     (3 - p.dims..3).any(|a| ijk[a] == 0 || ijk[a] == p.shape[a] - 1)
 }
 

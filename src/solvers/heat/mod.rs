@@ -28,6 +28,9 @@ use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
 use crate::run::Engine;
 
+/// The most steps per in-core temporal-blocking pass a problem may ask for.
+pub const MAX_TEMPORAL_BLOCK: usize = 64;
+
 /// The `[heat]` table of a problem file, as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,11 +159,13 @@ impl HeatConfig {
             ));
         }
         if let Some(t) = self.temporal_block {
-            if !(1..=64).contains(&t) {
+            if !(1..=MAX_TEMPORAL_BLOCK as i64).contains(&t) {
                 return Err(Error::invalid(
                     "heat.temporal_block",
                     t,
-                    "steps per pass must be in [1, 64] (1: no temporal blocking)",
+                    format!(
+                        "steps per pass must be in [1, {MAX_TEMPORAL_BLOCK}] (1: no temporal blocking)"
+                    ),
                 ));
             }
             if dims == 1 && t > 1 {

@@ -195,6 +195,13 @@ fn tb_tile(dims: usize, levels: usize, bytes: usize) -> Option<(u32, u32)> {
         .map(|&(tx, ty)| (tx as u32, ty as u32))
 }
 
+/// The most steps per pass a tile allows for `dims` and values of `bytes` (None in 1D).
+fn tallest_levels(dims: usize, bytes: usize) -> Option<usize> {
+    (1..=super::MAX_TEMPORAL_BLOCK)
+        .take_while(|&l| tb_tile(dims, l, bytes).is_some())
+        .last()
+}
+
 fn tb_defines(levels: usize, tile: (u32, u32)) -> Vec<(&'static str, String)> {
     vec![
         ("TB_LEVELS", levels.to_string()),
@@ -210,9 +217,7 @@ pub fn tb_variants() -> Vec<(Precision, Vec<(&'static str, String)>)> {
     for precision in [Precision::F32, Precision::F64] {
         for dims in [2, 3] {
             let bytes = precision.bytes();
-            let tallest = (1..=64)
-                .take_while(|&l| tb_tile(dims, l, bytes).is_some())
-                .last();
+            let tallest = tallest_levels(dims, bytes);
             for levels in [Some(default_levels(dims, precision)), tallest]
                 .into_iter()
                 .flatten()
@@ -239,10 +244,7 @@ pub struct TemporalBlock<T: Real> {
 impl<T: Real> TemporalBlock<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Self> {
         let tile = tb_tile(p.dims, levels, T::PRECISION.bytes()).ok_or_else(|| {
-            let most = (1..=64)
-                .take_while(|&l| tb_tile(p.dims, l, T::PRECISION.bytes()).is_some())
-                .last()
-                .unwrap_or(1);
+            let most = tallest_levels(p.dims, T::PRECISION.bytes()).unwrap_or(1);
             Error::invalid(
                 "heat.temporal_block",
                 levels,

@@ -351,12 +351,12 @@ pub fn measure<T: Real>(gpu: &Arc<Gpu>, p: &HeatProblem, capacity: usize) -> Res
     // so time copies out of a 512 MiB source, a different (cold) window each time, into
     // the same kind of pinned buffer; the mean of three.
     let windows = 3;
-    let grid = vec![T::lit(1.0); windows * copy_values + (256 << 20) / bytes];
+    let grid = vec![T::lit(1.0); (512 << 20) / bytes];
     // SAFETY: written before read.
     let mut staging = unsafe { staging_buffer::<T>(gpu, copy_values) }?;
     let dst = staging.as_mut_slice()?;
     let t = std::time::Instant::now();
-    for w in grid.chunks(copy_values).take(windows) {
+    for w in grid.chunks_exact(copy_values).take(windows) {
         use rayon::prelude::*;
         dst.par_chunks_mut(1 << 18)
             .zip(w.par_chunks(1 << 18))

@@ -59,8 +59,11 @@ impl<T> SharedMut<T> {
 }
 
 impl Rows {
-    fn offset(&self, z: usize, y: usize, x: usize) -> usize {
-        (z * self.shape[1] + y) * self.shape[2] + x
+    /// Grid index of the first point of row `row` (counted z-major) of `region`.
+    fn row_start(&self, region: &Region, row: usize) -> usize {
+        let by = region.hi[1] - region.lo[1];
+        let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
+        (z * self.shape[1] + y) * self.shape[2] + region.lo[2]
     }
 
     /// Rows per parallel work item: about 1 MiB, so rayon's overhead stays small.
@@ -70,16 +73,14 @@ impl Rows {
 
     /// grid[region] → out (contiguous).
     fn gather<T: Real>(&self, grid: &[T], region: &Region, out: &mut [T]) {
-        let [_, by, bx] = region.shape();
+        let bx = region.shape()[2];
         let k = Self::rows_per_item::<T>(bx);
         out[..region.len()]
             .par_chunks_mut(bx * k)
             .enumerate()
             .for_each(|(item, rows)| {
                 for (r, dst) in rows.chunks_mut(bx).enumerate() {
-                    let row = item * k + r;
-                    let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
-                    let i = self.offset(z, y, region.lo[2]);
+                    let i = self.row_start(region, item * k + r);
                     dst.copy_from_slice(&grid[i..i + bx]);
                 }
             });
@@ -87,7 +88,7 @@ impl Rows {
 
     /// src (contiguous) → grid[region].
     fn scatter<T: Real>(&self, src: &[T], region: &Region, grid: &mut [T]) {
-        let [_, by, bx] = region.shape();
+        let bx = region.shape()[2];
         assert!(region.hi.iter().zip(self.shape).all(|(h, n)| *h <= n));
         assert!(src.len() >= region.len());
         let base = SharedMut(grid.as_mut_ptr());
@@ -97,9 +98,7 @@ impl Rows {
             .enumerate()
             .for_each(|(item, rows)| {
                 for (r, from) in rows.chunks(bx).enumerate() {
-                    let row = item * k + r;
-                    let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
-                    let i = self.offset(z, y, region.lo[2]);
+                    let i = self.row_start(region, item * k + r);
                     // SAFETY: rows of a region are disjoint and inside the grid (asserted
                     // above).
                     unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), base.get().add(i), bx) };

@@ -16,5 +16,5 @@ for line in sys.stdin:
         name = m["target"]["name"] if m["target"]["kind"] != ["lib"] else "lib"
         shutil.copy(exe, "gpu/tests/" + name)
 '
-cp scripts/gpu-check.sh scripts/gpu-heat.sh scripts/gpu-tb.sh gpu/
+cp scripts/gpu-*.sh gpu/
 ls -la gpu gpu/tests

@@ -75,6 +75,7 @@ pub fn bench_problem(shape: &[usize], steps: u64, ooc: heat::OutOfCore) -> Resul
         device_memory: ooc
             .device_memory
             .map(|b| crate::units::ByteSize::Bytes(b as i64)),
+        pin_host_grid: Some(ooc.pin_host_grid),
         temporal_block: None,
     };
     let mut p = cfg.validate()?;

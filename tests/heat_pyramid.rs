@@ -1,6 +1,7 @@
 //! The out-of-core pyramid method against the in-core engine: bit for bit (the same
 //! update in the same order), for 1D/2D/3D grids, both decompositions, several pyramid
-//! heights, sizes that do not divide evenly and budgets that force many tasks. The CPU
+//! heights, sizes that do not divide evenly, budgets that force many tasks, and both ways of
+//! moving boxes (direct to and from a pinned grid, and staged through the host). The CPU
 //! executor runs here and in CI; the CUDA executor where a GPU is present.
 
 mod common;
@@ -43,7 +44,7 @@ fn pyramid_equals_in_core<T: Real>(device: &Device, boxes: usize, trivial: bool)
             &["1d", "2d"]
         };
         let heights: &[usize] = if trivial { &[1] } else { &[1, 2, 3, 7] };
-        for d in decompositions {
+        for (d, pin) in decompositions.iter().flat_map(|d| [(d, true), (d, false)]) {
             for &n in heights {
                 let budget = budget_for(&base, d, n, T::PRECISION.bytes(), boxes);
                 let strategy = if trivial { "trivial" } else { "pyramid" };
@@ -53,15 +54,17 @@ fn pyramid_equals_in_core<T: Real>(device: &Device, boxes: usize, trivial: bool)
                     format!("pyramid_height = {n}\n")
                 };
                 let extra = format!(
-                    "strategy = \"{strategy}\"\ndecomposition = \"{d}\"\n{height}device_memory = {budget}"
+                    "strategy = \"{strategy}\"\ndecomposition = \"{d}\"\n{height}\
+                     device_memory = {budget}\npin_host_grid = {pin}"
                 );
                 let p = heat_problem(shape, steps, &extra);
                 let (u, layout) = heat_run::<T>(&p, device, &u0);
                 let tasks = layout.tasks.unwrap();
                 assert!(tasks >= 4, "{shape} {d} n={n}: only {tasks} tasks");
+                assert_eq!(layout.direct, Some(pin), "{shape} {d} n={n}: pinning");
                 assert!(
                     same_bits(&u, &reference),
-                    "{shape} {d} n={n} {}: pyramid differs from in-core",
+                    "{shape} {d} n={n} pin={pin} {}: pyramid differs from in-core",
                     T::PRECISION
                 );
             }

@@ -120,6 +120,24 @@ pub struct Gpu {
     modules: Mutex<HashMap<ModuleKey, Arc<CudaModule>>>,
 }
 
+/// Host memory registered with the driver ([`Gpu::pin_host`]); unregistered on drop.
+pub struct HostPin {
+    ptr: *mut u8,
+    ctx: Arc<CudaContext>,
+}
+
+// SAFETY: the guard only holds the address to unregister; the driver call is thread-safe.
+unsafe impl Send for HostPin {}
+
+impl Drop for HostPin {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: registered by `pin_host`; the owner keeps the memory alive till now.
+            let _ = unsafe { cudarc::driver::sys::cuMemHostUnregister(self.ptr.cast()) };
+        }
+    }
+}
+
 impl std::fmt::Debug for Gpu {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Gpu({}: {})", self.ordinal, self.name)
@@ -215,6 +233,22 @@ impl Gpu {
             }
         };
         Ok(module.load_function(name)?)
+    }
+
+    /// Page-lock `bytes` of host memory at `ptr` so the device's copy engines read and
+    /// write it directly; undone when the returned guard drops.
+    ///
+    /// # Safety
+    /// The memory must stay allocated until the guard drops.
+    pub unsafe fn pin_host(&self, ptr: *mut u8, bytes: usize) -> Result<HostPin> {
+        use cudarc::driver::sys;
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the caller keeps the memory alive while it is registered.
+        unsafe { sys::cuMemHostRegister_v2(ptr.cast(), bytes, 0) }.result()?;
+        Ok(HostPin {
+            ptr,
+            ctx: self.ctx.clone(),
+        })
     }
 
     /// A CUDA event that records time.

@@ -59,6 +59,11 @@ pub struct HeatConfig {
     /// Device memory to use, e.g. "8GiB" or a number of bytes; default: free less a margin.
     #[serde(default)]
     pub device_memory: Option<crate::units::ByteSize>,
+    /// Out-of-core on a GPU: page-lock the host grid so the copy engines move boxes to and
+    /// from it directly (default true; false gathers and scatters through pinned buffers,
+    /// for hosts where locking that much memory is unwelcome).
+    #[serde(default)]
+    pub pin_host_grid: Option<bool>,
     /// Steps per pass of the in-core CUDA engine's temporal blocking (1: single-step
     /// passes); default: the fastest measured for the grid's dimension and precision.
     #[serde(default)]
@@ -193,6 +198,7 @@ impl HeatConfig {
                 decomposition: self.decomposition,
                 pyramid_height: self.pyramid_height.map(|n| n as usize),
                 device_memory,
+                pin_host_grid: self.pin_host_grid.unwrap_or(true),
             },
             temporal_block: self.temporal_block.map(|t| t as usize),
         };

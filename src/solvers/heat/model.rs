@@ -3,7 +3,8 @@
 //!
 //! The seed's model for a 1D decomposition of a 2D grid, τ ≈ K(I−1)²·(R−n)/(R−2n)·(2τc/n + τa),
 //! adds transfer and compute. keisan overlaps them: a task's copy in, its compute, its copy
-//! out and the host's staging run in four pipelined stages, so a pass costs about
+//! out and the host's copies (gather and scatter, or only the late strips when the grid is
+//! pinned) run in four pipelined stages, so a pass costs about
 //! Σ_tasks max(stage times) plus filling and draining the pipeline. Stage times come from
 //! the actual task geometry (edges, remainders, the shrinking valid region) and from
 //! per-value costs measured on the device at start-up.
@@ -30,6 +31,18 @@ pub struct Costs {
     pub launch: f64,
 }
 
+/// How the executor moves data, as far as the model cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Pipeline {
+    /// Copies in, compute and copies out of successive tasks overlap (false: the study's
+    /// one-after-another schedule, the trivial baseline).
+    pub overlap: bool,
+    /// Inputs come straight from a pinned grid and early regions go straight back; the
+    /// host copies only the late strips (false: it gathers every input and scatters
+    /// every result).
+    pub direct: bool,
+}
+
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Prediction {
     pub seconds: f64,
@@ -38,14 +51,14 @@ pub struct Prediction {
 }
 
 /// Time of `steps` steps of the whole grid with `plan`, values of `bytes` bytes.
-pub fn predict(plan: &Plan, steps: u64, bytes: usize, costs: &Costs, overlap: bool) -> Prediction {
+pub fn predict(plan: &Plan, steps: u64, bytes: usize, costs: &Costs, how: Pipeline) -> Prediction {
     let n = plan.height as u64;
     let full = steps / n;
     let rest = (steps % n) as usize;
-    let (pass, bound) = pass_time(plan, plan.height, bytes, costs, overlap);
+    let (pass, bound) = pass_time(plan, plan.height, bytes, costs, how);
     let mut seconds = full as f64 * pass;
     if rest > 0 {
-        seconds += pass_time(plan, rest, bytes, costs, overlap).0;
+        seconds += pass_time(plan, rest, bytes, costs, how).0;
     }
     Prediction { seconds, bound }
 }
@@ -55,8 +68,16 @@ fn pass_time(
     steps: usize,
     bytes: usize,
     c: &Costs,
-    overlap: bool,
+    how: Pipeline,
 ) -> (f64, &'static str) {
+    let overlap = how.overlap;
+    let host_values = |t: &super::pyramid::Task| {
+        if how.direct {
+            t.late.iter().map(|r| r.len()).sum::<usize>()
+        } else {
+            t.input.len() + t.result.len()
+        }
+    };
     let b = bytes as f64;
     let mut total = 0.0;
     let mut sums = [0.0f64; 4];
@@ -68,7 +89,7 @@ fn pass_time(
             inp * c.h2d,
             out * c.d2h,
             computed * c.compute + steps as f64 * c.launch,
-            (inp + out) * c.host,
+            host_values(t) as f64 * b * c.host,
         ];
         for (s, v) in sums.iter_mut().zip(stages) {
             *s += v;
@@ -82,8 +103,10 @@ fn pass_time(
     if overlap {
         // Filling and draining: the first task's way in and the last one's way out.
         if let (Some(first), Some(last)) = (plan.tasks.first(), plan.tasks.last()) {
-            total += first.input.len() as f64 * b * (c.h2d + c.host)
-                + last.result.len() as f64 * b * (c.d2h + c.host);
+            let staged = if how.direct { 0.0 } else { c.host };
+            total += first.input.len() as f64 * b * (c.h2d + staged)
+                + last.result.len() as f64 * b * c.d2h
+                + host_values(last) as f64 * b * c.host;
         }
     }
     let names = ["copy-in", "copy-out", "compute", "host"];
@@ -112,7 +135,7 @@ pub fn best_plan(
     steps: u64,
     bytes: usize,
     costs: &Costs,
-    overlap: bool,
+    how: Pipeline,
 ) -> Option<(Plan, Prediction)> {
     let mut best: Option<(Plan, Prediction)> = None;
     for &d in decompositions.iter().filter(|d| d.fits(dims)) {
@@ -123,7 +146,7 @@ pub fn best_plan(
             let Some(p) = plan(shape, dims, d, n, capacity) else {
                 continue;
             };
-            let pred = predict(&p, steps, bytes, costs, overlap);
+            let pred = predict(&p, steps, bytes, costs, how);
             if best.as_ref().is_none_or(|(_, b)| pred.seconds < b.seconds) {
                 best = Some((p, pred));
             }

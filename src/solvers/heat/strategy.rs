@@ -26,13 +26,27 @@ pub enum Strategy {
 }
 
 /// The out-of-core settings of a heat problem.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct OutOfCore {
     pub strategy: Strategy,
     pub decomposition: Option<Decomposition>,
     pub pyramid_height: Option<usize>,
     /// Device memory the solver may use, bytes; default: what is free minus a margin.
     pub device_memory: Option<u64>,
+    /// Copy boxes straight to and from a page-locked host grid (see `HeatConfig`).
+    pub pin_host_grid: bool,
+}
+
+impl Default for OutOfCore {
+    fn default() -> Self {
+        Self {
+            strategy: Strategy::Auto,
+            decomposition: None,
+            pyramid_height: None,
+            device_memory: None,
+            pin_host_grid: true,
+        }
+    }
 }
 
 /// Task slots of the CUDA executor (plus a scratch box): one coming in, one computing,
@@ -52,6 +66,10 @@ pub struct Layout {
     pub predicted_s: Option<f64>,
     pub bound: Option<&'static str>,
     pub costs: Option<Costs>,
+    /// Out-of-core: whether boxes move straight to and from a pinned host grid.
+    pub direct: Option<bool>,
+    /// Out-of-core on a GPU: seconds spent page-locking the host grid.
+    pub pin_seconds: Option<f64>,
 }
 
 impl Layout {
@@ -59,7 +77,7 @@ impl Layout {
         match self.strategy {
             Strategy::InCore | Strategy::Auto => "in-core".into(),
             s => format!(
-                "{} ({} decomposition, n = {}, {} tasks per pass, device budget {}; predicted {}, {}-bound)",
+                "{} ({} decomposition, n = {}, {} tasks per pass, device budget {}, {}; predicted {}, {}-bound)",
                 if s == Strategy::Trivial {
                     "trivial out-of-core"
                 } else {
@@ -69,6 +87,11 @@ impl Layout {
                 self.pyramid_height.unwrap_or(0),
                 self.tasks.unwrap_or(0),
                 units::bytes(self.device_memory as u128),
+                if self.direct == Some(true) {
+                    "host grid pinned"
+                } else {
+                    "host copies staged"
+                },
                 units::seconds(self.predicted_s.unwrap_or(0.0)),
                 self.bound.unwrap_or("?"),
             ),
@@ -96,7 +119,7 @@ pub fn choose_plan(
     capacity: usize,
     bytes: usize,
     costs: &Costs,
-    trivial: bool,
+    how: model::Pipeline,
     budget: u64,
     boxes: usize,
 ) -> Result<(Plan, Prediction)> {
@@ -128,7 +151,8 @@ pub fn choose_plan(
             ),
         ));
     }
-    let heights: Vec<usize> = match (trivial, p.ooc.pyramid_height) {
+    // The trivial baseline is the one that does not overlap: one step per pass.
+    let heights: Vec<usize> = match (!how.overlap, p.ooc.pyramid_height) {
         (true, _) => vec![1],
         (false, Some(n)) => vec![n],
         (false, None) => model::candidate_heights(512).collect(),
@@ -142,7 +166,7 @@ pub fn choose_plan(
         p.steps,
         bytes,
         costs,
-        !trivial,
+        how,
     )
     .ok_or_else(|| {
         Error::invalid(
@@ -180,6 +204,8 @@ pub fn build<T: Real>(
         predicted_s: None,
         bound: None,
         costs: None,
+        direct: None,
+        pin_seconds: None,
     };
     if strategy == Strategy::InCore {
         let engine: Box<dyn Engine<Real = T>> = match device {
@@ -208,22 +234,69 @@ pub fn build<T: Real>(
     if p.ooc.device_memory.is_none() {
         capacity = capacity.min(p.cells().div_ceil(64).max(1));
     }
-    let (plan, prediction) = choose_plan(p, capacity, bytes, &costs, trivial, budget, boxes)?;
-    // Pinned staging and result buffers beside the grid: slots + a few pending results.
-    crate::memory::ensure_host_fits(
-        p.field_bytes(T::PRECISION) / 2 + ((CUDA_SLOTS + 4) * plan.box_values * bytes) as u128,
-        "the host grid and the pyramid's staging buffers",
-    )?;
+    let mut u0 = u0;
+    let choose = |direct| {
+        let how = model::Pipeline {
+            overlap: !trivial,
+            direct,
+        };
+        choose_plan(p, capacity, bytes, &costs, how, budget, boxes)
+    };
+    let (mut plan, mut prediction) = choose(p.ooc.pin_host_grid)?;
+    let mut pin_seconds = None;
     let exec: Box<dyn BoxExecutor<T>> = match device {
-        Device::Cpu { .. } => Box::new(pyramid::cpu::CpuBoxes::<T>::new(p, plan.box_values)?),
-        Device::Cuda(gpu) => Box::new(pyramid::cuda::CudaBoxes::<T>::new(
-            gpu.clone(),
-            p,
-            if trivial { 1 } else { CUDA_SLOTS },
-            plan.box_values,
-            plan.result_values,
-            !trivial,
-        )?),
+        Device::Cpu { .. } => {
+            crate::memory::ensure_host_fits(
+                p.field_bytes(T::PRECISION) / 2 + (2 * plan.box_values * bytes) as u128,
+                "the host grid and the pyramid's workspace",
+            )?;
+            Box::new(pyramid::cpu::CpuBoxes::<T>::new(
+                p,
+                plan.box_values,
+                p.ooc.pin_host_grid,
+            )?)
+        }
+        Device::Cuda(gpu) => {
+            let pin = if p.ooc.pin_host_grid {
+                let t = std::time::Instant::now();
+                // SAFETY: the guard goes to the executor, which the engine drops (or
+                // tells to let go) before the grid.
+                match unsafe {
+                    gpu.pin_host(u0.as_mut_ptr().cast(), std::mem::size_of_val(&u0[..]))
+                } {
+                    Ok(pin) => {
+                        pin_seconds = Some(t.elapsed().as_secs_f64());
+                        Some(pin)
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "note: could not page-lock the {} host grid ({e}); the host \
+                             gathers and scatters every box instead (slower)",
+                            units::bytes(p.field_bytes(T::PRECISION) / 2)
+                        );
+                        (plan, prediction) = choose(false)?;
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            // Pinned staging (staged mode) and result buffers beside the grid.
+            let staging = if pin.is_some() { 0 } else { CUDA_SLOTS };
+            crate::memory::ensure_host_fits(
+                p.field_bytes(T::PRECISION) / 2 + ((staging + 4) * plan.box_values * bytes) as u128,
+                "the host grid and the pyramid's pinned buffers",
+            )?;
+            Box::new(pyramid::cuda::CudaBoxes::<T>::new(
+                gpu.clone(),
+                p,
+                if trivial { 1 } else { CUDA_SLOTS },
+                plan.box_values,
+                plan.result_values,
+                !trivial,
+                pin,
+            )?)
+        }
     };
     let layout = Layout {
         strategy,
@@ -234,6 +307,8 @@ pub fn build<T: Real>(
         predicted_s: Some(prediction.seconds),
         bound: Some(prediction.bound),
         costs: Some(costs),
+        direct: Some(exec.direct()),
+        pin_seconds,
     };
     Ok((Box::new(PyramidHeat::new(p, u0, plan, exec)), layout))
 }

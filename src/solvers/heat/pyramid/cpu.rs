@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use super::{BoxExecutor, Region, Task};
+use super::{BoxExecutor, GridView, Launched, Region, Task};
 use crate::error::Result;
 use crate::memory::try_filled;
 use crate::precision::Real;
@@ -75,6 +75,9 @@ pub fn step_box<T: Real>(
 
 /// Copy the `region` (local indices of a box of `shape`) of `src` into contiguous `out`.
 pub fn pack<T: Real>(shape: [usize; 3], region: &Region, src: &[T], out: &mut [T]) {
+    if region.is_empty() {
+        return;
+    }
     let [_, ry, rx] = region.shape();
     for (row, dst) in out[..region.len()].chunks_mut(rx).enumerate() {
         let (z, y) = (region.lo[0] + row / ry, region.lo[1] + row % ry);
@@ -89,11 +92,16 @@ pub struct CpuBoxes<T> {
     results: Vec<Vec<T>>,
     free: Vec<usize>,
     bad: Option<u64>,
+    /// Read inputs from and write early regions to the grid itself, as the CUDA executor
+    /// does with a pinned grid (so CI checks the plan's early/late split bit for bit).
+    direct: bool,
+    early: Vec<T>,
+    launched: usize,
 }
 
 impl<T: Real> CpuBoxes<T> {
     /// Workspace for boxes of `box_values` values (two boxes: the step ping-pongs).
-    pub fn new(p: &HeatProblem, box_values: usize) -> Result<Self> {
+    pub fn new(p: &HeatProblem, box_values: usize, direct: bool) -> Result<Self> {
         Ok(Self {
             p: p.clone(),
             work: [
@@ -103,6 +111,9 @@ impl<T: Real> CpuBoxes<T> {
             results: Vec::new(),
             free: Vec::new(),
             bad: None,
+            direct,
+            early: Vec::new(),
+            launched: 0,
         })
     }
 
@@ -115,8 +126,23 @@ impl<T: Real> BoxExecutor<T> for CpuBoxes<T> {
         Ok(&mut self.work[0][..values])
     }
 
-    fn launch(&mut self, task: &Task, steps: usize, step0: u64) -> Result<usize> {
+    fn direct(&self) -> bool {
+        self.direct
+    }
+
+    fn launch(
+        &mut self,
+        task: &Task,
+        steps: usize,
+        step0: u64,
+        grid: GridView<T>,
+    ) -> Result<Launched> {
         let shape = task.input.shape();
+        if self.direct {
+            // SAFETY: the scheduler writes back no region a later task reads before that
+            // task is launched, and this executor is synchronous.
+            unsafe { grid.gather(&task.input, &mut self.work[0]) };
+        }
         for k in 1..=steps {
             let [a, b] = &mut self.work;
             let (src, dst) = if k % 2 == 1 { (&*a, b) } else { (&*b, a) };
@@ -133,11 +159,33 @@ impl<T: Real> BoxExecutor<T> for CpuBoxes<T> {
                 self.results.len() - 1
             }
         };
-        let local = task.result_local();
+        let done = &self.work[steps % 2];
         let out = &mut self.results[ticket];
-        out.resize(local.len(), T::zero());
-        pack(shape, &local, &self.work[steps % 2], out);
-        Ok(ticket)
+        let local = |r: &Region| task.local(r);
+        if self.direct {
+            self.early.resize(task.early.len(), T::zero());
+            pack(shape, &local(&task.early), done, &mut self.early);
+            // SAFETY: no later task reads the early region; earlier ones have read it.
+            unsafe { grid.scatter(&self.early, &task.early) };
+            out.resize(task.late.iter().map(Region::len).sum(), T::zero());
+            let mut offset = 0;
+            for part in &task.late {
+                pack(shape, &local(part), done, &mut out[offset..]);
+                offset += part.len();
+            }
+        } else {
+            out.resize(task.result.len(), T::zero());
+            pack(shape, &local(&task.result), done, out);
+        }
+        self.launched += 1;
+        Ok(Launched {
+            result: ticket,
+            input: self.launched - 1,
+        })
+    }
+
+    fn wait_input(&mut self, _input: usize) -> Result<()> {
+        Ok(())
     }
 
     fn result(&mut self, ticket: usize) -> Result<&[T]> {

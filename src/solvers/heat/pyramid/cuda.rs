@@ -1,15 +1,21 @@
 //! The pyramid executor on a CUDA device. Device memory holds `slots` input boxes plus one
 //! scratch box the steps ping-pong with. Three streams (host→device copies, compute,
 //! device→host copies) chained by events let task i+1 come in and task i−1 go out while
-//! task i computes; the host stages inputs in pinned buffers meanwhile.
+//! task i computes.
+//!
+//! With the host grid pinned (the default), the copy engines move each input box straight
+//! out of the grid and each early region straight back (strided 3D copies); only the late
+//! strips, which later tasks still read as halo, go through pinned buffers for the host to
+//! scatter. Without it, the host gathers inputs into pinned staging buffers and scatters
+//! whole results.
 
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUDA_MEMCPY3D, CUmemorytype};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 
-use super::{BoxExecutor, Region, Task};
-use crate::device::cuda::Gpu;
+use super::{BoxExecutor, GridView, Launched, Task};
+use crate::device::cuda::{Gpu, HostPin};
 use crate::error::Result;
 use crate::precision::Real;
 use crate::solvers::heat::HeatProblem;
@@ -18,7 +24,8 @@ use crate::solvers::heat::step_kernel::{BoxKernels, NONE};
 
 struct Slot<T> {
     buf: CudaSlice<T>,
-    staging: PinnedHostSlice<T>,
+    /// Staged mode only, allocated on first use.
+    staging: Option<PinnedHostSlice<T>>,
     copied_in: CudaEvent,
     computed: CudaEvent,
     copied_out: CudaEvent,
@@ -43,6 +50,9 @@ pub struct CudaBoxes<T: Real> {
     bad: CudaSlice<u64>,
     launched: usize,
     overlap: bool,
+    box_values: usize,
+    /// The pinned host grid, in direct mode.
+    pin: Option<HostPin>,
 }
 
 fn event(gpu: &Gpu) -> Result<CudaEvent> {
@@ -56,7 +66,8 @@ impl<T: Real> CudaBoxes<T> {
     }
 
     /// `overlap = false` runs each task's copy in, steps and copy out one after another
-    /// (the study's schedule, used for the trivial baseline).
+    /// (the study's schedule, used for the trivial baseline). `pin`: the host grid,
+    /// registered ([`Gpu::pin_host`]); the executor then copies to and from it directly.
     pub fn new(
         gpu: Arc<Gpu>,
         p: &HeatProblem,
@@ -64,6 +75,7 @@ impl<T: Real> CudaBoxes<T> {
         box_values: usize,
         result_values: usize,
         overlap: bool,
+        pin: Option<HostPin>,
     ) -> Result<Self> {
         let bytes = Self::boxes(slots) as u128 * box_values as u128 * T::PRECISION.bytes() as u128;
         gpu.ensure_fits(bytes, "the pyramid's device boxes")?;
@@ -74,8 +86,7 @@ impl<T: Real> CudaBoxes<T> {
             list.push(Slot {
                 // SAFETY: every value a kernel reads was copied in or written before.
                 buf: unsafe { s.alloc::<T>(box_values) }?,
-                // SAFETY: the host fills it before each copy.
-                staging: unsafe { staging_buffer::<T>(&gpu, box_values) }?,
+                staging: None,
                 copied_in: event(&gpu)?,
                 computed: event(&gpu)?,
                 copied_out: event(&gpu)?,
@@ -99,6 +110,8 @@ impl<T: Real> CudaBoxes<T> {
             bad,
             launched: 0,
             overlap,
+            box_values,
+            pin,
         })
     }
 
@@ -120,73 +133,151 @@ impl<T: Real> CudaBoxes<T> {
     }
 }
 
-/// Device box `region` (of a box of `shape` at `src`) → contiguous host memory at `dst`.
-fn copy_region_out<T>(
-    stream: &CudaStream,
-    src: sys::CUdeviceptr,
+/// Host or device memory, for [`copy_box`].
+#[derive(Clone, Copy)]
+enum Mem {
+    Host(*mut std::ffi::c_void),
+    Device(sys::CUdeviceptr),
+}
+
+/// One side of a box copy: a row-major buffer of `shape` and the box's corner in it.
+#[derive(Clone, Copy)]
+struct Side {
+    mem: Mem,
     shape: [usize; 3],
-    region: &Region,
-    dst: *mut T,
-) -> Result<()> {
+    lo: [usize; 3],
+}
+
+impl Side {
+    fn whole(mem: Mem, shape: [usize; 3]) -> Self {
+        Self {
+            mem,
+            shape,
+            lo: [0; 3],
+        }
+    }
+}
+
+/// Queue a copy of a box of `extent` values of `T` between two buffers, by the copy
+/// engines (strided rows; one linear copy when the box is a single row).
+///
+/// # Safety
+/// Both boxes lie inside their buffers; host memory is pinned; both stay alive and
+/// untouched by others until the stream has passed the copy.
+unsafe fn copy_box<T>(stream: &CudaStream, src: Side, dst: Side, extent: [usize; 3]) -> Result<()> {
+    if extent.contains(&0) {
+        return Ok(());
+    }
     let sz = std::mem::size_of::<T>();
-    let [rz, ry, rx] = region.shape();
+    if extent[0] == 1 && extent[1] == 1 {
+        let offset = |s: &Side| ((s.lo[0] * s.shape[1] + s.lo[1]) * s.shape[2] + s.lo[2]) * sz;
+        let (so, d_o, bytes) = (offset(&src), offset(&dst), extent[2] * sz);
+        let st = stream.cu_stream();
+        // SAFETY: the caller's promise.
+        let r = unsafe {
+            match (src.mem, dst.mem) {
+                (Mem::Host(h), Mem::Device(d)) => {
+                    sys::cuMemcpyHtoDAsync_v2(d + d_o as u64, h.byte_add(so), bytes, st)
+                }
+                (Mem::Device(d), Mem::Host(h)) => {
+                    sys::cuMemcpyDtoHAsync_v2(h.byte_add(d_o), d + so as u64, bytes, st)
+                }
+                (Mem::Device(a), Mem::Device(b)) => {
+                    sys::cuMemcpyDtoDAsync_v2(b + d_o as u64, a + so as u64, bytes, st)
+                }
+                (Mem::Host(_), Mem::Host(_)) => unreachable!("host-to-host copies are the host's"),
+            }
+        };
+        r.result()?;
+        return Ok(());
+    }
+    let side = |s: &Side| match s.mem {
+        Mem::Host(h) => (CUmemorytype::CU_MEMORYTYPE_HOST, h, 0),
+        Mem::Device(d) => (CUmemorytype::CU_MEMORYTYPE_DEVICE, std::ptr::null_mut(), d),
+    };
+    let (src_type, src_host, src_dev) = side(&src);
+    let (dst_type, dst_host, dst_dev) = side(&dst);
     let c = CUDA_MEMCPY3D {
-        srcXInBytes: region.lo[2] * sz,
-        srcY: region.lo[1],
-        srcZ: region.lo[0],
+        srcXInBytes: src.lo[2] * sz,
+        srcY: src.lo[1],
+        srcZ: src.lo[0],
         srcLOD: 0,
-        srcMemoryType: CUmemorytype::CU_MEMORYTYPE_DEVICE,
-        srcHost: std::ptr::null(),
-        srcDevice: src,
+        srcMemoryType: src_type,
+        srcHost: src_host,
+        srcDevice: src_dev,
         srcArray: std::ptr::null_mut(),
         reserved0: std::ptr::null_mut(),
-        srcPitch: shape[2] * sz,
-        srcHeight: shape[1],
-        dstXInBytes: 0,
-        dstY: 0,
-        dstZ: 0,
+        srcPitch: src.shape[2] * sz,
+        srcHeight: src.shape[1],
+        dstXInBytes: dst.lo[2] * sz,
+        dstY: dst.lo[1],
+        dstZ: dst.lo[0],
         dstLOD: 0,
-        dstMemoryType: CUmemorytype::CU_MEMORYTYPE_HOST,
-        dstHost: dst.cast(),
-        dstDevice: 0,
+        dstMemoryType: dst_type,
+        dstHost: dst_host,
+        dstDevice: dst_dev,
         dstArray: std::ptr::null_mut(),
         reserved1: std::ptr::null_mut(),
-        dstPitch: rx * sz,
-        dstHeight: ry,
-        WidthInBytes: rx * sz,
-        Height: ry,
-        Depth: rz,
+        dstPitch: dst.shape[2] * sz,
+        dstHeight: dst.shape[1],
+        WidthInBytes: extent[2] * sz,
+        Height: extent[1],
+        Depth: extent[0],
     };
-    // SAFETY: the region lies inside the device box; dst holds region.len() values and is
-    // pinned; the caller keeps both alive until the stream passes this copy.
+    // SAFETY: the caller's promise.
     unsafe { sys::cuMemcpy3DAsync_v2(&c, stream.cu_stream()) }.result()?;
     Ok(())
 }
 
 impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
+    fn direct(&self) -> bool {
+        self.pin.is_some()
+    }
+
     fn stage(&mut self, values: usize) -> Result<&mut [T]> {
         let i = self.launched % self.slots.len();
         let slot = &mut self.slots[i];
         // The staging buffer is free once its previous copy in has finished.
         slot.copied_in.synchronize()?;
-        Ok(&mut slot.staging.as_mut_slice()?[..values])
+        if slot.staging.is_none() {
+            // SAFETY: the host fills it before each copy.
+            slot.staging = Some(unsafe { staging_buffer::<T>(&self.gpu, self.box_values) }?);
+        }
+        let staging = slot.staging.as_mut().expect("allocated above");
+        Ok(&mut staging.as_mut_slice()?[..values])
     }
 
-    fn launch(&mut self, task: &Task, steps: usize, step0: u64) -> Result<usize> {
+    fn launch(
+        &mut self,
+        task: &Task,
+        steps: usize,
+        step0: u64,
+        grid: GridView<T>,
+    ) -> Result<Launched> {
         let ticket = self.result_ticket()?;
         let n_slots = self.slots.len();
+        let direct = self.pin.is_some();
         let slot = &mut self.slots[self.launched % n_slots];
         let shape = task.input.shape();
-        let bytes = task.input.len() * std::mem::size_of::<T>();
+        let host_grid = |lo| Side {
+            mem: Mem::Host(grid.as_ptr().cast()),
+            shape: grid.shape(),
+            lo,
+        };
         // In: after the slot's previous result has left.
         self.h2d.wait(&slot.copied_out)?;
         {
             let (dst, _g) = slot.buf.device_ptr(&self.h2d);
-            let src = slot.staging.as_ptr()?;
-            // SAFETY: both hold the box; staging is pinned and not written until
-            // `copied_in` has passed (see `stage`).
-            unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), bytes, self.h2d.cu_stream()) }
-                .result()?;
+            let src = if direct {
+                host_grid(task.input.lo)
+            } else {
+                let staging = slot.staging.as_ref().expect("staged mode stages first");
+                Side::whole(Mem::Host(staging.as_ptr()?.cast_mut().cast()), shape)
+            };
+            // SAFETY: the box fits both buffers; the grid is pinned and its input box is
+            // not written until `wait_input` says this copy is done; staging is pinned and
+            // not written until `copied_in` has passed (see `stage`).
+            unsafe { copy_box::<T>(&self.h2d, src, Side::whole(Mem::Device(dst), shape), shape) }?;
         }
         slot.copied_in.record(&self.h2d)?;
         // Steps: slot → scratch → slot …; an odd count leaves the result in scratch.
@@ -210,19 +301,46 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
                 &mut self.bad,
             )?;
         }
-        let local = task.result_local();
         if steps % 2 == 1 {
+            let local = task.result_local();
             self.kernels
                 .copy(&self.compute, &self.scratch, &mut slot.buf, shape, &local)?;
         }
         slot.computed.record(&self.compute)?;
-        // Out: the result region into a pinned host buffer.
+        // Out: the early region straight to the grid, the rest into a pinned buffer.
         self.d2h.wait(&slot.computed)?;
         {
             let res = &mut self.results[ticket];
             let (src, _g) = slot.buf.device_ptr(&self.d2h);
-            let dst = res.host.as_mut_ptr()?;
-            copy_region_out(&self.d2h, src, shape, &local, dst)?;
+            let from = |r| Side {
+                mem: Mem::Device(src),
+                shape,
+                lo: task.local(r).lo,
+            };
+            let host = res.host.as_mut_ptr()?;
+            let parts = if direct {
+                // SAFETY: no later task reads the early region and earlier tasks' copies
+                // in are done (the h2d stream's order); the grid is pinned.
+                unsafe {
+                    copy_box::<T>(
+                        &self.d2h,
+                        from(&task.early),
+                        host_grid(task.early.lo),
+                        task.early.shape(),
+                    )
+                }?;
+                &task.late[..]
+            } else {
+                std::slice::from_ref(&task.result)
+            };
+            let mut offset = 0;
+            for part in parts {
+                // SAFETY: the result buffer holds result_values ≥ the parts' values; it
+                // is pinned and not read before `ready`.
+                let to = Side::whole(Mem::Host(unsafe { host.add(offset) }.cast()), part.shape());
+                unsafe { copy_box::<T>(&self.d2h, from(part), to, part.shape()) }?;
+                offset += part.len();
+            }
             res.ready.record(&self.d2h)?;
         }
         slot.copied_out.record(&self.d2h)?;
@@ -230,7 +348,18 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
             self.d2h.synchronize()?;
         }
         self.launched += 1;
-        Ok(ticket)
+        Ok(Launched {
+            result: ticket,
+            input: self.launched - 1,
+        })
+    }
+
+    fn wait_input(&mut self, input: usize) -> Result<()> {
+        // The slot's event may since mark a later copy in; waiting for that one is safe
+        // (the h2d stream runs in order).
+        Ok(self.slots[input % self.slots.len()]
+            .copied_in
+            .synchronize()?)
     }
 
     fn result(&mut self, ticket: usize) -> Result<&[T]> {
@@ -251,6 +380,13 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
 
     fn depth(&self) -> usize {
         if self.overlap { self.slots.len() } else { 1 }
+    }
+
+    fn release_grid(&mut self) {
+        for s in [&self.h2d, &self.compute, &self.d2h] {
+            let _ = s.synchronize();
+        }
+        self.pin = None;
     }
 }
 

@@ -23,13 +23,30 @@ use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
 /// A device (or stand-in) that runs tasks: input box in, n steps, result region out.
+///
+/// Two ways to move the data: *staged*, where the host gathers each input box into
+/// [`BoxExecutor::stage`]'s buffer and scatters each whole result back, or *direct*, where
+/// the executor copies inputs straight out of the grid and writes each task's early region
+/// straight back (a pinned grid and DMA on CUDA), leaving the host only the late strips.
 pub trait BoxExecutor<T: Real> {
-    /// The host buffer to fill with the next task's input box (waits until it is free).
+    /// Whether the executor reads inputs from, and writes early regions to, the grid.
+    fn direct(&self) -> bool;
+    /// Staged only: the host buffer to fill with the next task's input box (waits until
+    /// it is free).
     fn stage(&mut self, values: usize) -> Result<&mut [T]>;
-    /// Queue the staged task: copy in, advance `steps` steps (global step `step0` first),
-    /// copy the result region out. Returns a ticket for [`BoxExecutor::result`].
-    fn launch(&mut self, task: &Task, steps: usize, step0: u64) -> Result<usize>;
-    /// Wait for a launched task; its result region, contiguous and row-major.
+    /// Queue a task: its input in (staged: from the buffer just filled; direct: from
+    /// `grid`), `steps` steps (global step `step0` first), its result out.
+    fn launch(
+        &mut self,
+        task: &Task,
+        steps: usize,
+        step0: u64,
+        grid: GridView<T>,
+    ) -> Result<Launched>;
+    /// Direct only: wait until a launched task's input has been read out of the grid.
+    fn wait_input(&mut self, input: usize) -> Result<()>;
+    /// Wait for a launched task; what the host writes back: the whole result region
+    /// (staged) or the late strips one after the other (direct), contiguous, row-major.
     fn result(&mut self, ticket: usize) -> Result<&[T]>;
     /// The ticket's buffer may be reused.
     fn release(&mut self, ticket: usize);
@@ -37,71 +54,120 @@ pub trait BoxExecutor<T: Real> {
     fn first_bad_step(&mut self) -> Result<Option<u64>>;
     /// Tasks that may be in flight before the host waits for the oldest one's result.
     fn depth(&self) -> usize;
+    /// Let go of the grid (unpin it): it is about to be moved or freed.
+    fn release_grid(&mut self) {}
 }
 
-/// Copies between the host grid and contiguous boxes, one x-row at a time.
-struct Rows {
+/// What [`BoxExecutor::launch`] hands back: a ticket for the result and one for the
+/// input copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Launched {
+    pub result: usize,
+    pub input: usize,
+}
+
+/// The host grid during a pass, as raw parts: device copies read and write parts of it
+/// while the host scatters into others, so no Rust reference to the whole grid is alive.
+/// The plan keeps all of these accesses disjoint.
+pub struct GridView<T> {
+    ptr: *mut T,
+    len: usize,
     shape: [usize; 3],
 }
 
-/// A pointer that rayon tasks may share; each task writes disjoint rows.
-#[derive(Clone, Copy)]
-struct SharedMut<T>(*mut T);
-// SAFETY: used only to write disjoint rows from parallel tasks (see `scatter`).
-unsafe impl<T: Send> Send for SharedMut<T> {}
-unsafe impl<T: Send> Sync for SharedMut<T> {}
-
-impl<T> SharedMut<T> {
-    /// Taking `self` makes closures capture the wrapper, not the bare pointer.
-    fn get(self) -> *mut T {
-        self.0
+impl<T> Clone for GridView<T> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
+impl<T> Copy for GridView<T> {}
+// SAFETY: a view is only dereferenced through `gather` and `scatter`, whose callers keep
+// the rows that parallel tasks touch disjoint.
+unsafe impl<T: Send> Send for GridView<T> {}
+unsafe impl<T: Send> Sync for GridView<T> {}
 
-impl Rows {
+impl<T> GridView<T> {
+    pub fn new(grid: &mut [T], shape: [usize; 3]) -> Self {
+        assert_eq!(grid.len(), shape.iter().product::<usize>());
+        Self {
+            ptr: grid.as_mut_ptr(),
+            len: grid.len(),
+            shape,
+        }
+    }
+
+    pub fn as_ptr(self) -> *mut T {
+        self.ptr
+    }
+
+    pub fn shape(self) -> [usize; 3] {
+        self.shape
+    }
+
     /// Grid index of the first point of row `row` (counted z-major) of `region`.
-    fn row_start(&self, region: &Region, row: usize) -> usize {
+    fn row_start(self, region: &Region, row: usize) -> usize {
         let by = region.hi[1] - region.lo[1];
         let (z, y) = (region.lo[0] + row / by, region.lo[1] + row % by);
         (z * self.shape[1] + y) * self.shape[2] + region.lo[2]
     }
 
     /// Rows per parallel work item: about 1 MiB, so rayon's overhead stays small.
-    fn rows_per_item<T>(row: usize) -> usize {
+    fn rows_per_item(row: usize) -> usize {
         ((1 << 20) / (row * std::mem::size_of::<T>()).max(1)).max(1)
     }
 
+    fn check(self, region: &Region, values: usize) {
+        assert!(region.hi.iter().zip(self.shape).all(|(h, n)| *h <= n));
+        assert!(values >= region.len());
+        debug_assert!(region.is_empty() || self.row_start(region, 0) < self.len);
+    }
+}
+
+impl<T: Real> GridView<T> {
     /// grid[region] → out (contiguous).
-    fn gather<T: Real>(&self, grid: &[T], region: &Region, out: &mut [T]) {
+    ///
+    /// # Safety
+    /// Nothing writes `region` of the grid meanwhile.
+    pub unsafe fn gather(self, region: &Region, out: &mut [T]) {
+        if region.is_empty() {
+            return;
+        }
+        self.check(region, out.len());
         let bx = region.shape()[2];
-        let k = Self::rows_per_item::<T>(bx);
+        let k = Self::rows_per_item(bx);
         out[..region.len()]
             .par_chunks_mut(bx * k)
             .enumerate()
             .for_each(|(item, rows)| {
                 for (r, dst) in rows.chunks_mut(bx).enumerate() {
                     let i = self.row_start(region, item * k + r);
-                    dst.copy_from_slice(&grid[i..i + bx]);
+                    // SAFETY: the row lies inside the grid (checked) and is not written
+                    // meanwhile (the caller's promise).
+                    unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(i), dst.as_mut_ptr(), bx) };
                 }
             });
     }
 
     /// src (contiguous) → grid[region].
-    fn scatter<T: Real>(&self, src: &[T], region: &Region, grid: &mut [T]) {
+    ///
+    /// # Safety
+    /// Nothing else reads or writes `region` of the grid meanwhile.
+    pub unsafe fn scatter(self, src: &[T], region: &Region) {
+        if region.is_empty() {
+            return;
+        }
+        self.check(region, src.len());
         let bx = region.shape()[2];
-        assert!(region.hi.iter().zip(self.shape).all(|(h, n)| *h <= n));
-        assert!(src.len() >= region.len());
-        let base = SharedMut(grid.as_mut_ptr());
-        let k = Self::rows_per_item::<T>(bx);
+        let k = Self::rows_per_item(bx);
         src[..region.len()]
             .par_chunks(bx * k)
             .enumerate()
             .for_each(|(item, rows)| {
                 for (r, from) in rows.chunks(bx).enumerate() {
                     let i = self.row_start(region, item * k + r);
-                    // SAFETY: rows of a region are disjoint and inside the grid (asserted
-                    // above).
-                    unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), base.get().add(i), bx) };
+                    // SAFETY: rows of a region are disjoint and inside the grid (checked),
+                    // and nothing else touches them (the caller's promise).
+                    unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), self.ptr.add(i), bx) };
                 }
             });
     }
@@ -109,14 +175,12 @@ impl Rows {
 
 /// Runs passes of a plan against an executor, keeping one copy of the grid on the host.
 pub struct Scheduler {
-    rows: Rows,
+    shape: [usize; 3],
 }
 
 impl Scheduler {
     pub fn new(shape: [usize; 3]) -> Self {
-        Self {
-            rows: Rows { shape },
-        }
+        Self { shape }
     }
 
     /// Advance the whole grid `steps` ≤ plan.height steps (global step `step0` first).
@@ -129,30 +193,39 @@ impl Scheduler {
         step0: u64,
     ) -> Result<()> {
         assert!(steps >= 1 && steps <= plan.height);
+        // From here on the grid is touched only through the view (see GridView).
+        let view = GridView::new(grid, self.shape);
+        let direct = exec.direct();
         let mut pending: VecDeque<(usize, usize)> = VecDeque::new();
+        let mut inputs = Vec::with_capacity(plan.tasks.len());
         let lag = exec.depth().saturating_sub(1);
         let mut trace = PassTrace::default();
         for (i, task) in plan.tasks.iter().enumerate() {
-            let t = Instant::now();
-            let buf = exec.stage(task.input.len())?;
-            trace.stage_wait += t.elapsed().as_secs_f64();
-            let t = Instant::now();
-            self.rows.gather(grid, &task.input, buf);
-            trace.gather += t.elapsed().as_secs_f64();
-            let ticket = exec.launch(task, steps, step0)?;
-            pending.push_back((i, ticket));
+            if !direct {
+                let t = Instant::now();
+                let buf = exec.stage(task.input.len())?;
+                trace.stage_wait += t.elapsed().as_secs_f64();
+                let t = Instant::now();
+                // SAFETY: results are written back only after their last reader's input
+                // has been read (below), and this task is the latest reader so far.
+                unsafe { view.gather(&task.input, buf) };
+                trace.gather += t.elapsed().as_secs_f64();
+            }
+            let launched = exec.launch(task, steps, step0, view)?;
+            inputs.push(launched.input);
+            pending.push_back((i, launched.result));
             // Write back results nobody will read old values from, oldest first, once
             // they are far enough behind not to stall the pipeline.
             while let Some(&(j, t)) = pending.front() {
                 if plan.last_reader[j] > i || j + lag > i {
                     break;
                 }
-                self.write_back(plan, j, t, grid, exec, &mut trace)?;
+                self.write_back(plan, j, t, &inputs, view, exec, &mut trace)?;
                 pending.pop_front();
             }
         }
         while let Some((j, t)) = pending.pop_front() {
-            self.write_back(plan, j, t, grid, exec, &mut trace)?;
+            self.write_back(plan, j, t, &inputs, view, exec, &mut trace)?;
         }
         if std::env::var_os("KEISAN_TRACE").is_some() {
             trace.print(plan.tasks.len());
@@ -160,20 +233,39 @@ impl Scheduler {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn write_back<T: Real>(
         &self,
         plan: &Plan,
         j: usize,
         ticket: usize,
-        grid: &mut [T],
+        inputs: &[usize],
+        view: GridView<T>,
         exec: &mut dyn BoxExecutor<T>,
         trace: &mut PassTrace,
     ) -> Result<()> {
+        let task = &plan.tasks[j];
+        let direct = exec.direct();
         let t = Instant::now();
+        if direct {
+            exec.wait_input(inputs[plan.last_reader[j]])?;
+        }
         let res = exec.result(ticket)?;
         trace.result_wait += t.elapsed().as_secs_f64();
         let t = Instant::now();
-        self.rows.scatter(res, &plan.tasks[j].result, grid);
+        let parts = if direct {
+            &task.late[..]
+        } else {
+            std::slice::from_ref(&task.result)
+        };
+        let mut offset = 0;
+        for part in parts {
+            // SAFETY: every task that reads this part's old values has read them (the
+            // scheduler's order, and `wait_input` for copies still in flight), and no
+            // executor writes it (early regions and other tasks' results are disjoint).
+            unsafe { view.scatter(&res[offset..], part) };
+            offset += part.len();
+        }
         trace.scatter += t.elapsed().as_secs_f64();
         exec.release(ticket);
         Ok(())
@@ -207,9 +299,11 @@ impl PassTrace {
 /// The heat equation advanced out-of-core: grid on the host, passes of the pyramid plan.
 pub struct PyramidHeat<T: Real> {
     p: HeatProblem,
-    grid: Vec<T>,
     plan: Plan,
+    // Declared before `grid`: fields drop in order, and the executor may hold the grid
+    // pinned.
     exec: Box<dyn BoxExecutor<T>>,
+    grid: Vec<T>,
     scheduler: Scheduler,
     steps: u64,
     status: Status,
@@ -277,6 +371,7 @@ impl<T: Real> Engine for PyramidHeat<T> {
     }
 
     fn take_snapshot(&mut self) -> Result<Field<T>> {
+        self.exec.release_grid();
         Ok(super::field_of(&self.p, std::mem::take(&mut self.grid)))
     }
 }

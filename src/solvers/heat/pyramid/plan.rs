@@ -71,6 +71,12 @@ pub struct Task {
     /// Sides of the input box that are halo (shrink each step), per axis.
     pub halo_lo: [bool; 3],
     pub halo_hi: [bool; 3],
+    /// The part of the result no later task reads: it may go back to the grid as soon as
+    /// it is computed. The rest of the result is `late` (up to two boxes, maybe empty).
+    pub early: Region,
+    /// The strips of the result later tasks read as halo (old values): written back only
+    /// once the task's last reader has copied its input in.
+    pub late: [Region; 2],
 }
 
 impl Task {
@@ -85,9 +91,14 @@ impl Task {
 
     /// The result region in local indices of the input box.
     pub fn result_local(&self) -> Region {
+        self.local(&self.result)
+    }
+
+    /// A region of the grid inside the input box, in the box's local indices.
+    pub fn local(&self, r: &Region) -> Region {
         Region {
-            lo: [0, 1, 2].map(|a| self.result.lo[a] - self.input.lo[a]),
-            hi: [0, 1, 2].map(|a| self.result.hi[a] - self.input.lo[a]),
+            lo: [0, 1, 2].map(|a| r.lo[a] - self.input.lo[a]),
+            hi: [0, 1, 2].map(|a| r.hi[a] - self.input.lo[a]),
         }
     }
 }
@@ -253,11 +264,14 @@ pub fn plan(
                 halo_lo[a] = input.lo[a] > 0;
                 halo_hi[a] = input.hi[a] < shape[a];
             }
+            let (early, late) = split_early(&result, &split_axes, shape, n);
             tasks.push(Task {
                 input,
                 result,
                 halo_lo,
                 halo_hi,
+                early,
+                late,
             });
         }
     }
@@ -282,6 +296,42 @@ pub fn plan(
         tasks,
         last_reader,
     })
+}
+
+/// Split a result region into the part no later task reads and the strips that later
+/// tasks read. Tasks run in row-major order over the split axes, so every later task lies
+/// beyond `result` along the first split axis, or in the same row beyond it along the
+/// second; its input reaches back at most `n` points. The strips are therefore the last
+/// `n` points along the first axis (whole width) and, before them, the last `n` along the
+/// second.
+fn split_early(
+    result: &Region,
+    split_axes: &[usize],
+    shape: [usize; 3],
+    n: usize,
+) -> (Region, [Region; 2]) {
+    let cut = |a: usize| {
+        if result.hi[a] < shape[a] {
+            result.hi[a].saturating_sub(n).max(result.lo[a])
+        } else {
+            result.hi[a]
+        }
+    };
+    let a0 = split_axes[0];
+    let c0 = cut(a0);
+    let mut early = *result;
+    early.hi[a0] = c0;
+    let mut late0 = *result;
+    late0.lo[a0] = c0;
+    let mut late1 = early;
+    if let Some(&a1) = split_axes.get(1) {
+        let c1 = cut(a1);
+        early.hi[a1] = c1;
+        late1.lo[a1] = c1;
+    } else {
+        late1.hi = late1.lo;
+    }
+    (early, [late0, late1])
 }
 
 /// The smallest box capacity (values) with which `decomposition` can run at height 1.
@@ -339,6 +389,41 @@ mod tests {
                                 0
                             );
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn early_regions_are_read_by_no_later_task() {
+        for (shape, dims) in [([1, 1, 101], 1), ([1, 37, 29], 2), ([13, 11, 7], 3)] {
+            for d in Decomposition::ALL.into_iter().filter(|d| d.fits(dims)) {
+                for n in [1, 2, 3, 7] {
+                    let total: usize = shape.iter().product();
+                    let Some(p) = plan(shape, dims, d, n, total / 5) else {
+                        continue;
+                    };
+                    for (j, t) in p.tasks.iter().enumerate() {
+                        let parts = [t.early, t.late[0], t.late[1]];
+                        let inside = |r: &Region| {
+                            r.is_empty()
+                                || (0..3)
+                                    .all(|a| t.result.lo[a] <= r.lo[a] && r.hi[a] <= t.result.hi[a])
+                        };
+                        assert!(parts.iter().all(inside), "{d:?} n={n} task {j}");
+                        let sum: usize = parts.iter().map(Region::len).sum();
+                        assert_eq!(sum, t.result.len(), "{d:?} n={n} task {j}");
+                        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
+                            assert!(parts[a].is_empty() || !parts[a].intersects(&parts[b]));
+                        }
+                        for later in &p.tasks[j + 1..] {
+                            assert!(
+                                t.early.is_empty() || !later.input.intersects(&t.early),
+                                "{d:?} n={n}: task {j}'s early region is read later"
+                            );
+                        }
+                        assert!(p.last_reader[j] > j || t.early == t.result);
                     }
                 }
             }

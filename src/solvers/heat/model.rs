@@ -82,7 +82,9 @@ fn pass_time(
     let mut total = 0.0;
     let mut sums = [0.0f64; 4];
     for t in &plan.tasks {
-        let inp = t.input.len() as f64 * b;
+        // Overlapping executors copy the part shared with the previous input across.
+        let fetched = if overlap { t.fetched() } else { t.input };
+        let inp = fetched.len() as f64 * b;
         let out = t.result.len() as f64 * b;
         let computed: f64 = (1..=steps).map(|k| t.valid_at(k).len() as f64).sum();
         let stages = [

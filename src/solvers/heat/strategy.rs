@@ -281,20 +281,26 @@ pub fn build<T: Real>(
             } else {
                 None
             };
-            // Pinned staging (staged mode) and result buffers beside the grid.
-            let staging = if pin.is_some() { 0 } else { CUDA_SLOTS };
+            // Pinned staging (staged mode) and result buffers beside the grid: a result
+            // waits for its last reader, behind as many tasks as are in flight.
+            let slots = if trivial { 1 } else { CUDA_SLOTS };
+            let pending = plan.write_back_lag() + 2 * slots + 1;
+            let staging = if pin.is_some() { 0 } else { slots };
             crate::memory::ensure_host_fits(
-                p.field_bytes(T::PRECISION) / 2 + ((staging + 4) * plan.box_values * bytes) as u128,
+                p.field_bytes(T::PRECISION) / 2
+                    + (staging * plan.box_values + pending * plan.result_values) as u128
+                        * bytes as u128,
                 "the host grid and the pyramid's pinned buffers",
             )?;
             Box::new(pyramid::cuda::CudaBoxes::<T>::new(
                 gpu.clone(),
                 p,
-                if trivial { 1 } else { CUDA_SLOTS },
+                slots,
                 plan.box_values,
                 plan.result_values,
                 !trivial,
                 pin,
+                pending,
             )?)
         }
     };

@@ -133,6 +133,7 @@ impl<T: Real> BoxExecutor<T> for CpuBoxes<T> {
     fn launch(
         &mut self,
         task: &Task,
+        _next: Option<&Task>,
         steps: usize,
         step0: u64,
         grid: GridView<T>,

@@ -27,6 +27,8 @@ struct Slot<T> {
     /// Staged mode only, allocated on first use.
     staging: Option<PinnedHostSlice<T>>,
     copied_in: CudaEvent,
+    /// The launch whose copy in `copied_in` marks.
+    last_input: Option<usize>,
     computed: CudaEvent,
     copied_out: CudaEvent,
 }
@@ -68,6 +70,8 @@ impl<T: Real> CudaBoxes<T> {
     /// `overlap = false` runs each task's copy in, steps and copy out one after another
     /// (the study's schedule, used for the trivial baseline). `pin`: the host grid,
     /// registered ([`Gpu::pin_host`]); the executor then copies to and from it directly.
+    /// `pending`: results that may wait for write-back at once, allocated (pinned) now.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         gpu: Arc<Gpu>,
         p: &HeatProblem,
@@ -76,6 +80,7 @@ impl<T: Real> CudaBoxes<T> {
         result_values: usize,
         overlap: bool,
         pin: Option<HostPin>,
+        pending: usize,
     ) -> Result<Self> {
         let bytes = Self::boxes(slots) as u128 * box_values as u128 * T::PRECISION.bytes() as u128;
         gpu.ensure_fits(bytes, "the pyramid's device boxes")?;
@@ -88,6 +93,7 @@ impl<T: Real> CudaBoxes<T> {
                 buf: unsafe { s.alloc::<T>(box_values) }?,
                 staging: None,
                 copied_in: event(&gpu)?,
+                last_input: None,
                 computed: event(&gpu)?,
                 copied_out: event(&gpu)?,
             });
@@ -96,7 +102,7 @@ impl<T: Real> CudaBoxes<T> {
         let scratch = unsafe { s.alloc::<T>(box_values) }?;
         let bad = s.clone_htod(&[NONE])?;
         s.synchronize()?;
-        Ok(Self {
+        let mut me = Self {
             h2d: gpu.ctx.new_stream()?,
             compute: gpu.ctx.new_stream()?,
             d2h: gpu.ctx.new_stream()?,
@@ -112,7 +118,13 @@ impl<T: Real> CudaBoxes<T> {
             overlap,
             box_values,
             pin,
-        })
+        };
+        // Pinned allocations take milliseconds each: not in the middle of a pass.
+        let tickets = (0..pending)
+            .map(|_| me.result_ticket())
+            .collect::<Result<Vec<_>>>()?;
+        me.free.extend(tickets);
+        Ok(me)
     }
 
     fn result_ticket(&mut self) -> Result<usize> {
@@ -131,6 +143,11 @@ impl<T: Real> CudaBoxes<T> {
         });
         Ok(self.results.len() - 1)
     }
+}
+
+/// Two distinct elements of a slice, both mutable.
+fn pair_mut<S>(v: &mut [S], i: usize, j: usize) -> [&mut S; 2] {
+    v.get_disjoint_mut([i, j]).expect("two distinct slots")
 }
 
 /// Host or device memory, for [`copy_box`].
@@ -250,6 +267,7 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
     fn launch(
         &mut self,
         task: &Task,
+        next: Option<&Task>,
         steps: usize,
         step0: u64,
         grid: GridView<T>,
@@ -257,31 +275,73 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
         let ticket = self.result_ticket()?;
         let n_slots = self.slots.len();
         let direct = self.pin.is_some();
-        let slot = &mut self.slots[self.launched % n_slots];
+        // The overlap with the previous task's input comes across on the device; with one
+        // slot there is nowhere for it to wait.
+        let carry = n_slots > 1;
+        let fetched = if carry { task.fetched() } else { task.input };
+        let this = self.launched % n_slots;
         let shape = task.input.shape();
         let host_grid = |lo| Side {
             mem: Mem::Host(grid.as_ptr().cast()),
             shape: grid.shape(),
             lo,
         };
+        let slot = &mut self.slots[this];
+        // The host runs at most `slots` copies ahead of the device, so a slot's event
+        // always marks a copy `wait_input` may still be asked about.
+        slot.copied_in.synchronize()?;
         // In: after the slot's previous result has left.
         self.h2d.wait(&slot.copied_out)?;
         {
             let (dst, _g) = slot.buf.device_ptr(&self.h2d);
+            let local = task.local(&fetched).lo;
             let src = if direct {
-                host_grid(task.input.lo)
+                host_grid(fetched.lo)
             } else {
                 let staging = slot.staging.as_ref().expect("staged mode stages first");
-                Side::whole(Mem::Host(staging.as_ptr()?.cast_mut().cast()), shape)
+                let host = Mem::Host(staging.as_ptr()?.cast_mut().cast());
+                Side {
+                    mem: host,
+                    shape,
+                    lo: local,
+                }
+            };
+            let to = Side {
+                mem: Mem::Device(dst),
+                shape,
+                lo: local,
             };
             // SAFETY: the box fits both buffers; the grid is pinned and its input box is
             // not written until `wait_input` says this copy is done; staging is pinned and
             // not written until `copied_in` has passed (see `stage`).
-            unsafe { copy_box::<T>(&self.h2d, src, Side::whole(Mem::Device(dst), shape), shape) }?;
+            unsafe { copy_box::<T>(&self.h2d, src, to, fetched.shape()) }?;
         }
         slot.copied_in.record(&self.h2d)?;
-        // Steps: slot → scratch → slot …; an odd count leaves the result in scratch.
+        slot.last_input = Some(self.launched);
         self.compute.wait(&slot.copied_in)?;
+        // Across: the next task's overlap with this input, before the steps overwrite it,
+        // into the next slot once that slot's previous result has left.
+        if let Some((next, part)) = next.and_then(|t| Some((t, t.carried?))).filter(|_| carry) {
+            let [a, b] = pair_mut(&mut self.slots, this, (this + 1) % n_slots);
+            self.compute.wait(&b.copied_out)?;
+            let (src, _g) = a.buf.device_ptr(&self.compute);
+            let (dst, _h) = b.buf.device_ptr(&self.compute);
+            let from = Side {
+                mem: Mem::Device(src),
+                shape,
+                lo: task.local(&part).lo,
+            };
+            let to = Side {
+                mem: Mem::Device(dst),
+                shape: next.input.shape(),
+                lo: next.local(&part).lo,
+            };
+            // SAFETY: `part` lies in both input boxes (the plan's promise); the next slot
+            // is free (its copy out has passed) and its own copy in writes only `fetched`.
+            unsafe { copy_box::<T>(&self.compute, from, to, part.shape()) }?;
+        }
+        let slot = &mut self.slots[this];
+        // Steps: slot → scratch → slot …; an odd count leaves the result in scratch.
         for k in 1..=steps {
             let region = task.valid_at(k);
             let step = step0 + k as u64 - 1;
@@ -449,12 +509,20 @@ pub fn measure<T: Real>(gpu: &Arc<Gpu>, p: &HeatProblem, capacity: usize) -> Res
         Ok(())
     })? / n_bytes as f64;
 
-    // Compute: the step kernel over a band of whole planes (or rows) of the real grid.
+    // Compute: the step kernel over a box shaped like a task's: whole rows, as deep along
+    // the two slowest axes as the capacity allows (a thin band would mostly time the
+    // kernel's start along its marching axis).
     let kernels = BoxKernels::<T>::new(gpu, p)?;
     let a0 = 3 - p.dims;
-    let plane: usize = (0..3).filter(|&a| a != a0).map(|a| p.shape[a]).product();
     let mut shape = p.shape;
-    shape[a0] = (copy_values / plane).clamp(3, p.shape[a0]);
+    if p.dims == 3 {
+        let side = ((copy_values / p.shape[2]) as f64).sqrt() as usize;
+        shape[0] = side.clamp(3, p.shape[0]);
+        shape[1] = (copy_values / p.shape[2] / shape[0]).clamp(3, p.shape[1]);
+    } else {
+        let plane: usize = (0..3).filter(|&a| a != a0).map(|a| p.shape[a]).product();
+        shape[a0] = (copy_values / plane).clamp(3, p.shape[a0]);
+    }
     let len: usize = shape.iter().product();
     let src = s.clone_htod(&vec![T::lit(1.0); len])?;
     let mut dst = s.clone_htod(&vec![T::lit(1.0); len])?;

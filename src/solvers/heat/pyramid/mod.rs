@@ -35,10 +35,12 @@ pub trait BoxExecutor<T: Real> {
     /// it is free).
     fn stage(&mut self, values: usize) -> Result<&mut [T]>;
     /// Queue a task: its input in (staged: from the buffer just filled; direct: from
-    /// `grid`), `steps` steps (global step `step0` first), its result out.
+    /// `grid`), `steps` steps (global step `step0` first), its result out. `next`: the
+    /// task launched after it, whose `carried` part the executor may copy across.
     fn launch(
         &mut self,
         task: &Task,
+        next: Option<&Task>,
         steps: usize,
         step0: u64,
         grid: GridView<T>,
@@ -200,6 +202,7 @@ impl Scheduler {
         let mut inputs = Vec::with_capacity(plan.tasks.len());
         let lag = exec.depth().saturating_sub(1);
         let mut trace = PassTrace::default();
+        let start = Instant::now();
         for (i, task) in plan.tasks.iter().enumerate() {
             if !direct {
                 let t = Instant::now();
@@ -211,13 +214,16 @@ impl Scheduler {
                 unsafe { view.gather(&task.input, buf) };
                 trace.gather += t.elapsed().as_secs_f64();
             }
-            let launched = exec.launch(task, steps, step0, view)?;
+            let t = Instant::now();
+            let launched = exec.launch(task, plan.tasks.get(i + 1), steps, step0, view)?;
+            trace.launch += t.elapsed().as_secs_f64();
             inputs.push(launched.input);
             pending.push_back((i, launched.result));
             // Write back results nobody will read old values from, oldest first, once
-            // they are far enough behind not to stall the pipeline.
+            // their last reader is far enough behind that its copy in has finished
+            // (waiting on the newest copy would let the copy engine run dry).
             while let Some(&(j, t)) = pending.front() {
-                if plan.last_reader[j] > i || j + lag > i {
+                if plan.last_reader[j] + lag > i {
                     break;
                 }
                 self.write_back(plan, j, t, &inputs, view, exec, &mut trace)?;
@@ -228,6 +234,7 @@ impl Scheduler {
             self.write_back(plan, j, t, &inputs, view, exec, &mut trace)?;
         }
         if std::env::var_os("KEISAN_TRACE").is_some() {
+            trace.total = start.elapsed().as_secs_f64();
             trace.print(plan.tasks.len());
         }
         Ok(())
@@ -277,8 +284,10 @@ impl Scheduler {
 /// host-bound pass (gather + scatter ≈ pass) from a device-bound one (waits dominate).
 #[derive(Default)]
 struct PassTrace {
+    total: f64,
     stage_wait: f64,
     gather: f64,
+    launch: f64,
     result_wait: f64,
     scatter: f64,
 }
@@ -286,10 +295,12 @@ struct PassTrace {
 impl PassTrace {
     fn print(&self, tasks: usize) {
         eprintln!(
-            "pyramid pass, {tasks} tasks: stage wait {:.1} ms, gather {:.1} ms, result wait \
-             {:.1} ms, scatter {:.1} ms",
+            "pyramid pass, {tasks} tasks, {:.1} ms: stage wait {:.1} ms, gather {:.1} ms, \
+             launch {:.1} ms, result wait {:.1} ms, scatter {:.1} ms",
+            self.total * 1e3,
             self.stage_wait * 1e3,
             self.gather * 1e3,
+            self.launch * 1e3,
             self.result_wait * 1e3,
             self.scatter * 1e3
         );

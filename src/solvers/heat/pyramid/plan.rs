@@ -77,6 +77,11 @@ pub struct Task {
     /// The strips of the result later tasks read as halo (old values): written back only
     /// once the task's last reader has copied its input in.
     pub late: [Region; 2],
+    /// The part of the input box the previous task's input box also holds: consecutive
+    /// tasks along the last split axis overlap by their halos, so the device copies it
+    /// across (before the previous task's steps overwrite it) instead of over the bus.
+    /// None for the first task of a row.
+    pub carried: Option<Region>,
 }
 
 impl Task {
@@ -87,6 +92,16 @@ impl Task {
             lo: [0, 1, 2].map(|a| if self.halo_lo[a] { k } else { 0 }),
             hi: [0, 1, 2].map(|a| shape[a] - if self.halo_hi[a] { k } else { 0 }),
         }
+    }
+
+    /// The part of the input box that comes from the host: all of it but `carried`.
+    pub fn fetched(&self) -> Region {
+        let mut r = self.input;
+        if let Some(c) = self.carried {
+            let a = (0..3).find(|&a| c.hi[a] != r.hi[a]).unwrap_or(0);
+            r.lo[a] = c.hi[a];
+        }
+        r
     }
 
     /// The result region in local indices of the input box.
@@ -133,6 +148,16 @@ impl Plan {
                     .sum::<u128>()
             })
             .sum()
+    }
+
+    /// The most tasks a result waits, after its own, for its last reader.
+    pub fn write_back_lag(&self) -> usize {
+        self.last_reader
+            .iter()
+            .enumerate()
+            .map(|(j, &r)| r - j)
+            .max()
+            .unwrap_or(0)
     }
 
     pub fn input_values(&self) -> u128 {
@@ -272,7 +297,19 @@ pub fn plan(
                 halo_hi,
                 early,
                 late,
+                carried: None,
             });
+        }
+    }
+    let last_axis = *split_axes.last().expect("one split axis at least");
+    for i in 1..tasks.len() {
+        let (p, c) = (tasks[i - 1].input, tasks[i].input);
+        let a = last_axis;
+        let same_elsewhere = (0..3).all(|b| b == a || (p.lo[b] == c.lo[b] && p.hi[b] == c.hi[b]));
+        if same_elsewhere && p.lo[a] <= c.lo[a] && c.lo[a] < p.hi[a] && p.hi[a] < c.hi[a] {
+            let mut carried = c;
+            carried.hi[a] = p.hi[a];
+            tasks[i].carried = Some(carried);
         }
     }
     // Tasks run in row-major order, so input boxes start no earlier along the first
@@ -424,6 +461,12 @@ mod tests {
                             );
                         }
                         assert!(p.last_reader[j] > j || t.early == t.result);
+                        if let Some(c) = t.carried {
+                            let prev = p.tasks[j - 1].input;
+                            assert!((0..3).all(|a| prev.lo[a] <= c.lo[a] && c.hi[a] <= prev.hi[a]));
+                            assert_eq!(c.len() + t.fetched().len(), t.input.len());
+                            assert!(!c.intersects(&t.fetched()));
+                        }
                     }
                 }
             }

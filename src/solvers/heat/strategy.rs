@@ -225,7 +225,10 @@ pub fn build<T: Real>(
             let slots = if trivial { 1 } else { CUDA_SLOTS };
             let boxes = pyramid::cuda::CudaBoxes::<T>::boxes(slots);
             let capacity = (budget as usize / bytes / boxes).max(1);
-            (boxes, pyramid::cuda::measure::<T>(gpu, p, capacity)?)
+            (
+                boxes,
+                pyramid::cuda::measure::<T>(gpu, p, capacity, p.ooc.pin_host_grid)?,
+            )
         }
     };
     // Unless the budget was given: boxes beyond 1/64 of the grid only lengthen the

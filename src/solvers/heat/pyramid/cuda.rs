@@ -470,17 +470,32 @@ unsafe fn staging_buffer<T: Real>(gpu: &Gpu, values: usize) -> Result<PinnedHost
     Ok(unsafe { gpu.ctx.alloc_pinned::<T>(values) }?)
 }
 
-/// Per-value costs on this device, measured with pinned buffers, a band-shaped box of up
-/// to `capacity` values and the step kernel (about 0.1 s).
-pub fn measure<T: Real>(gpu: &Arc<Gpu>, p: &HeatProblem, capacity: usize) -> Result<Costs> {
+/// Per-value costs on this device (about 0.2 s): copies and steps on a box shaped like a
+/// task's (whole rows, as deep along the slowest axes as `capacity` allows), the copies
+/// strided out of and into a page-locked host array when `direct` (the grid will be
+/// pinned), else linear through a pinned buffer; and the host's copy rate from cold
+/// memory.
+pub fn measure<T: Real>(
+    gpu: &Arc<Gpu>,
+    p: &HeatProblem,
+    capacity: usize,
+    direct: bool,
+) -> Result<Costs> {
     use crate::solvers::heat::pyramid::Region;
     let bytes = std::mem::size_of::<T>();
-    let copy_values = capacity.clamp(1 << 16, (64 << 20) / bytes);
+    let box_values = capacity.clamp(1 << 16, (256 << 20) / bytes);
+    let a0 = 3 - p.dims;
+    let mut shape = p.shape;
+    if p.dims == 3 {
+        let side = ((box_values / p.shape[2]) as f64).sqrt() as usize;
+        shape[0] = side.clamp(3, p.shape[0]);
+        shape[1] = (box_values / p.shape[2] / shape[0]).clamp(3, p.shape[1]);
+    } else {
+        let plane: usize = (0..3).filter(|&a| a != a0).map(|a| p.shape[a]).product();
+        shape[a0] = (box_values / plane).clamp(3, p.shape[a0]);
+    }
+    let len: usize = shape.iter().product();
     let s = gpu.ctx.new_stream()?;
-    // SAFETY: only timed, never read as numbers.
-    let dev = unsafe { s.alloc::<T>(copy_values) }?;
-    // SAFETY: as above.
-    let mut host = unsafe { gpu.ctx.alloc_pinned_with_flags::<T>(copy_values, 0) }?;
     let (start, end) = (gpu.timing_event()?, gpu.timing_event()?);
     let time = |f: &mut dyn FnMut() -> Result<()>| -> Result<f64> {
         f()?; // warm-up
@@ -493,38 +508,43 @@ pub fn measure<T: Real>(gpu: &Arc<Gpu>, p: &HeatProblem, capacity: usize) -> Res
         }
         Ok(best)
     };
-    let n_bytes = copy_values * bytes;
-    let h2d = time(&mut || {
-        let (d, _g) = dev.device_ptr(&s);
-        let src = host.as_ptr()?;
-        // SAFETY: both hold copy_values values; host is pinned and outlives the stream work.
-        unsafe { sys::cuMemcpyHtoDAsync_v2(d, src.cast(), n_bytes, s.cu_stream()) }.result()?;
-        Ok(())
-    })? / n_bytes as f64;
-    let d2h = time(&mut || {
-        let (d, _g) = dev.device_ptr(&s);
-        let dst = host.as_mut_ptr()?;
-        // SAFETY: as above.
-        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), d, n_bytes, s.cu_stream()) }.result()?;
-        Ok(())
-    })? / n_bytes as f64;
 
-    // Compute: the step kernel over a box shaped like a task's: whole rows, as deep along
-    // the two slowest axes as the capacity allows (a thin band would mostly time the
-    // kernel's start along its marching axis).
-    let kernels = BoxKernels::<T>::new(gpu, p)?;
-    let a0 = 3 - p.dims;
-    let mut shape = p.shape;
-    if p.dims == 3 {
-        let side = ((copy_values / p.shape[2]) as f64).sqrt() as usize;
-        shape[0] = side.clamp(3, p.shape[0]);
-        shape[1] = (copy_values / p.shape[2] / shape[0]).clamp(3, p.shape[1]);
-    } else {
-        let plane: usize = (0..3).filter(|&a| a != a0).map(|a| p.shape[a]).product();
-        shape[a0] = (copy_values / plane).clamp(3, p.shape[a0]);
-    }
-    let len: usize = shape.iter().product();
+    // A host array far larger than the caches: the source of the host's copy rate, and
+    // with the grid pinned, the array the boxes are copied out of and into.
+    let mut cold = vec![T::lit(1.0); ((512 << 20) / bytes).max(2 * len)];
     let src = s.clone_htod(&vec![T::lit(1.0); len])?;
+    let n_bytes = (len * bytes) as f64;
+    let (h2d, d2h) = {
+        let (d, _g) = src.device_ptr(&s);
+        let dev = Side::whole(Mem::Device(d), shape);
+        let mut host_pinned = None;
+        // SAFETY: `cold` outlives the guard (dropped at the end of this block). Where it
+        // cannot be pinned, neither can the grid: time the staged copies instead.
+        let pin = direct
+            .then(|| unsafe { gpu.pin_host(cold.as_mut_ptr().cast(), size_of_val(&cold[..])) })
+            .and_then(|r| r.ok());
+        let host = if pin.is_some() {
+            // Rows of the box twice apart, as a task's rows are in the grid (3D).
+            let mut grid = shape;
+            grid[1] = (shape[1] * 2).min(cold.len() / (shape[0] * shape[2]));
+            Side::whole(Mem::Host(cold.as_mut_ptr().cast()), grid)
+        } else {
+            // SAFETY: only timed, never read as numbers.
+            let buf = host_pinned.insert(unsafe { gpu.ctx.alloc_pinned_with_flags::<T>(len, 0) }?);
+            Side::whole(Mem::Host(buf.as_mut_ptr()?.cast()), shape)
+        };
+        // SAFETY: the box fits both sides; host memory is pinned and outlives the copies
+        // (the stream is synchronised by `time`).
+        let h2d = time(&mut || unsafe { copy_box::<T>(&s, host, dev, shape) })? / n_bytes;
+        // SAFETY: as above.
+        let d2h = time(&mut || unsafe { copy_box::<T>(&s, dev, host, shape) })? / n_bytes;
+        s.synchronize()?;
+        drop(pin);
+        (h2d, d2h)
+    };
+
+    // Compute: the step kernel on that box.
+    let kernels = BoxKernels::<T>::new(gpu, p)?;
     let mut dst = s.clone_htod(&vec![T::lit(1.0); len])?;
     let mut bad = s.clone_htod(&[NONE])?;
     let region = Region {
@@ -551,22 +571,25 @@ pub fn measure<T: Real>(gpu: &Arc<Gpu>, p: &HeatProblem, capacity: usize) -> Res
     })? / launches as f64;
     s.synchronize()?;
 
-    // Host staging: the scheduler gathers from a grid far larger than the host's caches,
-    // so time copies out of a 512 MiB source, a different (cold) window each time, into
-    // the same kind of pinned buffer; the mean of three.
+    // Host copies: the scheduler gathers and scatters within a grid far larger than the
+    // host's caches, so time copies out of a different (cold) window of the array each
+    // time, into the same kind of pinned buffer; the mean of three.
     let windows = 3;
-    let grid = vec![T::lit(1.0); (512 << 20) / bytes];
+    let window = len.min(cold.len() / windows);
     // SAFETY: written before read.
-    let mut staging = unsafe { staging_buffer::<T>(gpu, copy_values) }?;
+    let mut staging = unsafe { staging_buffer::<T>(gpu, window) }?;
     let dst = staging.as_mut_slice()?;
+    cold.iter_mut()
+        .step_by(4096 / bytes)
+        .for_each(|v| *v = T::lit(2.0));
     let t = std::time::Instant::now();
-    for w in grid.chunks_exact(copy_values).take(windows) {
+    for w in cold.chunks_exact(window).take(windows) {
         use rayon::prelude::*;
         dst.par_chunks_mut(1 << 18)
             .zip(w.par_chunks(1 << 18))
             .for_each(|(d, s)| d.copy_from_slice(s));
     }
-    let host_cost = t.elapsed().as_secs_f64() / (windows * n_bytes) as f64;
+    let host_cost = t.elapsed().as_secs_f64() / (windows * window * bytes) as f64;
     Ok(Costs {
         h2d,
         d2h,

@@ -25,8 +25,10 @@ pub struct Costs {
     pub d2h: f64,
     /// One step of one value on the device (τa).
     pub compute: f64,
-    /// Host staging (gather or scatter), per byte.
-    pub host: f64,
+    /// Host copy of a box out of the grid (staged gather), per byte.
+    pub gather: f64,
+    /// Host copy of a box into the grid (scatter), per byte.
+    pub scatter: f64,
     /// Fixed cost per kernel launch.
     pub launch: f64,
 }
@@ -71,14 +73,15 @@ fn pass_time(
     how: Pipeline,
 ) -> (f64, &'static str) {
     let overlap = how.overlap;
-    let host_values = |t: &super::pyramid::Task| {
+    let b = bytes as f64;
+    // Seconds the host copies for a task: only the late strips when the grid is pinned.
+    let host_time = |t: &super::pyramid::Task| {
         if how.direct {
-            t.late.iter().map(|r| r.len()).sum::<usize>()
+            t.late.iter().map(|r| r.len()).sum::<usize>() as f64 * b * c.scatter
         } else {
-            t.input.len() + t.result.len()
+            (t.input.len() as f64 * c.gather + t.result.len() as f64 * c.scatter) * b
         }
     };
-    let b = bytes as f64;
     let mut total = 0.0;
     let mut sums = [0.0f64; 4];
     for t in &plan.tasks {
@@ -91,7 +94,7 @@ fn pass_time(
             inp * c.h2d,
             out * c.d2h,
             computed * c.compute + steps as f64 * c.launch,
-            host_values(t) as f64 * b * c.host,
+            host_time(t),
         ];
         for (s, v) in sums.iter_mut().zip(stages) {
             *s += v;
@@ -105,10 +108,10 @@ fn pass_time(
     if overlap {
         // Filling and draining: the first task's way in and the last one's way out.
         if let (Some(first), Some(last)) = (plan.tasks.first(), plan.tasks.last()) {
-            let staged = if how.direct { 0.0 } else { c.host };
-            total += first.input.len() as f64 * b * (c.h2d + staged)
+            let gather = if how.direct { 0.0 } else { c.gather };
+            total += first.input.len() as f64 * b * (c.h2d + gather)
                 + last.result.len() as f64 * b * c.d2h
-                + host_values(last) as f64 * b * c.host;
+                + host_time(last);
         }
     }
     let names = ["copy-in", "copy-out", "compute", "host"];
@@ -187,8 +190,9 @@ pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
     Costs {
         h2d: host,
         d2h: host,
+        gather: host,
+        scatter: host,
         compute,
-        host,
         launch: 0.0,
     }
 }

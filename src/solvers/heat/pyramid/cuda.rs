@@ -571,30 +571,42 @@ pub fn measure<T: Real>(
     })? / launches as f64;
     s.synchronize()?;
 
-    // Host copies: the scheduler gathers and scatters within a grid far larger than the
-    // host's caches, so time copies out of a different (cold) window of the array each
-    // time, into the same kind of pinned buffer; the mean of three.
+    // Host copies: the scheduler gathers from and scatters into a grid far larger than
+    // the host's caches, so time copies out of and into a different (cold) window of the
+    // array each time, against the kinds of pinned buffer it uses; the mean of three.
     let windows = 3;
-    let window = len.min(cold.len() / windows);
+    let window = len.min(cold.len() / (2 * windows));
     // SAFETY: written before read.
     let mut staging = unsafe { staging_buffer::<T>(gpu, window) }?;
-    let dst = staging.as_mut_slice()?;
-    cold.iter_mut()
-        .step_by(4096 / bytes)
-        .for_each(|v| *v = T::lit(2.0));
-    let t = std::time::Instant::now();
-    for w in cold.chunks_exact(window).take(windows) {
+    // SAFETY: as above; plain (cached) pinned memory, like the result buffers.
+    let mut results = unsafe { gpu.ctx.alloc_pinned_with_flags::<T>(window, 0) }?;
+    results.as_mut_slice()?.fill(T::lit(1.0));
+    let (staged, result) = (staging.as_mut_slice()?, results.as_slice()?);
+    let par_copy = |d: &mut [T], s: &[T]| {
         use rayon::prelude::*;
-        dst.par_chunks_mut(1 << 18)
-            .zip(w.par_chunks(1 << 18))
+        d.par_chunks_mut(1 << 18)
+            .zip(s.par_chunks(1 << 18))
             .for_each(|(d, s)| d.copy_from_slice(s));
+    };
+    let per_byte =
+        |t: std::time::Instant| t.elapsed().as_secs_f64() / (windows * window * bytes) as f64;
+    let mut cold_windows = cold.chunks_exact_mut(window);
+    let t = std::time::Instant::now();
+    for w in cold_windows.by_ref().take(windows) {
+        par_copy(staged, w);
     }
-    let host_cost = t.elapsed().as_secs_f64() / (windows * window * bytes) as f64;
+    let gather = per_byte(t);
+    let t = std::time::Instant::now();
+    for w in cold_windows.take(windows) {
+        par_copy(w, result);
+    }
+    let scatter = per_byte(t);
     Ok(Costs {
         h2d,
         d2h,
         compute,
-        host: host_cost,
+        gather,
+        scatter,
         launch,
     })
 }

@@ -7,7 +7,7 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 export KEISAN_BIN=$PWD/gpu/keisan
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 ulimit -l
-for t in heat_pyramid; do echo "== $t"; timeout 200 gpu/tests/$t --test-threads=1 2>&1 | tail -12; done
+[ -n "${SKIP_TESTS:-}" ] || for t in heat_pyramid; do echo "== $t"; timeout 200 gpu/tests/$t --test-threads=1 2>&1 | tail -12; done
 echo "== bench heat"
 timeout 240 gpu/keisan bench heat --json ${BENCH_ARGS:-} > "$OUT/bench-heat.json"; python3 -c "
 import json; r=json.load(open('$OUT/bench-heat.json'))

@@ -4,7 +4,8 @@
 //! The seed's model for a 1D decomposition of a 2D grid, τ ≈ K(I−1)²·(R−n)/(R−2n)·(2τc/n + τa),
 //! adds transfer and compute. keisan overlaps them: a task's copy in, its compute, its copy
 //! out and the host's copies (gather and scatter, or only the late strips when the grid is
-//! pinned) run in four pipelined stages, so a pass costs about
+//! pinned) run in four pipelined stages, with a fifth for the host memory the copy engines
+//! and the host's copies share, so a pass costs about
 //! Σ_tasks max(stage times) plus filling and draining the pipeline. Stage times come from
 //! the actual task geometry (edges, remainders, the shrinking valid region) and from
 //! per-value costs measured on the device at start-up.
@@ -48,7 +49,8 @@ pub struct Pipeline {
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Prediction {
     pub seconds: f64,
-    /// Which stage bounds the steady state: "copy-in", "copy-out", "compute" or "host".
+    /// Which stage bounds the steady state: "copy-in", "copy-out", "compute", "host" or
+    /// "host-memory" (copy engines and host copies sharing the host's memory).
     pub bound: &'static str,
 }
 
@@ -83,18 +85,23 @@ fn pass_time(
         }
     };
     let mut total = 0.0;
-    let mut sums = [0.0f64; 4];
+    let mut sums = [0.0f64; 5];
     for t in &plan.tasks {
         // Overlapping executors copy the part shared with the previous input across.
         let fetched = if overlap { t.fetched() } else { t.input };
         let inp = fetched.len() as f64 * b;
         let out = t.result.len() as f64 * b;
         let computed: f64 = (1..=steps).map(|k| t.valid_at(k).len() as f64).sum();
+        // The copy engines and the host's copies share the host's memory: DMA traffic
+        // at the host copy rate's bandwidth (a copy reads and writes each byte), on top of
+        // the host's own copies.
+        let memory = (inp + out) * c.scatter / 2.0 + host_time(t);
         let stages = [
             inp * c.h2d,
             out * c.d2h,
             computed * c.compute + steps as f64 * c.launch,
             host_time(t),
+            memory,
         ];
         for (s, v) in sums.iter_mut().zip(stages) {
             *s += v;
@@ -114,7 +121,7 @@ fn pass_time(
                 + host_time(last);
         }
     }
-    let names = ["copy-in", "copy-out", "compute", "host"];
+    let names = ["copy-in", "copy-out", "compute", "host", "host-memory"];
     let bound = names[sums
         .iter()
         .enumerate()

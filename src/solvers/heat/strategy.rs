@@ -289,10 +289,15 @@ pub fn build<T: Real>(
             let slots = if trivial { 1 } else { CUDA_SLOTS };
             let pending = plan.write_back_lag() + 2 * slots + 1;
             let staging = if pin.is_some() { 0 } else { slots };
+            // What a result buffer holds: the late strips only, when the grid is pinned.
+            let result_values = if pin.is_some() {
+                plan.late_values().max(1)
+            } else {
+                plan.result_values
+            };
             crate::memory::ensure_host_fits(
                 p.field_bytes(T::PRECISION) / 2
-                    + (staging * plan.box_values + pending * plan.result_values) as u128
-                        * bytes as u128,
+                    + (staging * plan.box_values + pending * result_values) as u128 * bytes as u128,
                 "the host grid and the pyramid's pinned buffers",
             )?;
             Box::new(pyramid::cuda::CudaBoxes::<T>::new(
@@ -300,7 +305,7 @@ pub fn build<T: Real>(
                 p,
                 slots,
                 plan.box_values,
-                plan.result_values,
+                result_values,
                 !trivial,
                 pin,
                 pending,

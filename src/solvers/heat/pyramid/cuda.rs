@@ -395,8 +395,8 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
             };
             let mut offset = 0;
             for part in parts {
-                // SAFETY: the result buffer holds result_values ≥ the parts' values; it
-                // is pinned and not read before `ready`.
+                // SAFETY: the result buffer holds the parts' values (the late strips, or
+                // the result); it is pinned and not read before `ready`.
                 let to = Side::whole(Mem::Host(unsafe { host.add(offset) }.cast()), part.shape());
                 unsafe { copy_box::<T>(&self.d2h, from(part), to, part.shape()) }?;
                 offset += part.len();

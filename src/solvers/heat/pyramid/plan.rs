@@ -150,6 +150,15 @@ impl Plan {
             .sum()
     }
 
+    /// The most values of late strips one task has.
+    pub fn late_values(&self) -> usize {
+        self.tasks
+            .iter()
+            .map(|t| t.late.iter().map(Region::len).sum::<usize>())
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The most tasks a result waits, after its own, for its last reader.
     pub fn write_back_lag(&self) -> usize {
         self.last_reader

@@ -216,13 +216,14 @@ pub fn build<T: Real>(
     }
     let trivial = strategy == Strategy::Trivial;
     let bytes = T::PRECISION.bytes();
+    // Task slots of the CUDA executor: the trivial baseline runs one task at a time.
+    let slots = if trivial { 1 } else { CUDA_SLOTS };
     let (boxes, costs) = match device {
         Device::Cpu { .. } => (
             pyramid::cpu::CpuBoxes::<T>::BOXES,
             model::measure_cpu::<T>(p),
         ),
         Device::Cuda(gpu) => {
-            let slots = if trivial { 1 } else { CUDA_SLOTS };
             let boxes = pyramid::cuda::CudaBoxes::<T>::boxes(slots);
             let capacity = (budget as usize / bytes / boxes).max(1);
             (
@@ -286,7 +287,6 @@ pub fn build<T: Real>(
             };
             // Pinned staging (staged mode) and result buffers beside the grid: a result
             // waits for its last reader, behind as many tasks as are in flight.
-            let slots = if trivial { 1 } else { CUDA_SLOTS };
             let pending = plan.write_back_lag() + 2 * slots + 1;
             let staging = if pin.is_some() { 0 } else { slots };
             // What a result buffer holds: the late strips only, when the grid is pinned.

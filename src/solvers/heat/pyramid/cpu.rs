@@ -162,21 +162,20 @@ impl<T: Real> BoxExecutor<T> for CpuBoxes<T> {
         };
         let done = &self.work[steps % 2];
         let out = &mut self.results[ticket];
-        let local = |r: &Region| task.local(r);
         if self.direct {
             self.early.resize(task.early.len(), T::zero());
-            pack(shape, &local(&task.early), done, &mut self.early);
+            pack(shape, &task.local(&task.early), done, &mut self.early);
             // SAFETY: no later task reads the early region; earlier ones have read it.
             unsafe { grid.scatter(&self.early, &task.early) };
             out.resize(task.late.iter().map(Region::len).sum(), T::zero());
             let mut offset = 0;
             for part in &task.late {
-                pack(shape, &local(part), done, &mut out[offset..]);
+                pack(shape, &task.local(part), done, &mut out[offset..]);
                 offset += part.len();
             }
         } else {
             out.resize(task.result.len(), T::zero());
-            pack(shape, &local(&task.result), done, out);
+            pack(shape, &task.local(&task.result), done, out);
         }
         self.launched += 1;
         Ok(Launched {

@@ -27,8 +27,6 @@ struct Slot<T> {
     /// Staged mode only, allocated on first use.
     staging: Option<PinnedHostSlice<T>>,
     copied_in: CudaEvent,
-    /// The launch whose copy in `copied_in` marks.
-    last_input: Option<usize>,
     computed: CudaEvent,
     copied_out: CudaEvent,
 }
@@ -93,7 +91,6 @@ impl<T: Real> CudaBoxes<T> {
                 buf: unsafe { s.alloc::<T>(box_values) }?,
                 staging: None,
                 copied_in: event(&gpu)?,
-                last_input: None,
                 computed: event(&gpu)?,
                 copied_out: event(&gpu)?,
             });
@@ -287,8 +284,8 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
             lo,
         };
         let slot = &mut self.slots[this];
-        // The host runs at most `slots` copies ahead of the device, so a slot's event
-        // always marks a copy `wait_input` may still be asked about.
+        // The host runs at most one round of slots ahead of the copy engine, so the
+        // write-backs it does meanwhile overlap the device's work instead of trailing it.
         slot.copied_in.synchronize()?;
         // In: after the slot's previous result has left.
         self.h2d.wait(&slot.copied_out)?;
@@ -317,7 +314,6 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
             unsafe { copy_box::<T>(&self.h2d, src, to, fetched.shape()) }?;
         }
         slot.copied_in.record(&self.h2d)?;
-        slot.last_input = Some(self.launched);
         self.compute.wait(&slot.copied_in)?;
         // Across: the next task's overlap with this input, before the steps overwrite it,
         // into the next slot once that slot's previous result has left.

@@ -37,6 +37,12 @@ fn cuda_equals_cpu_bit_for_bit_1d_2d_3d() {
     cuda_equals_cpu::<f32>("[1001]", 37);
     cuda_equals_cpu::<f32>("[130, 257]", 21);
     cuda_equals_cpu::<f32>("[19, 23, 300]", 11);
+    // Rows of whole 16-byte vectors take the vector kernel, the ones above the scalar one.
+    cuda_equals_cpu::<f64>("[1000]", 37);
+    cuda_equals_cpu::<f32>("[130, 256]", 21);
+    cuda_equals_cpu::<f64>("[130, 258]", 21);
+    cuda_equals_cpu::<f32>("[19, 23, 4]", 11);
+    cuda_equals_cpu::<f32>("[67, 45, 520]", 9);
 }
 
 /// Temporal-blocked passes (several steps per trip through memory) against single-step
@@ -72,6 +78,11 @@ fn temporal_blocking_equals_single_steps_bit_for_bit() {
     temporal_equals_single::<f32>("[5, 3000]", 7, &[12]);
     temporal_equals_single::<f32>("[150, 40, 70]", 13, &[2, 3, 4]);
     temporal_equals_single::<f64>("[150, 40, 70]", 13, &[2, 4]);
+    // Register tiles of each shape (4 rows × 8 warps, 2 × 16, ...) over several tiles and
+    // chunks with remainders; an odd nx takes the shared-memory tile.
+    temporal_equals_single::<f32>("[131, 61, 126]", 17, &[2, 3, 5, 6, 8]);
+    temporal_equals_single::<f64>("[131, 61, 126]", 11, &[2, 3, 4, 6]);
+    temporal_equals_single::<f32>("[40, 30, 71]", 9, &[2, 4]);
     temporal_equals_single::<f32>("[3, 3, 3]", 5, &[2]);
 }
 
@@ -86,7 +97,7 @@ fn temporal_block_too_tall_is_refused() {
         .err()
         .expect("refused");
     assert!(
-        err.to_string().contains("at most 4 steps per pass"),
+        err.to_string().contains("at most 6 steps per pass"),
         "{err}"
     );
 }

@@ -82,6 +82,8 @@ pub fn compile(
         // identically (bit-for-bit tests), and the GPU rounds like the CPU reference.
         // Kernels that want an FMA call fma() explicitly.
         "--fmad=false".to_string(),
+        // Lambdas inside kernels are device code (NVRTC compiles device code only).
+        "-default-device".to_string(),
     ];
     options.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
     let source = format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, src.code);

@@ -1,11 +1,12 @@
 // Explicit heat equation (FTCS), fields row-major (z, y, x), x fastest.
 // Compiled with -Dreal=float|double. Keep heat_update() in step with solvers/heat/cpu.rs.
 
+// (a + b) − 2c is evaluated as fma(−2, c, a + b): 2c is exact, so the single rounding of
+// the fma is that of the subtraction, and the result is the CPU's bit for bit.
 __device__ __forceinline__ real heat_update(real c, real xm, real xp, real ym, real yp, real zm,
                                             real zp, real rx, real ry, real rz) {
-    const real two = (real)2;
-    return c + (rx * ((xm + xp) - two * c) + ry * ((ym + yp) - two * c) +
-                rz * ((zm + zp) - two * c));
+    const real m2 = (real)-2;
+    return c + (rx * fma(m2, c, xm + xp) + ry * fma(m2, c, ym + yp) + rz * fma(m2, c, zm + zp));
 }
 
 #ifndef MARCH
@@ -89,6 +90,131 @@ extern "C" __global__ void heat_box_step(const real* __restrict__ u, real* __res
     if (!finite) atomicMin(bad, step);
 }
 
+// N consecutive values loaded and stored as one aligned vector (ld/st.global.v2/.v4).
+template <int N>
+struct alignas(N * sizeof(real)) vals {
+    real v[N];
+};
+
+#ifndef VEC
+#define VEC (16 / (int)sizeof(real))  // values per 16-byte vector
+#endif
+#ifndef VGROUP
+#define VGROUP 2
+#endif
+
+template <int N>
+__device__ __forceinline__ vals<N> ldv(const real* p) {
+    return *reinterpret_cast<const vals<N>*>(p);
+}
+
+// heat_box_step for boxes whose rows are whole vectors (bx % VEC == 0): each thread owns
+// VEC consecutive x values of one row and marches the slowest axis like heat_box_step.
+// A warp spans 32 vectors of a row; x neighbours come from the neighbouring lanes by
+// shuffle (the warp's end lanes load the one value beyond), so a point costs a quarter of
+// the load instructions. Same update and operand order as heat_box_step, so the result
+// is the same bit for bit. blockDim.x must be a multiple of 32 (warps lie along x).
+extern "C" __global__ void heat_vec_step(const real* __restrict__ u, real* __restrict__ un,
+                                         int bz, int by, int bx, int z0, int z1, int y0, int y1,
+                                         int x0, int x1, int oz, int oy, int ox, int nz, int ny,
+                                         int nx, int dims, real rz, real ry, real rx, u64 step,
+                                         u64* __restrict__ bad) {
+    constexpr int V = VEC, G = VGROUP;
+    if (((volatile u64*)bad)[0] != ~0ull) return;
+    const bool mz = dims != 2;
+    const int lane = threadIdx.x & 31;
+    const int first = x0 / V + blockIdx.x * blockDim.x;
+    const int g = first + threadIdx.x;
+    const int o = (mz ? y0 : z0) + blockIdx.y * blockDim.y + threadIdx.y;
+    // Both exits are uniform across a warp, which the shuffles need.
+    if (o >= (mz ? y1 : z1) || (first + (int)(threadIdx.x & ~31u)) * V >= x1) return;
+    const int gc = min(g, bx / V - 1);  // lanes past the row shadow the last vector
+    const int xb = gc * V;
+    const int m0 = mz ? z0 : y0, m1 = mz ? z1 : y1;
+    const long ms = mz ? (long)by * bx : (long)bx;
+    const int mext = mz ? bz : by;
+    const int mg = mz ? oz : oy, mn = mz ? nz : ny;
+    const bool mreal = mz ? dims >= 3 : true;
+    const bool d3 = mz && dims >= 3;
+    const bool y_edge = mz && dims >= 2 && (oy + o == 0 || oy + o == ny - 1);
+    const long dy = (!y_edge && d3) ? bx : 0;
+    const bool need_left = lane == 0 && xb > 0, need_right = lane == 31 && xb + V < bx;
+    unsigned edge_mask = 0, in_region = 0;
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+        const int gx = ox + xb + e;
+        if (y_edge || gx == 0 || gx == nx - 1) edge_mask |= 1u << e;
+        if (g == gc && xb + e >= x0 && xb + e < x1) in_region |= 1u << e;
+    }
+    const bool whole = in_region == (1u << V) - 1;
+    const int chunks = (m1 - m0 + MARCH - 1) / MARCH;
+    bool finite = true;
+    for (int b = blockIdx.z; b < chunks; b += gridDim.z) {
+        const int s0 = m0 + b * MARCH, s1 = min(s0 + MARCH, m1);
+        long i = ((long)(mz ? s0 : o) * by + (mz ? o : s0)) * bx + xb;
+        vals<V> cm = ldv<V>(u + (s0 > 0 ? i - ms : i));
+        vals<V> cc = ldv<V>(u + i);
+        for (int m = s0; m < s1; m += G) {
+            vals<V> c[G + 1], ym[G], yp[G];
+            real lf[G], rt[G];
+            c[0] = cc;
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const int mm = min(m + k, s1 - 1);
+                const long ii = i + (long)(mm - m) * ms;
+                c[k + 1] = ldv<V>(u + (mm + 1 < mext ? ii + ms : ii));
+                if (d3) {
+                    ym[k] = ldv<V>(u + ii - dy);
+                    yp[k] = ldv<V>(u + ii + dy);
+                }
+                lf[k] = need_left ? u[ii - 1] : (real)0;
+                rt[k] = need_right ? u[ii + V] : (real)0;
+            }
+#pragma unroll
+            for (int k = 0; k < G; ++k) {
+                const int mm = m + k;
+                if (mm >= s1) break;
+                const vals<V> cur = c[k], next = c[k + 1], prev = k == 0 ? cm : c[k - 1];
+                real left = __shfl_up_sync(0xffffffffu, cur.v[V - 1], 1);
+                real right = __shfl_down_sync(0xffffffffu, cur.v[0], 1);
+                if (lane == 0) left = lf[k];
+                if (lane == 31) right = rt[k];
+                const bool march_edge = mreal && (mg + mm == 0 || mg + mm == mn - 1);
+                vals<V> out;
+#pragma unroll
+                for (int e = 0; e < V; ++e) {
+                    const real cv = cur.v[e];
+                    const real xm = e > 0 ? cur.v[e - 1] : left;
+                    const real xp = e < V - 1 ? cur.v[e + 1] : right;
+                    real v;
+                    if (!mz) {
+                        v = heat_update(cv, xm, xp, prev.v[e], next.v[e], cv, cv, rx, ry, rz);
+                    } else if (d3) {
+                        v = heat_update(cv, xm, xp, ym[k].v[e], yp[k].v[e], prev.v[e], next.v[e],
+                                        rx, ry, rz);
+                    } else {
+                        v = heat_update(cv, xm, xp, cv, cv, cv, cv, rx, ry, rz);
+                    }
+                    out.v[e] = (march_edge || (edge_mask >> e & 1)) ? cv : v;
+                    if (in_region >> e & 1) finite &= isfinite(out.v[e]);
+                }
+                real* dst = un + i + (long)k * ms;
+                if (whole) {
+                    *reinterpret_cast<vals<V>*>(dst) = out;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < V; ++e)
+                        if (in_region >> e & 1) dst[e] = out.v[e];
+                }
+            }
+            cm = c[G - 1];
+            cc = c[G];
+            i += (long)G * ms;
+        }
+    }
+    if (!finite) atomicMin(bad, step);
+}
+
 // Temporal blocking for the in-core engine (2D and 3D): TB_LEVELS steps per pass over the
 // whole grid, u → un. A block of TB_X·TB_Y threads covers a tile of x (and y in 3D)
 // including a halo of TB_LEVELS on each side, and marches the slowest axis (z in 3D, y in
@@ -157,6 +283,183 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
             un[q * ms + col] = v;
         }
         __syncthreads();
+    }
+    if (!finite) atomicMin(bad, step);
+}
+#endif
+
+// Temporal blocking in 3D with the x and y neighbours in registers: TB3_LEVELS steps
+// per pass over the whole grid, u → un (nx % TB3_VEC == 0). A block of 32 × TB3_WARPS
+// threads covers a tile of 32·TB3_VEC columns (x) by TB3_WARPS·TB3_ROWS rows (y), halo
+// included; each thread holds TB3_VEC consecutive x values of TB3_ROWS consecutive rows
+// and marches z like heat_tb_pass. x neighbours come from the thread itself or, across
+// lanes, by shuffle; y neighbours from the thread itself or, across warps, from the
+// neighbouring warp's first or last row, which each warp leaves in shared memory
+// (double-buffered: one barrier per plane). The halo (TB3_LEVELS rows, x rounded up to
+// whole vectors) absorbs the tile-edge points, which are updated from whatever
+// neighbours they have: wrong but finite, a stable update being a weighted mean. Only
+// the grid's boundary is held, and the march is compiled twice over (blocks that touch
+// the boundary in x or y or not; planes near z = 0 or nz − 1 or not), so that most of
+// the work runs with no test at all. Same update and operand order as heat_box_step, so
+// the result is the same bit for bit.
+#if defined(TB3_LEVELS)
+template <bool B>
+struct flag {
+    static constexpr bool value = B;
+};
+
+extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
+    heat_tb3_pass(const real* __restrict__ u, real* __restrict__ un, int nz, int ny, int nx,
+                  real rz, real ry, real rx, int chunk, u64 step, u64* __restrict__ bad) {
+    constexpr int T = TB3_LEVELS, R = TB3_ROWS, W = TB3_WARPS, V = TB3_VEC;
+    constexpr int HX = (T + V - 1) / V * V;  // x halo in whole vectors
+    constexpr int TXO = 32 * V - 2 * HX, TYO = W * R - 2 * T;  // output tile
+    static_assert(TXO > 0 && TYO > 0, "the halo covers the whole tile");
+    using vec = vals<V>;
+    // [buffer][level][warp][first row, last row][lane]
+    extern __shared__ unsigned char shared_raw[];
+    vec* const sm = reinterpret_cast<vec*>(shared_raw);
+    constexpr int LS = W * 2 * 32;  // one level's rows
+    if (((volatile u64*)bad)[0] != ~0ull) return;
+    const int lane = threadIdx.x, w = threadIdx.y;
+    const int gx = (int)blockIdx.x * TXO - HX + lane * V;
+    const int gy = (int)blockIdx.y * TYO - T + w * R;
+    const long ms = (long)ny * nx;
+    const int c0 = blockIdx.z * chunk, c1 = min(c0 + chunk, nz);
+    const bool x_in = gx >= 0 && gx < nx;
+    const bool lane_out = lane >= HX / V && lane < 32 - HX / V;
+    unsigned row_in = 0, row_out = 0, row_fixed = 0, x_fixed = 0;
+    // The thread's column: its first row at plane 0 (rows r lie r·nx further on).
+    const long col = x_in ? (long)max(gy, 0) * nx + gx : 0;
+    const int y_base = max(gy, 0);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int y = gy + r, ty = w * R + r;
+        const bool in = x_in && y >= 0 && y < ny;
+        if (in) row_in |= 1u << r;
+        if (in && lane_out && ty >= T && ty < W * R - T) row_out |= 1u << r;
+        if (y == 0 || y == ny - 1) row_fixed |= 1u << r;
+    }
+#pragma unroll
+    for (int e = 0; e < V; ++e)
+        if (gx + e == 0 || gx + e == nx - 1) x_fixed |= 1u << e;
+    // Whether the tile holds part of the grid's boundary in x or y.
+    const int tile_x0 = (int)blockIdx.x * TXO - HX, tile_y0 = (int)blockIdx.y * TYO - T;
+    const bool edge_tile = tile_x0 <= 0 || tile_x0 + 32 * V > nx - 1 || tile_y0 <= 0 ||
+                           tile_y0 + W * R > ny - 1;
+    vec below[T][R], centre[T][R], ahead[R];
+#pragma unroll
+    for (int l = 0; l < T; ++l)
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int e = 0; e < V; ++e) below[l][r].v[e] = centre[l][r].v[e] = (real)0;
+    const int p0 = max(c0 - T, 0);
+    // Row r of the thread lies at offset (gy + r − y_base)·nx from its column.
+    auto row_at = [&](int r) { return (gy + r - y_base) * nx; };
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if ((row_in >> r & 1) && p0 < nz) {
+            ahead[r] = ldv<V>(u + p0 * ms + col + row_at(r));
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) ahead[r].v[e] = (real)0;
+        }
+    }
+    // Offsets within a level: the row above this warp's first (the previous warp's last),
+    // the row below its last, and this warp's own first and last rows.
+    const int up_at = max(w - 1, 0) * 64 + 32 + lane, down_at = min(w + 1, W - 1) * 64 + lane;
+    const int first_at = w * 64 + lane, last_at = w * 64 + 32 + lane;
+    bool finite = true;
+    // The next plane to read and the plane the output goes to, advanced by a plane a round.
+    const real* next_in = u + (long)(p0 + 1) * ms + col;
+    real* out = un + (long)(p0 - T) * ms + col;
+
+    // One plane of the march: level l of plane p − l for every l, then the output.
+    auto plane = [&](auto edge, auto z_near, int p, int k) {
+        constexpr bool EDGE = decltype(edge)::value, ZNEAR = decltype(z_near)::value;
+        const vec* const rd = sm + ((k & 1) ^ 1) * T * LS;  // level planes of the last round
+        vec* const wr = sm + (k & 1) * T * LS;
+        vec v[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            v[r] = ahead[r];
+            if ((row_in >> r & 1) && p + 1 < nz) ahead[r] = ldv<V>(next_in + row_at(r));
+        }
+        next_in += ms;
+#pragma unroll
+        for (int l = 1; l <= T; ++l) {
+            const int q = p - l;
+            vec res[R];
+            if (ZNEAR && (q <= 0 || q >= nz - 1)) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) res[r] = centre[l - 1][r];
+            } else {
+                const vec up = rd[(l - 1) * LS + up_at];
+                const vec down = rd[(l - 1) * LS + down_at];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const vec& c = centre[l - 1][r];
+                    const real left = __shfl_up_sync(0xffffffffu, c.v[V - 1], 1);
+                    const real right = __shfl_down_sync(0xffffffffu, c.v[0], 1);
+#pragma unroll
+                    for (int e = 0; e < V; ++e) {
+                        const real xm = e > 0 ? c.v[e - 1] : left;
+                        const real xp = e < V - 1 ? c.v[e + 1] : right;
+                        const real ym = r > 0 ? centre[l - 1][r - 1].v[e] : up.v[e];
+                        const real yp = r < R - 1 ? centre[l - 1][r + 1].v[e] : down.v[e];
+                        res[r].v[e] = heat_update(c.v[e], xm, xp, ym, yp, below[l - 1][r].v[e],
+                                                  v[r].v[e], rx, ry, rz);
+                    }
+                    if (EDGE && (row_fixed >> r & 1)) res[r] = c;
+                }
+                if (EDGE && x_fixed) {
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int e = 0; e < V; ++e)
+                            if (x_fixed >> e & 1) res[r].v[e] = centre[l - 1][r].v[e];
+                }
+            }
+            wr[(l - 1) * LS + first_at] = v[0];
+            wr[(l - 1) * LS + last_at] = v[R - 1];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                below[l - 1][r] = centre[l - 1][r];
+                centre[l - 1][r] = v[r];
+                v[r] = res[r];
+            }
+        }
+        const int q = p - T;
+        if (q >= c0 && q < c1) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (row_out >> r & 1) {
+#pragma unroll
+                    for (int e = 0; e < V; ++e) finite &= isfinite(v[r].v[e]);
+                    *reinterpret_cast<vec*>(out + row_at(r)) = v[r];
+                }
+            }
+        }
+        out += ms;
+        __syncthreads();
+    };
+    // Planes p whose levels all lie strictly inside z (0 < p − l < nz − 1 for l in 1..T)
+    // skip the z test.
+    auto march = [&](auto edge) {
+        const int end = c1 + T, safe0 = min(max(p0, T + 1), end), safe1 = max(min(nz, end), safe0);
+        int p = p0, k = 0;
+        for (; p < safe0; ++p, ++k) plane(edge, flag<true>(), p, k);
+        // Three rounds unrolled: the below/centre/new planes rotate with period three,
+        // so the unrolled rounds need no register moves.
+#pragma unroll 3
+        for (; p < safe1; ++p, ++k) plane(edge, flag<false>(), p, k);
+        for (; p < end; ++p, ++k) plane(edge, flag<true>(), p, k);
+    };
+    if (edge_tile) {
+        march(flag<true>());
+    } else {
+        march(flag<false>());
     }
     if (!finite) atomicMin(bad, step);
 }

@@ -22,6 +22,8 @@ const THREADS: u32 = 256;
 /// The step and copy kernels of one precision, with the problem's constants.
 pub struct BoxKernels<T: Real> {
     step: CudaFunction,
+    /// The step for boxes whose rows are whole vectors (`vector_values`), if enabled.
+    vec_step: Option<CudaFunction>,
     copy: CudaFunction,
     p: HeatProblem,
     r: [T; 3],
@@ -38,20 +40,54 @@ fn march() -> usize {
         .unwrap_or(32)
 }
 
-/// Threads per block of the step kernel over (x, middle axis): a 64×4 tile in 3D, rows of
-/// 256 otherwise (the middle axis then has one point). Measured on the H100: 64×4, 32×4
-/// and 128×2 within 1 % of each other (docs/PERFORMANCE.md).
-fn step_block(dims: usize) -> (u32, u32) {
-    if dims == 3 { (64, 4) } else { (256, 1) }
+/// Values one thread of the vector kernels loads at once: 16 bytes.
+pub fn vector_values(precision: Precision) -> usize {
+    16 / precision.bytes()
 }
 
-fn step_config(region: &Region, dims: usize, march_len: usize) -> LaunchConfig {
-    let [rz, ry, rx] = region.shape();
+/// A "AxB" pair from the environment variable `var` (tuning overrides), if set and valid.
+fn env_pair(var: &str) -> Option<(u32, u32)> {
+    let v = std::env::var(var).ok()?;
+    let (a, b) = v.split_once('x')?;
+    Some((a.trim().parse().ok()?, b.trim().parse().ok()?)).filter(|&(a, b)| a > 0 && b > 0)
+}
+
+/// Threads per block of the step kernel over (x, middle axis): a 64×4 tile in 3D, rows of
+/// 256 otherwise (the middle axis then has one point). The vector kernel's x threads each
+/// own a vector, and a multiple of 32 keeps warps along x: 32×8 in 3D, rows of 128
+/// otherwise. Measured on the H100, 3D 32×4 to 128×2 and 2D rows of 32 to 256 within 1 %
+/// of each other, 32×16 and 512 about 12 % slower (docs/PERFORMANCE.md).
+/// KEISAN_HEAT_STEP_BLOCK / KEISAN_HEAT_VEC_BLOCK = XxY override them for tuning.
+fn step_block(dims: usize, vector: bool) -> (u32, u32) {
+    let var = if vector {
+        "KEISAN_HEAT_VEC_BLOCK"
+    } else {
+        "KEISAN_HEAT_STEP_BLOCK"
+    };
+    if let Some(b) = env_pair(var).filter(|&(x, y)| !vector || x % 32 == 0 && x * y <= 1024) {
+        return b;
+    }
+    match (dims, vector) {
+        (3, false) => (64, 4),
+        (3, true) => (32, 8),
+        (_, false) => (256, 1),
+        (_, true) => (128, 1),
+    }
+}
+
+/// The launch of a step over `region`; `vec` is the vector width when the vector kernel
+/// runs (threads then tile whole vectors of x from the one holding `region.lo[2]`).
+fn step_config(region: &Region, dims: usize, march_len: usize, vec: Option<usize>) -> LaunchConfig {
+    let [rz, ry, _] = region.shape();
     let (march, other) = if dims == 2 { (ry, rz) } else { (rz, ry) };
-    let (tx, ty) = step_block(dims);
+    let (tx, ty) = step_block(dims, vec.is_some());
+    let x_threads = match vec {
+        Some(v) => region.hi[2].div_ceil(v) - region.lo[2] / v,
+        None => region.hi[2] - region.lo[2],
+    };
     LaunchConfig {
         grid_dim: (
-            (rx as u32).div_ceil(tx),
+            (x_threads as u32).div_ceil(tx),
             (other as u32).div_ceil(ty),
             march.div_ceil(march_len).clamp(1, 65535) as u32,
         ),
@@ -83,9 +119,22 @@ impl<T: Real> BoxKernels<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
         let r = p.r();
         let march_len = march();
-        let march = [("MARCH", march_len.to_string())];
+        let mut march = vec![("MARCH", march_len.to_string())];
+        // Vector-kernel march points whose loads are issued together (tuning override).
+        if let Some(g) = std::env::var("KEISAN_HEAT_VGROUP")
+            .ok()
+            .filter(|g| g.parse::<usize>().is_ok_and(|g| (1..=8).contains(&g)))
+        {
+            march.push(("VGROUP", g));
+        }
+        let vector = std::env::var("KEISAN_HEAT_VEC").map_or(true, |v| v != "0");
+        let vec_step = match vector {
+            true => Some(gpu.function(&KERNELS, T::PRECISION, &march, "heat_vec_step")?),
+            false => None,
+        };
         Ok(Self {
             step: gpu.function(&KERNELS, T::PRECISION, &march, "heat_box_step")?,
+            vec_step,
             copy: gpu.function(&KERNELS, T::PRECISION, &march, "box_copy")?,
             p: p.clone(),
             r: r.map(T::lit),
@@ -119,7 +168,12 @@ impl<T: Real> BoxKernels<T> {
         let bounds = region_args(region);
         let (o, n) = (origin.map(i), self.p.shape.map(i));
         let dims = self.p.dims as i32;
-        let mut l = stream.launch_builder(&self.step);
+        let v = vector_values(T::PRECISION);
+        let (kernel, vec) = match &self.vec_step {
+            Some(k) if shape[2].is_multiple_of(v) => (k, Some(v)),
+            _ => (&self.step, None),
+        };
+        let mut l = stream.launch_builder(kernel);
         l.arg(src).arg(dst).arg(&bz).arg(&by).arg(&bx);
         for v in bounds.iter().chain(&o).chain(&n) {
             l.arg(v);
@@ -128,8 +182,9 @@ impl<T: Real> BoxKernels<T> {
         l.arg(&step).arg(bad);
         // SAFETY: the region lies inside the box, both buffers hold the box, and the
         // kernel reads neighbours only of points that are not on the grid's edge, which
-        // lie inside the box (the region shrinks on halo sides).
-        unsafe { l.launch(step_config(region, self.p.dims, self.march)) }?;
+        // lie inside the box (the region shrinks on halo sides); the vector kernel needs
+        // rows of whole vectors, which the allocations' alignment keeps aligned.
+        unsafe { l.launch(step_config(region, self.p.dims, self.march, vec)) }?;
         Ok(())
     }
 
@@ -161,69 +216,168 @@ impl<T: Real> BoxKernels<T> {
 /// Shared memory a block may hold in static arrays without opting in.
 const STATIC_SHARED: usize = 48 << 10;
 
+/// Shared memory a block may opt in to on sm_90 (227 KiB).
+const MAX_DYNAMIC_SHARED: usize = 227 << 10;
+
+/// 32-bit registers the register-tiled kernel may spend on its march state per thread
+/// (levels × rows × vector values, two planes each, plus the input) before it would spill:
+/// at most 100, and what a block of `threads` leaves beside ~24 for indices and temporaries.
+fn state_registers(threads: usize) -> usize {
+    (65536 / threads).min(255).saturating_sub(24).min(140)
+}
+
 /// Output planes each block of the temporal-blocking kernel marches over: long enough that
 /// the `levels` warm-up planes below each chunk cost little, short enough for many blocks.
 fn tb_chunk(dims: usize) -> usize {
-    if dims == 3 { 128 } else { 256 }
+    let default = if dims == 3 { 128 } else { 256 };
+    std::env::var("KEISAN_HEAT_TB_CHUNK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&c: &usize| c >= 1)
+        .unwrap_or(default)
 }
 
 /// Steps per pass of the in-core temporal-blocking kernel when the problem does not say:
 /// the fastest measured on the H100 (docs/PERFORMANCE.md); 1 (single pass) in 1D.
 pub fn default_levels(dims: usize, precision: Precision) -> usize {
     match (dims, precision) {
-        (3, _) => 2,
+        (3, _) => 4,
         (2, Precision::F32) => 12,
         (2, Precision::F64) => 8,
         _ => 1,
     }
 }
 
-/// The thread tile (x, y) for `levels` levels: the first candidate whose halo takes at most
-/// half of each tiled axis and whose double-buffered planes fit in static shared memory.
-fn tb_tile(dims: usize, levels: usize, bytes: usize) -> Option<(u32, u32)> {
-    let candidates: &[(usize, usize)] = match dims {
+/// How a temporal-blocking pass tiles the grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tile {
+    /// `heat_tb_pass`: one column per thread, lateral neighbours in shared memory;
+    /// `x` × `y` threads.
+    Shared { x: usize, y: usize },
+    /// `heat_tb3_pass` (3D, nx a multiple of `vec`): each thread holds `vec` x values of
+    /// `rows` rows, a warp spans 32 vectors, `warps` warps stack along y.
+    Registers {
+        rows: usize,
+        warps: usize,
+        vec: usize,
+    },
+}
+
+impl Tile {
+    /// Whether the tile can take `levels` steps per pass with values of `bytes`.
+    fn allows(self, levels: usize, bytes: usize) -> bool {
+        match self {
+            Tile::Shared { x, y } => {
+                let halo_ok = 4 * levels <= x && (y == 1 || 4 * levels <= y);
+                halo_ok && 2 * levels * x * y * bytes <= STATIC_SHARED
+            }
+            Tile::Registers { rows, warps, vec } => {
+                let halo_x = levels.div_ceil(vec) * vec;
+                let state = (2 * levels + 1) * rows * vec * bytes.div_ceil(4);
+                4 * halo_x <= 32 * vec
+                    && 4 * levels <= rows * warps
+                    && rows * vec <= 32
+                    && state <= state_registers(32 * warps)
+                    && self.shared_bytes(levels, bytes) <= MAX_DYNAMIC_SHARED
+            }
+        }
+    }
+
+    /// Dynamic shared memory of one block (the shared-memory kernel's is static).
+    fn shared_bytes(self, levels: usize, bytes: usize) -> usize {
+        match self {
+            Tile::Shared { .. } => 0,
+            Tile::Registers { warps, vec, .. } => 2 * levels * warps * 2 * 32 * vec * bytes,
+        }
+    }
+
+    fn kernel(self) -> &'static str {
+        match self {
+            Tile::Shared { .. } => "heat_tb_pass",
+            Tile::Registers { .. } => "heat_tb3_pass",
+        }
+    }
+
+    fn defines(self, levels: usize) -> Vec<(&'static str, String)> {
+        match self {
+            Tile::Shared { x, y } => vec![
+                ("TB_LEVELS", levels.to_string()),
+                ("TB_X", x.to_string()),
+                ("TB_Y", y.to_string()),
+            ],
+            Tile::Registers { rows, warps, vec } => vec![
+                ("TB3_LEVELS", levels.to_string()),
+                ("TB3_ROWS", rows.to_string()),
+                ("TB3_WARPS", warps.to_string()),
+                ("TB3_VEC", vec.to_string()),
+            ],
+        }
+    }
+}
+
+/// The register tile KEISAN_HEAT_TB3=ROWSxWARPSxVEC asks for (tuning override).
+fn tile_override() -> Option<Tile> {
+    let v = std::env::var("KEISAN_HEAT_TB3").ok()?;
+    let n: Vec<usize> = v
+        .split('x')
+        .map(|t| t.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    match n[..] {
+        [rows, warps, vec] if [1, 2, 4].contains(&vec) && rows > 0 && (1..=32).contains(&warps) => {
+            Some(Tile::Registers { rows, warps, vec })
+        }
+        _ => None,
+    }
+}
+
+/// The tile for `levels` levels of a grid of `shape`: in 3D with rows of whole vectors the
+/// first register tile that allows it, else the first shared-memory tile that does.
+fn tb_tile(shape: [usize; 3], dims: usize, levels: usize, bytes: usize) -> Option<Tile> {
+    // 3 rows × 16 warps measured fastest at 4 steps/pass (docs/PERFORMANCE.md); the
+    // others take passes whose state the first cannot hold.
+    let registers = [(3, 16, 2), (2, 16, 2), (1, 32, 2)]
+        .map(|(rows, warps, vec)| Tile::Registers { rows, warps, vec });
+    let shared: &[(usize, usize)] = match dims {
         3 => &[(32, 16), (32, 32)],
         2 => &[(512, 1), (256, 1), (128, 1)],
         _ => &[],
     };
-    candidates
-        .iter()
-        .find(|&&(tx, ty)| {
-            let halo_ok = 4 * levels <= tx && (dims != 3 || 4 * levels <= ty);
-            halo_ok && 2 * levels * tx * ty * bytes <= STATIC_SHARED
-        })
-        .map(|&(tx, ty)| (tx as u32, ty as u32))
+    let fits = |t: &Tile| match t {
+        Tile::Registers { vec, .. } => dims == 3 && shape[2].is_multiple_of(*vec),
+        Tile::Shared { .. } => true,
+    };
+    let preferred = tile_override().into_iter().chain(registers);
+    preferred
+        .filter(|_| dims == 3)
+        .chain(shared.iter().map(|&(x, y)| Tile::Shared { x, y }))
+        .find(|t| fits(t) && t.allows(levels, bytes))
 }
 
-/// The most steps per pass a tile allows for `dims` and values of `bytes` (None in 1D).
-fn tallest_levels(dims: usize, bytes: usize) -> Option<usize> {
+/// The most steps per pass the tiles allow for a grid of `shape` (None in 1D).
+fn tallest_levels(shape: [usize; 3], dims: usize, bytes: usize) -> Option<usize> {
     (1..=super::MAX_TEMPORAL_BLOCK)
-        .take_while(|&l| tb_tile(dims, l, bytes).is_some())
+        .take_while(|&l| tb_tile(shape, dims, l, bytes).is_some())
         .last()
 }
 
-fn tb_defines(levels: usize, tile: (u32, u32)) -> Vec<(&'static str, String)> {
-    vec![
-        ("TB_LEVELS", levels.to_string()),
-        ("TB_X", tile.0.to_string()),
-        ("TB_Y", tile.1.to_string()),
-    ]
-}
+/// A kernel the engine may build: its precision, defines and name.
+pub type Variant = (Precision, Vec<(&'static str, String)>, &'static str);
 
 /// The defines of every temporal-blocking kernel the engine may build by default, and of
-/// the tallest pass each dimension and precision allows (for compile checks).
-pub fn tb_variants() -> Vec<(Precision, Vec<(&'static str, String)>)> {
+/// the tallest pass each tile allows (for compile checks).
+pub fn tb_variants() -> Vec<Variant> {
     let mut out = Vec::new();
     for precision in [Precision::F32, Precision::F64] {
-        for dims in [2, 3] {
-            let bytes = precision.bytes();
-            let tallest = tallest_levels(dims, bytes);
+        let bytes = precision.bytes();
+        // Rows of whole vectors pick the register tile in 3D, odd rows the shared one.
+        for (dims, shape) in [(2, [1, 64, 64]), (3, [64, 64, 64]), (3, [63, 63, 63])] {
+            let tallest = tallest_levels(shape, dims, bytes);
             for levels in [Some(default_levels(dims, precision)), tallest]
                 .into_iter()
                 .flatten()
             {
-                if let Some(tile) = tb_tile(dims, levels, bytes) {
-                    out.push((precision, tb_defines(levels, tile)));
+                if let Some(tile) = tb_tile(shape, dims, levels, bytes) {
+                    out.push((precision, tile.defines(levels), tile.kernel()));
                 }
             }
         }
@@ -235,7 +389,7 @@ pub fn tb_variants() -> Vec<(Precision, Vec<(&'static str, String)>)> {
 pub struct TemporalBlock<T: Real> {
     pass: CudaFunction,
     levels: usize,
-    tile: (u32, u32),
+    tile: Tile,
     chunk: usize,
     p: HeatProblem,
     r: [T; 3],
@@ -243,22 +397,40 @@ pub struct TemporalBlock<T: Real> {
 
 impl<T: Real> TemporalBlock<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Self> {
-        let tile = tb_tile(p.dims, levels, T::PRECISION.bytes()).ok_or_else(|| {
-            let most = tallest_levels(p.dims, T::PRECISION.bytes()).unwrap_or(1);
+        let bytes = T::PRECISION.bytes();
+        let tile = tb_tile(p.shape, p.dims, levels, bytes).ok_or_else(|| {
+            let most = tallest_levels(p.shape, p.dims, bytes).unwrap_or(1);
             Error::invalid(
                 "heat.temporal_block",
                 levels,
                 format!(
                     "a {}D grid in {} takes at most {most} steps per pass (the tile's \
-                     halo and shared memory); 1 turns temporal blocking off",
+                     halo, registers and shared memory); 1 turns temporal blocking off",
                     p.dims,
                     T::PRECISION
                 ),
             )
         })?;
-        let defines = tb_defines(levels, tile);
+        let pass = gpu.function(&KERNELS, T::PRECISION, &tile.defines(levels), tile.kernel())?;
+        let shared = tile.shared_bytes(levels, bytes);
+        if shared > STATIC_SHARED {
+            use cudarc::driver::sys::CUfunction_attribute_enum as A;
+            pass.set_attribute(
+                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )?;
+        }
+        if std::env::var_os("KEISAN_TRACE").is_some() {
+            use cudarc::driver::sys::CUfunction_attribute_enum as A;
+            let regs = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
+            let local = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
+            eprintln!(
+                "temporal block: {levels} steps/pass, {tile:?}, {regs} registers, \
+                 {local} B local, {shared} B dynamic shared"
+            );
+        }
         Ok(Self {
-            pass: gpu.function(&KERNELS, T::PRECISION, &defines, "heat_tb_pass")?,
+            pass,
             levels,
             tile,
             chunk: tb_chunk(p.dims),
@@ -269,6 +441,39 @@ impl<T: Real> TemporalBlock<T> {
 
     pub fn levels(&self) -> usize {
         self.levels
+    }
+
+    fn config(&self) -> LaunchConfig {
+        let [nz, ny, nx] = self.p.shape;
+        let levels = self.levels;
+        let d3 = self.p.dims == 3;
+        let march = if d3 { nz } else { ny };
+        let bytes = T::PRECISION.bytes();
+        // Output points per block along x and y, and the block's threads.
+        let (out_x, out_y, block) = match self.tile {
+            Tile::Shared { x, y } => {
+                let out_y = if d3 { y - 2 * levels } else { 1 };
+                (x - 2 * levels, out_y, (x as u32, y as u32, 1))
+            }
+            Tile::Registers { rows, warps, vec } => {
+                let halo_x = levels.div_ceil(vec) * vec;
+                (
+                    32 * vec - 2 * halo_x,
+                    rows * warps - 2 * levels,
+                    (32, warps as u32, 1),
+                )
+            }
+        };
+        let tiles_y = if d3 { ny.div_ceil(out_y) } else { 1 };
+        LaunchConfig {
+            grid_dim: (
+                nx.div_ceil(out_x) as u32,
+                tiles_y as u32,
+                march.div_ceil(self.chunk) as u32,
+            ),
+            block_dim: block,
+            shared_mem_bytes: self.tile.shared_bytes(levels, bytes) as u32,
+        }
     }
 
     /// `levels` steps of the whole grid from `src` into `dst`, the first being `step`.
@@ -286,30 +491,88 @@ impl<T: Real> TemporalBlock<T> {
             "grid larger than its buffers"
         );
         let [nz, ny, nx] = self.p.shape.map(|v| v as i32);
-        let d3 = self.p.dims == 3;
-        let (tx, ty) = self.tile;
-        let halo = 2 * self.levels as u32;
-        let march = if d3 { nz } else { ny } as usize;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                (nx as u32).div_ceil(tx - halo),
-                if d3 {
-                    (ny as u32).div_ceil(ty - halo)
-                } else {
-                    1
-                },
-                march.div_ceil(self.chunk) as u32,
-            ),
-            block_dim: (tx, ty, 1),
-            shared_mem_bytes: 0,
-        };
         let (dims, chunk) = (self.p.dims as i32, self.chunk as i32);
         let mut l = stream.launch_builder(&self.pass);
-        l.arg(src).arg(dst).arg(&nz).arg(&ny).arg(&nx).arg(&dims);
+        l.arg(src).arg(dst).arg(&nz).arg(&ny).arg(&nx);
+        if let Tile::Shared { .. } = self.tile {
+            l.arg(&dims);
+        }
         l.arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
         l.arg(&chunk).arg(&step).arg(bad);
-        // SAFETY: both buffers hold the grid; the kernel reads and writes grid points only.
-        unsafe { l.launch(cfg) }?;
+        // SAFETY: both buffers hold the grid; the kernel reads and writes grid points only
+        // (the register tile's vectors lie wholly inside or outside a row, nx being a
+        // multiple of the vector width).
+        unsafe { l.launch(self.config()) }?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F32: usize = 4;
+    const F64: usize = 8;
+
+    #[test]
+    fn rows_of_whole_vectors_take_the_register_tile_in_3d() {
+        let t = tb_tile([64, 64, 64], 3, 4, F32);
+        assert_eq!(
+            t,
+            Some(Tile::Registers {
+                rows: 3,
+                warps: 16,
+                vec: 2
+            })
+        );
+        // Odd rows cannot be read as pairs, and 2D keeps its row tiles.
+        assert!(matches!(
+            tb_tile([64, 64, 63], 3, 4, F32),
+            Some(Tile::Shared { .. })
+        ));
+        assert!(matches!(
+            tb_tile([1, 64, 64], 2, 4, F32),
+            Some(Tile::Shared { .. })
+        ));
+    }
+
+    #[test]
+    fn taller_passes_move_to_taller_tiles_and_stop_where_state_would_spill() {
+        // 3 rows × 16 warps (512 threads, 104 registers of state at most) holds
+        // (2·8 + 1)·6 = 102 f32 values at 8 levels; in f64, (2·3 + 1)·12 = 84 at 3, not 4.
+        let r = |rows, warps| {
+            Some(Tile::Registers {
+                rows,
+                warps,
+                vec: 2,
+            })
+        };
+        assert_eq!(tb_tile([64, 64, 64], 3, 8, F32), r(3, 16));
+        assert_eq!(tb_tile([64, 64, 64], 3, 3, F64), r(3, 16));
+        assert_eq!(tb_tile([64, 64, 64], 3, 4, F64), r(2, 16));
+        assert_eq!(tallest_levels([64, 64, 64], 3, F32), Some(8));
+        assert_eq!(tallest_levels([64, 64, 64], 3, F64), Some(6));
+        assert_eq!(tallest_levels([63, 63, 63], 3, F32), Some(6));
+        for levels in 1..=8 {
+            let t = tb_tile([64, 64, 64], 3, levels, F32).unwrap();
+            if let Tile::Registers { rows, warps, vec } = t {
+                let state = (2 * levels + 1) * rows * vec;
+                assert!(4 * levels <= rows * warps, "{levels}: {t:?}");
+                assert!(state <= state_registers(32 * warps), "{levels}: {t:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn variants_cover_both_kernels_in_both_precisions() {
+        let v = tb_variants();
+        for p in [Precision::F32, Precision::F64] {
+            for k in ["heat_tb_pass", "heat_tb3_pass"] {
+                assert!(
+                    v.iter().any(|(q, _, name)| *q == p && *name == k),
+                    "{p} {k}"
+                );
+            }
+        }
     }
 }

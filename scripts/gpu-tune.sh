@@ -26,11 +26,11 @@ for m in 8 16 64 128; do KEISAN_HEAT_MARCH=$m b march-$m --temporal-block 1; don
 for g in 1 4; do KEISAN_HEAT_VGROUP=$g b group-$g --temporal-block 1; done
 echo "== temporal 3D 512^3 (default tiles)"
 for t in 2 3 4 5 6 8; do b tb-$t --size-2d "" --temporal-block $t; done
-echo "== temporal 3D tiles"
-for cfg in "4x16x2 4" "4x16x2 5" "2x16x2 4" "2x8x4 3" "2x8x4 4" "4x8x4 2" "1x32x2 4" "2x32x2 4"; do
+echo "== temporal 3D tiles (rows x warps x values per thread)"
+for cfg in "4x8x2 4" "5x8x2 4" "4x10x2 4" "4x12x2 4" "2x24x2 4" "3x16x2 3" "3x16x2 5" "2x16x2 6"; do
   set -- $cfg; KEISAN_HEAT_TB3=$1 b tile-$1-t$2 --size-2d "" --temporal-block $2
 done
-for c in 32 64 256 512; do KEISAN_HEAT_TB_CHUNK=$c b chunk-$c --size-2d "" --temporal-block 4; done
+for c in 64 96 256; do KEISAN_HEAT_TB_CHUNK=$c b chunk-$c --size-2d "" --temporal-block 4; done
 echo "== temporal 3D 256^3 and f64"
-for t in 2 3 4; do b small-tb-$t --size-3d 256x256x256 --size-2d "" --temporal-block $t; done
-for t in 2 3 4 5; do b f64-tb-$t --precision f64 --size-2d "" --temporal-block $t; done
+for t in 2 4 6; do b small-tb-$t --size-3d 256x256x256 --size-2d "" --temporal-block $t; done
+for t in 2 3 4 5 6; do b f64-tb-$t --precision f64 --size-2d "" --temporal-block $t; done

@@ -83,6 +83,10 @@ fn temporal_blocking_equals_single_steps_bit_for_bit() {
     temporal_equals_single::<f32>("[131, 61, 126]", 17, &[2, 3, 5, 6, 8]);
     temporal_equals_single::<f64>("[131, 61, 126]", 11, &[2, 3, 4, 6]);
     temporal_equals_single::<f32>("[40, 30, 71]", 9, &[2, 4]);
+    // Grids smaller than one tile and than the pass: every plane near z's ends, rows and
+    // columns outside the grid in every tile, two vectors per row.
+    temporal_equals_single::<f32>("[4, 6, 8]", 9, &[2, 3, 4]);
+    temporal_equals_single::<f64>("[6, 5, 4]", 7, &[2, 5]);
     temporal_equals_single::<f32>("[3, 3, 3]", 5, &[2]);
 }
 

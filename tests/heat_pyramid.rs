@@ -72,6 +72,49 @@ fn pyramid_equals_in_core<T: Real>(device: &Device, boxes: usize, trivial: bool)
     }
 }
 
+/// 3D boxes with rows of whole vectors go several steps per pass on the GPU (the register
+/// tile): heights below, at and above the pass (so tasks mix passes and single steps),
+/// passes of 2 to 6 steps, both decompositions, direct and staged; against the CPU.
+fn box_passes_equal_in_core<T: Real>(device: &Device, boxes: usize) {
+    let mut rng = rng();
+    let (shape, steps) = ("[60, 26, 44]", 19);
+    let base = heat_problem(shape, steps, "");
+    let u0 = random_field(base.cells(), &mut rng);
+    let (reference, _) = heat_run::<T>(&base, &cpu(), &u0);
+    for (d, pin) in [("1d", true), ("2d", true), ("2d", false)] {
+        for (n, levels) in [(4, 4), (9, 4), (6, 3), (7, 2), (13, 6)] {
+            let budget = budget_for(&base, d, n, T::PRECISION.bytes(), boxes);
+            let extra = format!(
+                "strategy = \"pyramid\"\ndecomposition = \"{d}\"\npyramid_height = {n}\n\
+                 device_memory = {budget}\npin_host_grid = {pin}\ntemporal_block = {levels}"
+            );
+            let p = heat_problem(shape, steps, &extra);
+            let (u, layout) = heat_run::<T>(&p, device, &u0);
+            let tasks = layout.tasks.unwrap();
+            assert!(tasks >= 2, "{d} n={n}: only {tasks} task");
+            assert!(
+                same_bits(&u, &reference),
+                "{d} n={n} {levels} steps/pass pin={pin} {}: pyramid differs from in-core",
+                T::PRECISION
+            );
+        }
+    }
+}
+
+#[test]
+fn cuda_box_passes_equal_in_core_bit_for_bit() {
+    let Some(gpu) = gpu_or_skip("cuda_box_passes_equal_in_core_bit_for_bit") else {
+        return;
+    };
+    box_passes_equal_in_core::<f32>(&gpu, 4);
+    box_passes_equal_in_core::<f64>(&gpu, 4);
+}
+
+#[test]
+fn cpu_box_passes_equal_in_core_bit_for_bit() {
+    box_passes_equal_in_core::<f64>(&cpu(), 2);
+}
+
 #[test]
 fn cpu_pyramid_equals_in_core_bit_for_bit_f64() {
     pyramid_equals_in_core::<f64>(&cpu(), 2, false);
@@ -114,16 +157,26 @@ fn model_choice_equals_in_core_bit_for_bit() {
 }
 
 fn nan_stops_with_the_step(device: &Device) {
-    let p = heat_problem(
-        "[40, 40]",
-        30,
-        "strategy = \"pyramid\"\npyramid_height = 4\ndevice_memory = \"8KiB\"",
-    );
-    let mut u0 = vec![0.0f64; p.cells()];
-    u0[20 * 40 + 20] = f64::NAN;
-    let (mut e, _) = heat::engine_from::<f64>(&p, device, u0).unwrap();
-    let err = run::drive(e.as_mut(), p.steps, &run::progress_bar(0, true)).unwrap_err();
-    assert!(err.to_string().contains("at step 1;"), "{err}");
+    // 2D boxes go one step per launch, 3D boxes of even width several.
+    let cases = [
+        ("[40, 40]", "2d", 4, "8KiB", 20 * 40 + 20),
+        ("[40, 24, 24]", "1d", 8, "1MiB", 20 * 576 + 12 * 24 + 12),
+    ];
+    for (shape, d, n, memory, at) in cases {
+        let p = heat_problem(
+            shape,
+            30,
+            &format!(
+                "strategy = \"pyramid\"\ndecomposition = \"{d}\"\npyramid_height = {n}\n\
+                 device_memory = \"{memory}\"\ntemporal_block = 4"
+            ),
+        );
+        let mut u0 = vec![0.0f64; p.cells()];
+        u0[at] = f64::NAN;
+        let (mut e, _) = heat::engine_from::<f64>(&p, device, u0).unwrap();
+        let err = run::drive(e.as_mut(), p.steps, &run::progress_bar(0, true)).unwrap_err();
+        assert!(err.to_string().contains("at step 1;"), "{shape}: {err}");
+    }
 }
 
 #[test]

@@ -288,32 +288,49 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
 }
 #endif
 
-// Temporal blocking in 3D with the x and y neighbours in registers: TB3_LEVELS steps
-// per pass over the whole grid, u → un (nx % TB3_VEC == 0). A block of 32 × TB3_WARPS
-// threads covers a tile of 32·TB3_VEC columns (x) by TB3_WARPS·TB3_ROWS rows (y), halo
-// included; each thread holds TB3_VEC consecutive x values of TB3_ROWS consecutive rows
-// and marches z like heat_tb_pass. x neighbours come from the thread itself or, across
-// lanes, by shuffle; y neighbours from the thread itself or, across warps, from the
-// neighbouring warp's first or last row, which each warp leaves in shared memory
-// (double-buffered: one barrier per plane). The halo (TB3_LEVELS rows, x rounded up to
-// whole vectors) absorbs the tile-edge points, which are updated from whatever
-// neighbours they have: wrong but finite, a stable update being a weighted mean. Only
-// the grid's boundary is held, and the march is compiled twice over (blocks that touch
-// the boundary in x or y or not; planes near z = 0 or nz − 1 or not), so that most of
-// the work runs with no test at all. Same update and operand order as heat_box_step, so
-// the result is the same bit for bit.
+// Temporal blocking in 3D with the x and y neighbours in registers: TB3_LEVELS steps in
+// one pass, like heat_box_step over a box of bz·by·bx values at global (oz, oy, ox) of an
+// nz·ny·nx grid (bx % TB3_VEC == 0), writing the region [z0,z1)×[y0,y1)×[x0,x1) of the
+// result after TB3_LEVELS steps. The in-core engine passes the whole grid; the pyramid a
+// task's box and the region valid after the pass, TB3_LEVELS inside the region whose
+// input is valid on halo sides, so no output depends on a stale value.
+//
+// A block of 32 × TB3_WARPS threads covers a tile of 32·TB3_VEC columns (x) by
+// TB3_WARPS·TB3_ROWS rows (y), halo included; each thread holds TB3_VEC consecutive x
+// values of TB3_ROWS consecutive rows for every level and marches z as a wavefront, level
+// l computing plane p − l. x neighbours come from the thread itself or, across lanes, by
+// shuffle; y neighbours from the thread itself or, across warps, from the neighbouring
+// warp's first or last row, which each warp leaves in shared memory (double-buffered: one
+// barrier per plane). The halo (TB3_LEVELS rows, x rounded up to whole vectors) absorbs
+// the tile-edge points, which are updated from wrong but finite neighbours (a stable
+// update is a weighted mean; values outside the box read as 0). Only the grid's boundary
+// is held, and the march is compiled apart for tiles that touch the boundary in x or y or
+// not and planes near z's boundary or not, so most of the work runs with no test.
+//
+// A non-finite output sets *bad to the pass's first step (the in-core engine replays the
+// pass to find the step). With TB3_PROBE, every value computed at level l also goes into
+// a probe, p + v·0, which turns NaN once a non-finite value has been computed there;
+// stale and tile-edge values being finite, the first level whose probe turned gives the
+// exact step, and *bad gets that instead. Same update and operand order as heat_box_step,
+// so the result is the same bit for bit.
 #if defined(TB3_LEVELS)
+#ifndef TB3_PROBE
+#define TB3_PROBE 0
+#endif
 template <bool B>
 struct flag {
     static constexpr bool value = B;
 };
 
 extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
-    heat_tb3_pass(const real* __restrict__ u, real* __restrict__ un, int nz, int ny, int nx,
-                  real rz, real ry, real rx, int chunk, u64 step, u64* __restrict__ bad) {
+    heat_tb3_pass(const real* __restrict__ u, real* __restrict__ un, int bz, int by, int bx,
+                  int z0, int z1, int y0, int y1, int x0, int x1, int oz, int oy, int ox,
+                  int nz, int ny, int nx, real rz, real ry, real rx, int chunk, u64 step,
+                  u64* __restrict__ bad) {
     constexpr int T = TB3_LEVELS, R = TB3_ROWS, W = TB3_WARPS, V = TB3_VEC;
     constexpr int HX = (T + V - 1) / V * V;  // x halo in whole vectors
     constexpr int TXO = 32 * V - 2 * HX, TYO = W * R - 2 * T;  // output tile
+    constexpr int PROBES = TB3_PROBE ? T : 1;
     static_assert(TXO > 0 && TYO > 0, "the halo covers the whole tile");
     using vec = vals<V>;
     // [buffer][level][warp][first row, last row][lane]
@@ -322,44 +339,58 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     constexpr int LS = W * 2 * 32;  // one level's rows
     if (((volatile u64*)bad)[0] != ~0ull) return;
     const int lane = threadIdx.x, w = threadIdx.y;
-    const int gx = (int)blockIdx.x * TXO - HX + lane * V;
-    const int gy = (int)blockIdx.y * TYO - T + w * R;
-    const long ms = (long)ny * nx;
-    const int c0 = blockIdx.z * chunk, c1 = min(c0 + chunk, nz);
-    const bool x_in = gx >= 0 && gx < nx;
+    // Box-local coordinates of the tile (x from the vector holding x0) and the thread.
+    const int tile_x0 = x0 / V * V + (int)blockIdx.x * TXO - HX;
+    const int tile_y0 = y0 + (int)blockIdx.y * TYO - T;
+    const int gx = tile_x0 + lane * V, gy = tile_y0 + w * R;
+    const long ms = (long)by * bx;
+    const int c0 = z0 + blockIdx.z * chunk, c1 = min(c0 + chunk, z1);
+    const bool x_in = gx >= 0 && gx < bx;
     const bool lane_out = lane >= HX / V && lane < 32 - HX / V;
-    unsigned row_in = 0, row_out = 0, row_fixed = 0, x_fixed = 0;
-    // The thread's column: its first row at plane 0 (rows r lie r·nx further on).
-    const long col = x_in ? (long)max(gy, 0) * nx + gx : 0;
+    unsigned row_in = 0, row_out = 0, row_fixed = 0, x_fixed = 0, x_out = 0;
+    // The thread's column: its first row in the box at plane 0 (row r lies r·bx further).
     const int y_base = max(gy, 0);
+    const long col = x_in ? (long)y_base * bx + gx : 0;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const int y = gy + r, ty = w * R + r;
-        const bool in = x_in && y >= 0 && y < ny;
+        const bool in = x_in && y >= 0 && y < by;
         if (in) row_in |= 1u << r;
-        if (in && lane_out && ty >= T && ty < W * R - T) row_out |= 1u << r;
-        if (y == 0 || y == ny - 1) row_fixed |= 1u << r;
+        if (in && lane_out && ty >= T && ty < W * R - T && y >= y0 && y < y1)
+            row_out |= 1u << r;
+        if (oy + y == 0 || oy + y == ny - 1) row_fixed |= 1u << r;
     }
 #pragma unroll
-    for (int e = 0; e < V; ++e)
-        if (gx + e == 0 || gx + e == nx - 1) x_fixed |= 1u << e;
+    for (int e = 0; e < V; ++e) {
+        if (ox + gx + e == 0 || ox + gx + e == nx - 1) x_fixed |= 1u << e;
+        if (gx + e >= x0 && gx + e < x1) x_out |= 1u << e;
+    }
+    const bool x_whole = x_out == (1u << V) - 1;
     // Whether the tile holds part of the grid's boundary in x or y.
-    const int tile_x0 = (int)blockIdx.x * TXO - HX, tile_y0 = (int)blockIdx.y * TYO - T;
-    const bool edge_tile = tile_x0 <= 0 || tile_x0 + 32 * V > nx - 1 || tile_y0 <= 0 ||
-                           tile_y0 + W * R > ny - 1;
+    const bool edge_tile = ox + tile_x0 <= 0 || ox + tile_x0 + 32 * V > nx - 1 ||
+                           oy + tile_y0 <= 0 || oy + tile_y0 + W * R > ny - 1;
     vec below[T][R], centre[T][R], ahead[R];
+    real probe[PROBES];
+#pragma unroll
+    for (int l = 0; l < PROBES; ++l) probe[l] = (real)0;
 #pragma unroll
     for (int l = 0; l < T; ++l)
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int e = 0; e < V; ++e) below[l][r].v[e] = centre[l][r].v[e] = (real)0;
+    // Zeros in the edge rows the first round reads before any warp has written them: the
+    // probe must see finite values only.
+    for (int i = w * 32 + lane; i < 2 * T * LS; i += 32 * W)
+#pragma unroll
+        for (int e = 0; e < V; ++e) sm[i].v[e] = (real)0;
+    __syncthreads();
     const int p0 = max(c0 - T, 0);
-    // Row r of the thread lies at offset (gy + r − y_base)·nx from its column.
-    auto row_at = [&](int r) { return (gy + r - y_base) * nx; };
+    // Row r of the thread lies at offset (gy + r − y_base)·bx from its column.
+    auto row_at = [&](int r) { return (gy + r - y_base) * bx; };
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-        if ((row_in >> r & 1) && p0 < nz) {
+        if ((row_in >> r & 1) && p0 < bz) {
             ahead[r] = ldv<V>(u + p0 * ms + col + row_at(r));
         } else {
 #pragma unroll
@@ -370,7 +401,8 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     // the row below its last, and this warp's own first and last rows.
     const int up_at = max(w - 1, 0) * 64 + 32 + lane, down_at = min(w + 1, W - 1) * 64 + lane;
     const int first_at = w * 64 + lane, last_at = w * 64 + 32 + lane;
-    bool finite = true;
+    // The grid's first and last planes in box coordinates.
+    const int q_first = -oz, q_last = nz - 1 - oz;
     // The next plane to read and the plane the output goes to, advanced by a plane a round.
     const real* next_in = u + (long)(p0 + 1) * ms + col;
     real* out = un + (long)(p0 - T) * ms + col;
@@ -384,14 +416,14 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             v[r] = ahead[r];
-            if ((row_in >> r & 1) && p + 1 < nz) ahead[r] = ldv<V>(next_in + row_at(r));
+            if ((row_in >> r & 1) && p + 1 < bz) ahead[r] = ldv<V>(next_in + row_at(r));
         }
         next_in += ms;
 #pragma unroll
         for (int l = 1; l <= T; ++l) {
             const int q = p - l;
             vec res[R];
-            if (ZNEAR && (q <= 0 || q >= nz - 1)) {
+            if (ZNEAR && (q == q_first || q == q_last)) {
 #pragma unroll
                 for (int r = 0; r < R; ++r) res[r] = centre[l - 1][r];
             } else {
@@ -410,6 +442,7 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
                         const real yp = r < R - 1 ? centre[l - 1][r + 1].v[e] : down.v[e];
                         res[r].v[e] = heat_update(c.v[e], xm, xp, ym, yp, below[l - 1][r].v[e],
                                                   v[r].v[e], rx, ry, rz);
+                        if (TB3_PROBE) probe[l - 1] = fma(res[r].v[e], (real)0, probe[l - 1]);
                     }
                     if (EDGE && (row_fixed >> r & 1)) res[r] = c;
                 }
@@ -435,19 +468,31 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (row_out >> r & 1) {
+                    real* dst = out + row_at(r);
+                    if (!TB3_PROBE) {
 #pragma unroll
-                    for (int e = 0; e < V; ++e) finite &= isfinite(v[r].v[e]);
-                    *reinterpret_cast<vec*>(out + row_at(r)) = v[r];
+                        for (int e = 0; e < V; ++e)
+                            if (x_out >> e & 1) probe[0] += v[r].v[e] * (real)0;
+                    }
+                    if (x_whole) {
+                        *reinterpret_cast<vec*>(dst) = v[r];
+                    } else {
+#pragma unroll
+                        for (int e = 0; e < V; ++e)
+                            if (x_out >> e & 1) dst[e] = v[r].v[e];
+                    }
                 }
             }
         }
         out += ms;
         __syncthreads();
     };
-    // Planes p whose levels all lie strictly inside z (0 < p − l < nz − 1 for l in 1..T)
-    // skip the z test.
+    // Planes p none of whose levels lies on the grid's first or last plane
+    // (q_first < p − l < q_last for l in 1..T) skip the z test.
     auto march = [&](auto edge) {
-        const int end = c1 + T, safe0 = min(max(p0, T + 1), end), safe1 = max(min(nz, end), safe0);
+        const int end = c1 + T;
+        const int safe0 = min(max(p0, q_first + T + 1), end);
+        const int safe1 = max(min(q_last + 1, end), safe0);
         int p = p0, k = 0;
         for (; p < safe0; ++p, ++k) plane(edge, flag<true>(), p, k);
         // Three rounds unrolled: the below/centre/new planes rotate with period three,
@@ -461,7 +506,12 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     } else {
         march(flag<false>());
     }
-    if (!finite) atomicMin(bad, step);
+    // Without probes at every level, probe[0] holds the outputs' (the pass's first step).
+    int first_bad = PROBES;
+#pragma unroll
+    for (int l = PROBES - 1; l >= 0; --l)
+        if (!isfinite(probe[l])) first_bad = l;
+    if (first_bad < PROBES) atomicMin(bad, step + (TB3_PROBE ? first_bad : 0));
 }
 #endif
 

@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::pyramid::plan::plan;
-use super::pyramid::{Decomposition, Plan};
+use super::pyramid::{Decomposition, Plan, Region};
 
 /// Measured per-value costs, in seconds.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -32,6 +32,57 @@ pub struct Costs {
     pub scatter: f64,
     /// Fixed cost per kernel launch.
     pub launch: f64,
+    /// Several-step passes through a box, where the executor makes them.
+    pub passes: Option<BoxPasses>,
+}
+
+/// How the several-step box pass (`heat_tb3_pass`) tiles a region: the launch and the work
+/// it does, redundant halo and partial tiles included.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PassShape {
+    /// Steps per pass.
+    pub levels: usize,
+    /// Values per vector: a box takes passes if its rows are whole vectors.
+    pub vec: usize,
+    /// Output columns (x) and rows (y) of a tile.
+    pub out_x: usize,
+    pub out_y: usize,
+    /// Values of a tile in one plane, halo included.
+    pub tile: usize,
+    /// Planes a block marches at most, and the blocks that fill the device.
+    pub chunk: usize,
+    pub enough_blocks: usize,
+}
+
+impl PassShape {
+    /// Tiles along x and y, planes per chunk and chunks along z for `region` (local).
+    pub fn grid(&self, region: &Region) -> [usize; 4] {
+        let [ez, ey, _] = region.shape();
+        let x_from = region.lo[2] / self.vec * self.vec;
+        let tx = (region.hi[2] - x_from).div_ceil(self.out_x);
+        let ty = ey.div_ceil(self.out_y);
+        // Short chunks where a box has few tiles, so that the blocks fill the device.
+        let chunk = self
+            .chunk
+            .min(ez.div_ceil(self.enough_blocks.div_ceil(tx * ty)))
+            .max(16);
+        [tx, ty, chunk, ez.div_ceil(chunk)]
+    }
+
+    /// Tile values × planes × levels a pass writing `region` computes.
+    pub fn work(&self, region: &Region) -> f64 {
+        let [tx, ty, _, chunks] = self.grid(region);
+        let planes = region.shape()[0] + chunks * self.levels;
+        (tx * ty * self.tile) as f64 * planes as f64 * self.levels as f64
+    }
+}
+
+/// Several-step box passes and their measured cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BoxPasses {
+    pub shape: PassShape,
+    /// Seconds per unit of [`PassShape::work`].
+    pub per_value: f64,
 }
 
 /// How the executor moves data, as far as the model cares.
@@ -84,6 +135,25 @@ fn pass_time(
             (t.input.len() as f64 * c.gather + t.result.len() as f64 * c.scatter) * b
         }
     };
+    // A task's compute: several-step passes while a whole one is left (boxes of whole
+    // vectors), single steps for the rest, as the executor runs them.
+    let compute = |t: &super::pyramid::Task| {
+        let (mut k, mut seconds) = (1, 0.0);
+        while k <= steps {
+            let passes = c.passes.filter(|b| {
+                k + b.shape.levels - 1 <= steps && t.input.shape()[2].is_multiple_of(b.shape.vec)
+            });
+            seconds += c.launch;
+            if let Some(b) = passes {
+                seconds += b.shape.work(&t.valid_at(k + b.shape.levels - 1)) * b.per_value;
+                k += b.shape.levels;
+            } else {
+                seconds += t.valid_at(k).len() as f64 * c.compute;
+                k += 1;
+            }
+        }
+        seconds
+    };
     let mut total = 0.0;
     let mut sums = [0.0f64; 5];
     for t in &plan.tasks {
@@ -91,18 +161,11 @@ fn pass_time(
         let fetched = if overlap { t.fetched() } else { t.input };
         let inp = fetched.len() as f64 * b;
         let out = t.result.len() as f64 * b;
-        let computed: f64 = (1..=steps).map(|k| t.valid_at(k).len() as f64).sum();
         // The copy engines and the host's copies share the host's memory: DMA traffic
         // at the host copy rate's bandwidth (a copy reads and writes each byte), on top of
         // the host's own copies.
         let memory = (inp + out) * c.scatter / 2.0 + host_time(t);
-        let stages = [
-            inp * c.h2d,
-            out * c.d2h,
-            computed * c.compute + steps as f64 * c.launch,
-            host_time(t),
-            memory,
-        ];
+        let stages = [inp * c.h2d, out * c.d2h, compute(t), host_time(t), memory];
         for (s, v) in sums.iter_mut().zip(stages) {
             *s += v;
         }
@@ -201,5 +264,6 @@ pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
         scatter: host,
         compute,
         launch: 0.0,
+        passes: None,
     }
 }

@@ -3,6 +3,7 @@
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::HeatProblem;
+use super::model::PassShape;
 use super::pyramid::Region;
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
@@ -378,6 +379,12 @@ pub fn tb_variants() -> Vec<Variant> {
             {
                 if let Some(tile) = tb_tile(shape, dims, levels, bytes) {
                     out.push((precision, tile.defines(levels), tile.kernel()));
+                    if let Tile::Registers { .. } = tile {
+                        // The pyramid's boxes take the variant with the bad-step probe.
+                        let mut exact = tile.defines(levels);
+                        exact.push(("TB3_PROBE", "1".to_string()));
+                        out.push((precision, exact, tile.kernel()));
+                    }
                 }
             }
         }
@@ -385,17 +392,22 @@ pub fn tb_variants() -> Vec<Variant> {
     out
 }
 
-/// The in-core temporal-blocking kernel: `levels` steps per pass through device memory.
+/// The temporal-blocking kernel: `levels` steps per pass through device memory, over the
+/// whole grid (in-core) or, with the register tile, over a box (the pyramid's tasks).
 pub struct TemporalBlock<T: Real> {
     pass: CudaFunction,
     levels: usize,
     tile: Tile,
     chunk: usize,
+    /// Blocks that fill the device twice: box passes shorten their z chunks to reach it.
+    enough_blocks: usize,
     p: HeatProblem,
     r: [T; 3],
 }
 
 impl<T: Real> TemporalBlock<T> {
+    /// The in-core kernel; a non-finite value sets the bad-step flag to the pass's first
+    /// step (the engine replays the pass to find the step).
     pub fn new(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Self> {
         let bytes = T::PRECISION.bytes();
         let tile = tb_tile(p.shape, p.dims, levels, bytes).ok_or_else(|| {
@@ -411,7 +423,37 @@ impl<T: Real> TemporalBlock<T> {
                 ),
             )
         })?;
-        let pass = gpu.function(&KERNELS, T::PRECISION, &tile.defines(levels), tile.kernel())?;
+        Self::with_tile(gpu, p, levels, tile, false)
+    }
+
+    /// The kernel for boxes of a 3D grid (the register tile; None where it cannot take
+    /// `levels` steps). It reports the exact step a value first went non-finite, since
+    /// the pyramid cannot replay a pass.
+    pub fn for_boxes(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Option<Self>> {
+        let bytes = T::PRECISION.bytes();
+        // Any even width picks the register tile; each box is checked as it comes.
+        let even = [p.shape[0], p.shape[1], 64];
+        match tb_tile(even, p.dims, levels, bytes) {
+            Some(tile @ Tile::Registers { .. }) if levels > 1 => {
+                Self::with_tile(gpu, p, levels, tile, true).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn with_tile(
+        gpu: &Gpu,
+        p: &HeatProblem,
+        levels: usize,
+        tile: Tile,
+        exact: bool,
+    ) -> Result<Self> {
+        let bytes = T::PRECISION.bytes();
+        let mut defines = tile.defines(levels);
+        if exact {
+            defines.push(("TB3_PROBE", "1".to_string()));
+        }
+        let pass = gpu.function(&KERNELS, T::PRECISION, &defines, tile.kernel())?;
         let shared = tile.shared_bytes(levels, bytes);
         if shared > STATIC_SHARED {
             use cudarc::driver::sys::CUfunction_attribute_enum as A;
@@ -426,7 +468,8 @@ impl<T: Real> TemporalBlock<T> {
             let local = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
             eprintln!(
                 "temporal block: {levels} steps/pass, {tile:?}, {regs} registers, \
-                 {local} B local, {shared} B dynamic shared"
+                 {local} B local, {shared} B dynamic shared{}",
+                if exact { ", exact bad step" } else { "" }
             );
         }
         Ok(Self {
@@ -434,6 +477,7 @@ impl<T: Real> TemporalBlock<T> {
             levels,
             tile,
             chunk: tb_chunk(p.dims),
+            enough_blocks: 2 * gpu.multiprocessors,
             p: p.clone(),
             r: p.r().map(T::lit),
         })
@@ -443,37 +487,22 @@ impl<T: Real> TemporalBlock<T> {
         self.levels
     }
 
-    fn config(&self) -> LaunchConfig {
-        let [nz, ny, nx] = self.p.shape;
-        let levels = self.levels;
-        let d3 = self.p.dims == 3;
-        let march = if d3 { nz } else { ny };
-        let bytes = T::PRECISION.bytes();
-        // Output points per block along x and y, and the block's threads.
-        let (out_x, out_y, block) = match self.tile {
-            Tile::Shared { x, y } => {
-                let out_y = if d3 { y - 2 * levels } else { 1 };
-                (x - 2 * levels, out_y, (x as u32, y as u32, 1))
-            }
-            Tile::Registers { rows, warps, vec } => {
-                let halo_x = levels.div_ceil(vec) * vec;
-                (
-                    32 * vec - 2 * halo_x,
-                    rows * warps - 2 * levels,
-                    (32, warps as u32, 1),
-                )
-            }
+    /// How box passes tile a region (None for the shared-memory tile, which takes only
+    /// the whole grid).
+    pub fn shape(&self) -> Option<PassShape> {
+        let Tile::Registers { rows, warps, vec } = self.tile else {
+            return None;
         };
-        let tiles_y = if d3 { ny.div_ceil(out_y) } else { 1 };
-        LaunchConfig {
-            grid_dim: (
-                nx.div_ceil(out_x) as u32,
-                tiles_y as u32,
-                march.div_ceil(self.chunk) as u32,
-            ),
-            block_dim: block,
-            shared_mem_bytes: self.tile.shared_bytes(levels, bytes) as u32,
-        }
+        let halo_x = self.levels.div_ceil(vec) * vec;
+        Some(PassShape {
+            levels: self.levels,
+            vec,
+            out_x: 32 * vec - 2 * halo_x,
+            out_y: rows * warps - 2 * self.levels,
+            tile: 32 * vec * rows * warps,
+            chunk: self.chunk,
+            enough_blocks: self.enough_blocks,
+        })
     }
 
     /// `levels` steps of the whole grid from `src` into `dst`, the first being `step`.
@@ -490,20 +519,102 @@ impl<T: Real> TemporalBlock<T> {
             src.len() >= len && dst.len() >= len,
             "grid larger than its buffers"
         );
+        if let Tile::Registers { .. } = self.tile {
+            let whole = Region {
+                lo: [0; 3],
+                hi: self.p.shape,
+            };
+            let done = self.pass_box(stream, src, dst, [0; 3], self.p.shape, &whole, step, bad)?;
+            debug_assert!(done, "the register tile was chosen for this grid");
+            return Ok(());
+        }
         let [nz, ny, nx] = self.p.shape.map(|v| v as i32);
         let (dims, chunk) = (self.p.dims as i32, self.chunk as i32);
         let mut l = stream.launch_builder(&self.pass);
-        l.arg(src).arg(dst).arg(&nz).arg(&ny).arg(&nx);
-        if let Tile::Shared { .. } = self.tile {
-            l.arg(&dims);
+        l.arg(src).arg(dst).arg(&nz).arg(&ny).arg(&nx).arg(&dims);
+        l.arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
+        l.arg(&chunk).arg(&step).arg(bad);
+        // SAFETY: both buffers hold the grid; the kernel reads and writes grid points only.
+        unsafe { l.launch(self.shared_config()) }?;
+        Ok(())
+    }
+
+    /// `levels` steps of a box of `shape` at global `origin` from `src` into `dst`,
+    /// writing `region` (local indices), the region valid after the pass: `levels` inside
+    /// the region `src` holds valid values in, on every side that is not the grid's edge.
+    /// False, launching nothing, where the box's rows are not whole vectors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn pass_box(
+        &self,
+        stream: &CudaStream,
+        src: &CudaSlice<T>,
+        dst: &mut CudaSlice<T>,
+        origin: [usize; 3],
+        shape: [usize; 3],
+        region: &Region,
+        step: u64,
+        bad: &mut CudaSlice<u64>,
+    ) -> Result<bool> {
+        let (Some(geometry), Tile::Registers { warps, .. }) = (self.shape(), self.tile) else {
+            return Ok(false);
+        };
+        if !shape[2].is_multiple_of(geometry.vec) {
+            return Ok(false);
+        }
+        if region.is_empty() {
+            return Ok(true);
+        }
+        let len: usize = shape.iter().product();
+        assert!(
+            src.len() >= len && dst.len() >= len,
+            "box larger than its buffers"
+        );
+        let [tx, ty, chunk, chunks] = geometry.grid(region);
+        let cfg = LaunchConfig {
+            grid_dim: (tx as u32, ty as u32, chunks as u32),
+            block_dim: (32, warps as u32, 1),
+            shared_mem_bytes: self.tile.shared_bytes(self.levels, T::PRECISION.bytes()) as u32,
+        };
+        let i = |v: usize| v as i32;
+        let [bz, by, bx] = shape.map(i);
+        let (lo, hi) = (region.lo.map(i), region.hi.map(i));
+        let (o, n) = (origin.map(i), self.p.shape.map(i));
+        let chunk = i(chunk);
+        let mut l = stream.launch_builder(&self.pass);
+        l.arg(src).arg(dst).arg(&bz).arg(&by).arg(&bx);
+        for a in 0..3 {
+            l.arg(&lo[a]).arg(&hi[a]);
+        }
+        for v in o.iter().chain(&n) {
+            l.arg(v);
         }
         l.arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
         l.arg(&chunk).arg(&step).arg(bad);
-        // SAFETY: both buffers hold the grid; the kernel reads and writes grid points only
-        // (the register tile's vectors lie wholly inside or outside a row, nx being a
-        // multiple of the vector width).
-        unsafe { l.launch(self.config()) }?;
-        Ok(())
+        // SAFETY: both buffers hold the box, whose rows are whole vectors (checked) of an
+        // aligned allocation; the kernel reads box points only and writes region points.
+        unsafe { l.launch(cfg) }?;
+        Ok(true)
+    }
+
+    fn shared_config(&self) -> LaunchConfig {
+        let [nz, ny, nx] = self.p.shape;
+        let levels = self.levels;
+        let d3 = self.p.dims == 3;
+        let march = if d3 { nz } else { ny };
+        let Tile::Shared { x, y } = self.tile else {
+            unreachable!("the shared-memory tile's launch")
+        };
+        let out_y = if d3 { y - 2 * levels } else { 1 };
+        let tiles_y = if d3 { ny.div_ceil(out_y) } else { 1 };
+        LaunchConfig {
+            grid_dim: (
+                nx.div_ceil(x - 2 * levels) as u32,
+                tiles_y as u32,
+                march.div_ceil(self.chunk) as u32,
+            ),
+            block_dim: (x as u32, y as u32, 1),
+            shared_mem_bytes: 0,
+        }
     }
 }
 

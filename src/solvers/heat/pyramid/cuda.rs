@@ -19,8 +19,8 @@ use crate::device::cuda::{Gpu, HostPin};
 use crate::error::Result;
 use crate::precision::Real;
 use crate::solvers::heat::HeatProblem;
-use crate::solvers::heat::model::Costs;
-use crate::solvers::heat::step_kernel::{BoxKernels, NONE};
+use crate::solvers::heat::model::{BoxPasses, Costs};
+use crate::solvers::heat::step_kernel::{BoxKernels, NONE, TemporalBlock, default_levels};
 
 struct Slot<T> {
     buf: CudaSlice<T>,
@@ -39,6 +39,8 @@ struct ResultBuf<T> {
 pub struct CudaBoxes<T: Real> {
     gpu: Arc<Gpu>,
     kernels: BoxKernels<T>,
+    /// Several steps per pass through a box (3D, rows of whole vectors), if enabled.
+    blocked: Option<TemporalBlock<T>>,
     h2d: Arc<CudaStream>,
     compute: Arc<CudaStream>,
     d2h: Arc<CudaStream>,
@@ -83,6 +85,7 @@ impl<T: Real> CudaBoxes<T> {
         let bytes = Self::boxes(slots) as u128 * box_values as u128 * T::PRECISION.bytes() as u128;
         gpu.ensure_fits(bytes, "the pyramid's device boxes")?;
         let kernels = BoxKernels::new(&gpu, p)?;
+        let blocked = box_passes(&gpu, p)?;
         let s = &gpu.stream;
         let mut list = Vec::with_capacity(slots);
         for _ in 0..slots {
@@ -95,8 +98,9 @@ impl<T: Real> CudaBoxes<T> {
                 copied_out: event(&gpu)?,
             });
         }
-        // SAFETY: as above.
-        let scratch = unsafe { s.alloc::<T>(box_values) }?;
+        // Zeros: a several-step pass reads the whole box, and values it has not written
+        // yet must be finite for its bad-step probe.
+        let scratch = s.alloc_zeros::<T>(box_values)?;
         let bad = s.clone_htod(&[NONE])?;
         s.synchronize()?;
         let mut me = Self {
@@ -105,6 +109,7 @@ impl<T: Real> CudaBoxes<T> {
             d2h: gpu.ctx.new_stream()?,
             gpu,
             kernels,
+            blocked,
             slots: list,
             scratch,
             results: Vec::new(),
@@ -337,15 +342,31 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
             unsafe { copy_box::<T>(&self.compute, from, to, part.shape()) }?;
         }
         let slot = &mut self.slots[this];
-        // Steps: slot → scratch → slot …; an odd count leaves the result in scratch.
-        for k in 1..=steps {
-            let region = task.valid_at(k);
+        // Passes: slot → scratch → slot …, several steps each while a whole pass is left
+        // (the region valid after it), single steps for the rest; an odd number of
+        // passes leaves the result in scratch.
+        let (mut k, mut passes) = (1, 0);
+        while k <= steps {
             let step = step0 + k as u64 - 1;
-            let (src, dst) = if k % 2 == 1 {
+            let (src, dst) = if passes % 2 == 0 {
                 (&slot.buf, &mut self.scratch)
             } else {
                 (&self.scratch, &mut slot.buf)
             };
+            passes += 1;
+            if let Some(tb) = self
+                .blocked
+                .as_ref()
+                .filter(|b| k + b.levels() - 1 <= steps)
+            {
+                let region = task.valid_at(k + tb.levels() - 1);
+                let (o, bad) = (task.input.lo, &mut self.bad);
+                if tb.pass_box(&self.compute, src, dst, o, shape, &region, step, bad)? {
+                    k += tb.levels();
+                    continue;
+                }
+            }
+            let region = task.valid_at(k);
             self.kernels.step(
                 &self.compute,
                 src,
@@ -356,8 +377,9 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
                 step,
                 &mut self.bad,
             )?;
+            k += 1;
         }
-        if steps % 2 == 1 {
+        if passes % 2 == 1 {
             let local = task.result_local();
             self.kernels
                 .copy(&self.compute, &self.scratch, &mut slot.buf, shape, &local)?;
@@ -554,6 +576,27 @@ pub fn measure<T: Real>(
         }
         Ok(())
     })? / (steps as usize * region.len()) as f64;
+    // Several-step passes: one over the box less its halo, per unit of tile work.
+    let mut passes = None;
+    if let Some(tb) = box_passes::<T>(gpu, p)? {
+        let geometry = tb.shape().expect("box passes use the register tile");
+        let levels = geometry.levels;
+        let inset = |a: usize| if a >= a0 { levels.min(shape[a] / 2) } else { 0 };
+        let out = Region {
+            lo: [0, 1, 2].map(inset),
+            hi: [0, 1, 2].map(|a| shape[a] - inset(a)),
+        };
+        if shape[2].is_multiple_of(geometry.vec) && !out.is_empty() {
+            let t = time(&mut || {
+                tb.pass_box(&s, &src, &mut dst, [0; 3], shape, &out, 0, &mut bad)?;
+                Ok(())
+            })?;
+            passes = Some(BoxPasses {
+                shape: geometry,
+                per_value: t / geometry.work(&out),
+            });
+        }
+    }
     let tiny = Region {
         lo: [0; 3],
         hi: [1, 1, 1],
@@ -604,5 +647,18 @@ pub fn measure<T: Real>(
         gather,
         scatter,
         launch,
+        passes,
     })
+}
+
+/// The several-step box pass the executor uses: `heat.temporal_block` steps (default: the
+/// in-core default) where the register tile takes them, else none.
+fn box_passes<T: Real>(gpu: &Gpu, p: &HeatProblem) -> Result<Option<TemporalBlock<T>>> {
+    let levels = p
+        .temporal_block
+        .unwrap_or_else(|| default_levels(p.dims, T::PRECISION));
+    if levels < 2 {
+        return Ok(None);
+    }
+    TemporalBlock::for_boxes(gpu, p, levels)
 }

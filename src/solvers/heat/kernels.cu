@@ -317,6 +317,9 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
 #ifndef TB3_PROBE
 #define TB3_PROBE 0
 #endif
+#ifndef TB3_BOX
+#define TB3_BOX 1
+#endif
 template <bool B>
 struct flag {
     static constexpr bool value = B;
@@ -331,6 +334,11 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     constexpr int HX = (T + V - 1) / V * V;  // x halo in whole vectors
     constexpr int TXO = 32 * V - 2 * HX, TYO = W * R - 2 * T;  // output tile
     constexpr int PROBES = TB3_PROBE ? T : 1;
+#if !TB3_BOX
+    // The whole grid (in-core): the box arguments are known, which frees registers.
+    bz = nz, by = ny, bx = nx, oz = oy = ox = 0;
+    z0 = y0 = x0 = 0, z1 = nz, y1 = ny, x1 = nx;
+#endif
     static_assert(TXO > 0 && TYO > 0, "the halo covers the whole tile");
     using vec = vals<V>;
     // [buffer][level][warp][first row, last row][lane]

@@ -361,6 +361,18 @@ fn tallest_levels(shape: [usize; 3], dims: usize, bytes: usize) -> Option<usize>
         .last()
 }
 
+/// The register tile's defines: over the whole grid (box arguments fixed at compile time),
+/// or over boxes, reporting the exact bad step.
+fn register_defines(tile: Tile, levels: usize, boxes: bool) -> Vec<(&'static str, String)> {
+    let mut d = tile.defines(levels);
+    if boxes {
+        d.push(("TB3_PROBE", "1".to_string()));
+    } else {
+        d.push(("TB3_BOX", "0".to_string()));
+    }
+    d
+}
+
 /// A kernel the engine may build: its precision, defines and name.
 pub type Variant = (Precision, Vec<(&'static str, String)>, &'static str);
 
@@ -378,12 +390,17 @@ pub fn tb_variants() -> Vec<Variant> {
                 .flatten()
             {
                 if let Some(tile) = tb_tile(shape, dims, levels, bytes) {
-                    out.push((precision, tile.defines(levels), tile.kernel()));
-                    if let Tile::Registers { .. } = tile {
-                        // The pyramid's boxes take the variant with the bad-step probe.
-                        let mut exact = tile.defines(levels);
-                        exact.push(("TB3_PROBE", "1".to_string()));
-                        out.push((precision, exact, tile.kernel()));
+                    match tile {
+                        Tile::Shared { .. } => {
+                            out.push((precision, tile.defines(levels), tile.kernel()))
+                        }
+                        // The whole-grid variant and the boxes' (with the bad-step probe).
+                        Tile::Registers { .. } => {
+                            for boxes in [false, true] {
+                                let defines = register_defines(tile, levels, boxes);
+                                out.push((precision, defines, tile.kernel()));
+                            }
+                        }
                     }
                 }
             }
@@ -449,10 +466,10 @@ impl<T: Real> TemporalBlock<T> {
         exact: bool,
     ) -> Result<Self> {
         let bytes = T::PRECISION.bytes();
-        let mut defines = tile.defines(levels);
-        if exact {
-            defines.push(("TB3_PROBE", "1".to_string()));
-        }
+        let defines = match tile {
+            Tile::Registers { .. } => register_defines(tile, levels, exact),
+            Tile::Shared { .. } => tile.defines(levels),
+        };
         let pass = gpu.function(&KERNELS, T::PRECISION, &defines, tile.kernel())?;
         let shared = tile.shared_bytes(levels, bytes);
         if shared > STATIC_SHARED {

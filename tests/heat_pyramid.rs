@@ -190,3 +190,22 @@ fn cuda_pyramid_nan_stops_with_the_step() {
         nan_stops_with_the_step(&gpu);
     }
 }
+
+#[test]
+fn cuda_box_pass_too_tall_is_refused() {
+    let Some(gpu) = gpu_or_skip("cuda_box_pass_too_tall_is_refused") else {
+        return;
+    };
+    let p = heat_problem(
+        "[40, 24, 24]",
+        30,
+        "strategy = \"pyramid\"\npyramid_height = 12\ndevice_memory = \"1MiB\"\ntemporal_block = 9",
+    );
+    let err = heat::engine_from::<f32>(&p, &gpu, vec![0.0; p.cells()])
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string().contains("at most 8 steps per pass"),
+        "{err}"
+    );
+}

@@ -427,20 +427,25 @@ impl<T: Real> TemporalBlock<T> {
     /// step (the engine replays the pass to find the step).
     pub fn new(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Self> {
         let bytes = T::PRECISION.bytes();
-        let tile = tb_tile(p.shape, p.dims, levels, bytes).ok_or_else(|| {
-            let most = tallest_levels(p.shape, p.dims, bytes).unwrap_or(1);
-            Error::invalid(
-                "heat.temporal_block",
-                levels,
-                format!(
-                    "a {}D grid in {} takes at most {most} steps per pass (the tile's \
-                     halo, registers and shared memory); 1 turns temporal blocking off",
-                    p.dims,
-                    T::PRECISION
-                ),
-            )
-        })?;
+        let tile = tb_tile(p.shape, p.dims, levels, bytes)
+            .ok_or_else(|| Self::too_tall(p, p.shape, levels))?;
         Self::with_tile(gpu, p, levels, tile, false)
+    }
+
+    /// The error for a pass of `levels` steps that no tile can take on boxes of `shape`.
+    pub fn too_tall(p: &HeatProblem, shape: [usize; 3], levels: usize) -> Error {
+        let bytes = T::PRECISION.bytes();
+        let most = tallest_levels(shape, p.dims, bytes).unwrap_or(1);
+        Error::invalid(
+            "heat.temporal_block",
+            levels,
+            format!(
+                "a {}D grid in {} takes at most {most} steps per pass (the tile's halo, \
+                 registers and shared memory); 1 turns temporal blocking off",
+                p.dims,
+                T::PRECISION
+            ),
+        )
     }
 
     /// The kernel for boxes of a 3D grid (the register tile; None where it cannot take

@@ -660,5 +660,11 @@ fn box_passes<T: Real>(gpu: &Gpu, p: &HeatProblem) -> Result<Option<TemporalBloc
     if levels < 2 {
         return Ok(None);
     }
-    TemporalBlock::for_boxes(gpu, p, levels)
+    let passes = TemporalBlock::for_boxes(gpu, p, levels)?;
+    if passes.is_none() && p.dims == 3 && p.temporal_block.is_some() {
+        // Asked for in 3D and not possible: say so, as the in-core engine does.
+        let boxes = [p.shape[0], p.shape[1], 64]; // the register tile's (even) rows
+        return Err(TemporalBlock::<T>::too_tall(p, boxes, levels));
+    }
+    Ok(passes)
 }

@@ -15,7 +15,7 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::pyramid::plan::plan;
-use super::pyramid::{Decomposition, Plan, Region};
+use super::pyramid::{Decomposition, Plan, Region, launches};
 
 /// Measured per-value costs, in seconds.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -138,21 +138,19 @@ fn pass_time(
     // A task's compute: several-step passes while a whole one is left (boxes of whole
     // vectors), single steps for the rest, as the executor runs them.
     let compute = |t: &super::pyramid::Task| {
-        let (mut k, mut seconds) = (1, 0.0);
-        while k <= steps {
-            let passes = c.passes.filter(|b| {
-                k + b.shape.levels - 1 <= steps && t.input.shape()[2].is_multiple_of(b.shape.vec)
-            });
-            seconds += c.launch;
-            if let Some(b) = passes {
-                seconds += b.shape.work(&t.valid_at(k + b.shape.levels - 1)) * b.per_value;
-                k += b.shape.levels;
-            } else {
-                seconds += t.valid_at(k).len() as f64 * c.compute;
-                k += 1;
-            }
-        }
-        seconds
+        let passes = c
+            .passes
+            .filter(|b| t.input.shape()[2].is_multiple_of(b.shape.vec));
+        launches(steps, passes.map(|b| b.shape.levels))
+            .map(|(k, n)| {
+                let region = t.valid_at(k + n - 1);
+                c.launch
+                    + match passes.filter(|_| n > 1) {
+                        Some(b) => b.shape.work(&region) * b.per_value,
+                        None => region.len() as f64 * c.compute,
+                    }
+            })
+            .sum::<f64>()
     };
     let mut total = 0.0;
     let mut sums = [0.0f64; 5];

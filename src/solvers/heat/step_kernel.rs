@@ -116,6 +116,30 @@ fn region_args(region: &Region) -> [i32; 6] {
     [lo[0], hi[0], lo[1], hi[1], lo[2], hi[2]]
 }
 
+/// The arguments after (u, un) that the box kernels share: the box's shape, the region,
+/// the box's global origin and the grid's shape, each slowest axis first. Panics if the
+/// buffers do not hold the box.
+fn box_args<T>(
+    src: &CudaSlice<T>,
+    dst: &CudaSlice<T>,
+    shape: [usize; 3],
+    region: &Region,
+    origin: [usize; 3],
+    grid: [usize; 3],
+) -> [i32; 15] {
+    let len: usize = shape.iter().product();
+    assert!(
+        src.len() >= len && dst.len() >= len,
+        "box larger than its buffers"
+    );
+    let mut a = [0; 15];
+    a[..3].copy_from_slice(&shape.map(|v| v as i32));
+    a[3..9].copy_from_slice(&region_args(region));
+    a[9..12].copy_from_slice(&origin.map(|v| v as i32));
+    a[12..].copy_from_slice(&grid.map(|v| v as i32));
+    a
+}
+
 impl<T: Real> BoxKernels<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
         let r = p.r();
@@ -159,15 +183,7 @@ impl<T: Real> BoxKernels<T> {
         if region.is_empty() {
             return Ok(());
         }
-        let len: usize = shape.iter().product();
-        assert!(
-            src.len() >= len && dst.len() >= len,
-            "box larger than its buffers"
-        );
-        let i = |v: usize| v as i32;
-        let [bz, by, bx] = shape.map(i);
-        let bounds = region_args(region);
-        let (o, n) = (origin.map(i), self.p.shape.map(i));
+        let args = box_args(src, dst, shape, region, origin, self.p.shape);
         let dims = self.p.dims as i32;
         let v = vector_values(T::PRECISION);
         let (kernel, vec) = match &self.vec_step {
@@ -175,8 +191,8 @@ impl<T: Real> BoxKernels<T> {
             _ => (&self.step, None),
         };
         let mut l = stream.launch_builder(kernel);
-        l.arg(src).arg(dst).arg(&bz).arg(&by).arg(&bx);
-        for v in bounds.iter().chain(&o).chain(&n) {
+        l.arg(src).arg(dst);
+        for v in &args {
             l.arg(v);
         }
         l.arg(&dims).arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
@@ -448,9 +464,10 @@ impl<T: Real> TemporalBlock<T> {
         )
     }
 
-    /// The kernel for boxes of a 3D grid (the register tile; None where it cannot take
-    /// `levels` steps). It reports the exact step a value first went non-finite, since
-    /// the pyramid cannot replay a pass.
+    /// The kernel for boxes of a 3D grid (the register tile), `levels` steps per pass;
+    /// None in 1D and 2D or for one step. It reports the exact step a value first went
+    /// non-finite, since the pyramid cannot replay a pass. A 3D pass the tile cannot take
+    /// is refused if the problem asked for it, else (the default) left out.
     pub fn for_boxes(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Option<Self>> {
         let bytes = T::PRECISION.bytes();
         // Any even width picks the register tile; each box is checked as it comes.
@@ -458,6 +475,9 @@ impl<T: Real> TemporalBlock<T> {
         match tb_tile(even, p.dims, levels, bytes) {
             Some(tile @ Tile::Registers { .. }) if levels > 1 => {
                 Self::with_tile(gpu, p, levels, tile, true).map(Some)
+            }
+            _ if levels > 1 && p.dims == 3 && p.temporal_block.is_some() => {
+                Err(Self::too_tall(p, even, levels))
             }
             _ => Ok(None),
         }
@@ -527,6 +547,11 @@ impl<T: Real> TemporalBlock<T> {
         })
     }
 
+    /// Whether boxes of `shape` take several-step passes: rows of whole vectors.
+    pub fn takes(&self, shape: [usize; 3]) -> bool {
+        self.shape().is_some_and(|g| shape[2].is_multiple_of(g.vec))
+    }
+
     /// `levels` steps of the whole grid from `src` into `dst`, the first being `step`.
     pub fn pass(
         &self,
@@ -580,34 +605,23 @@ impl<T: Real> TemporalBlock<T> {
         let (Some(geometry), Tile::Registers { warps, .. }) = (self.shape(), self.tile) else {
             return Ok(false);
         };
-        if !shape[2].is_multiple_of(geometry.vec) {
+        if !self.takes(shape) {
             return Ok(false);
         }
         if region.is_empty() {
             return Ok(true);
         }
-        let len: usize = shape.iter().product();
-        assert!(
-            src.len() >= len && dst.len() >= len,
-            "box larger than its buffers"
-        );
+        let args = box_args(src, dst, shape, region, origin, self.p.shape);
         let [tx, ty, chunk, chunks] = geometry.grid(region);
         let cfg = LaunchConfig {
             grid_dim: (tx as u32, ty as u32, chunks as u32),
             block_dim: (32, warps as u32, 1),
             shared_mem_bytes: self.tile.shared_bytes(self.levels, T::PRECISION.bytes()) as u32,
         };
-        let i = |v: usize| v as i32;
-        let [bz, by, bx] = shape.map(i);
-        let (lo, hi) = (region.lo.map(i), region.hi.map(i));
-        let (o, n) = (origin.map(i), self.p.shape.map(i));
-        let chunk = i(chunk);
+        let chunk = chunk as i32;
         let mut l = stream.launch_builder(&self.pass);
-        l.arg(src).arg(dst).arg(&bz).arg(&by).arg(&bx);
-        for a in 0..3 {
-            l.arg(&lo[a]).arg(&hi[a]);
-        }
-        for v in o.iter().chain(&n) {
+        l.arg(src).arg(dst);
+        for v in &args {
             l.arg(v);
         }
         l.arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);

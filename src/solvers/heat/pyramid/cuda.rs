@@ -20,6 +20,7 @@ use crate::error::Result;
 use crate::precision::Real;
 use crate::solvers::heat::HeatProblem;
 use crate::solvers::heat::model::{BoxPasses, Costs};
+use crate::solvers::heat::pyramid::launches;
 use crate::solvers::heat::step_kernel::{BoxKernels, NONE, TemporalBlock, default_levels};
 
 struct Slot<T> {
@@ -345,8 +346,9 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
         // Passes: slot → scratch → slot …, several steps each while a whole pass is left
         // (the region valid after it), single steps for the rest; an odd number of
         // passes leaves the result in scratch.
-        let (mut k, mut passes) = (1, 0);
-        while k <= steps {
+        let blocked = self.blocked.as_ref().filter(|b| b.takes(shape));
+        let mut passes = 0;
+        for (k, n) in launches(steps, blocked.map(|b| b.levels())) {
             let step = step0 + k as u64 - 1;
             let (src, dst) = if passes % 2 == 0 {
                 (&slot.buf, &mut self.scratch)
@@ -354,30 +356,18 @@ impl<T: Real> BoxExecutor<T> for CudaBoxes<T> {
                 (&self.scratch, &mut slot.buf)
             };
             passes += 1;
-            if let Some(tb) = self
-                .blocked
-                .as_ref()
-                .filter(|b| k + b.levels() - 1 <= steps)
-            {
-                let region = task.valid_at(k + tb.levels() - 1);
-                let (o, bad) = (task.input.lo, &mut self.bad);
-                if tb.pass_box(&self.compute, src, dst, o, shape, &region, step, bad)? {
-                    k += tb.levels();
-                    continue;
+            let (o, region, bad) = (task.input.lo, task.valid_at(k + n - 1), &mut self.bad);
+            match blocked.filter(|_| n > 1) {
+                Some(tb) => {
+                    let done =
+                        tb.pass_box(&self.compute, src, dst, o, shape, &region, step, bad)?;
+                    debug_assert!(done, "the box was checked to take passes");
+                }
+                None => {
+                    let kernels = &self.kernels;
+                    kernels.step(&self.compute, src, dst, o, shape, &region, step, bad)?
                 }
             }
-            let region = task.valid_at(k);
-            self.kernels.step(
-                &self.compute,
-                src,
-                dst,
-                task.input.lo,
-                shape,
-                &region,
-                step,
-                &mut self.bad,
-            )?;
-            k += 1;
         }
         if passes % 2 == 1 {
             let local = task.result_local();
@@ -660,11 +650,5 @@ fn box_passes<T: Real>(gpu: &Gpu, p: &HeatProblem) -> Result<Option<TemporalBloc
     if levels < 2 {
         return Ok(None);
     }
-    let passes = TemporalBlock::for_boxes(gpu, p, levels)?;
-    if passes.is_none() && p.dims == 3 && p.temporal_block.is_some() {
-        // Asked for in 3D and not possible: say so, as the in-core engine does.
-        let boxes = [p.shape[0], p.shape[1], 64]; // the register tile's (even) rows
-        return Err(TemporalBlock::<T>::too_tall(p, boxes, levels));
-    }
-    Ok(passes)
+    TemporalBlock::for_boxes(gpu, p, levels)
 }

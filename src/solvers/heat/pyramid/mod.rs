@@ -175,6 +175,21 @@ impl<T: Real> GridView<T> {
     }
 }
 
+/// The launches that advance a task `steps` steps: (first step, steps) in order, passes of
+/// `levels` steps while a whole one is left, single steps for the rest (all single without
+/// passes). The GPU executor launches them and the cost model prices them.
+pub fn launches(steps: usize, levels: Option<usize>) -> impl Iterator<Item = (usize, usize)> {
+    let levels = levels.unwrap_or(1).max(1);
+    let mut k = 1;
+    std::iter::from_fn(move || {
+        let n = if k + levels - 1 <= steps { levels } else { 1 };
+        (k <= steps).then(|| {
+            k += n;
+            (k - n, n)
+        })
+    })
+}
+
 /// Runs passes of a plan against an executor, keeping one copy of the grid on the host.
 pub struct Scheduler {
     shape: [usize; 3],
@@ -384,5 +399,20 @@ impl<T: Real> Engine for PyramidHeat<T> {
     fn take_snapshot(&mut self) -> Result<Field<T>> {
         self.exec.release_grid();
         Ok(super::field_of(&self.p, std::mem::take(&mut self.grid)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::launches;
+
+    #[test]
+    fn launches_take_whole_passes_then_single_steps() {
+        let all = |steps, levels| launches(steps, levels).collect::<Vec<_>>();
+        assert_eq!(all(9, Some(4)), [(1, 4), (5, 4), (9, 1)]);
+        assert_eq!(all(6, Some(4)), [(1, 4), (5, 1), (6, 1)]);
+        assert_eq!(all(3, Some(4)), [(1, 1), (2, 1), (3, 1)]);
+        assert_eq!(all(3, None), [(1, 1), (2, 1), (3, 1)]);
+        assert_eq!(all(0, Some(4)), []);
     }
 }

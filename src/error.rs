@@ -40,6 +40,18 @@ pub enum Error {
     /// A run that produced a non-finite value; the data is not trustworthy.
     #[error("{0}")]
     Diverged(String),
+
+    /// A request larger than this machine (or the device budget) can ever hold.
+    #[error("{0}")]
+    TooLarge(String),
+
+    /// No pyramid task fits the device budget at the requested height.
+    #[error("{0}")]
+    DoesNotFit(String),
+
+    /// SIGINT or SIGTERM stopped the run; `message` says what was kept.
+    #[error("{message}")]
+    Interrupted { signal: i32, message: String },
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -48,7 +60,7 @@ impl Error {
     pub fn invalid(field: &str, value: impl std::fmt::Display, why: impl Into<String>) -> Self {
         Error::InvalidField {
             field: field.to_string(),
-            value: value.to_string(),
+            value: shown(value.to_string()),
             why: why.into(),
         }
     }
@@ -63,7 +75,11 @@ impl Error {
     /// Exit code convention of the CLI: 2 for usage errors, 1 for runtime errors.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Parse(_) | Error::InvalidField { .. } => 2,
+            Error::Parse(_)
+            | Error::InvalidField { .. }
+            | Error::TooLarge(_)
+            | Error::DoesNotFit(_) => 2,
+            Error::Interrupted { signal, .. } => 128 + signal,
             _ => 1,
         }
     }
@@ -72,5 +88,18 @@ impl Error {
 impl From<cudarc::driver::DriverError> for Error {
     fn from(e: cudarc::driver::DriverError) -> Self {
         Error::Cuda(e.to_string())
+    }
+}
+
+/// A value as a message shows it: long numbers (an f64 near its limits prints 309
+/// digits) in exponent form, long or binary text clipped and escaped.
+fn shown(v: String) -> String {
+    let numeric = v.len() > 20
+        && v.trim_start_matches('-')
+            .chars()
+            .all(|c| c.is_ascii_digit() || c == '.');
+    match v.parse::<f64>() {
+        Ok(x) if numeric => format!("{x:e}"),
+        _ => crate::units::clip(&v),
     }
 }

@@ -1,15 +1,17 @@
-//! Carry out a validated problem on a chosen device: engine, run loop, checks, outputs.
+//! Carry out a validated problem: the solver builds its engine ([`Case`]), and one runner
+//! shared by every solver drives it stop by stop — numbered outputs and a diagnostics row
+//! on the output schedule, checkpoints on theirs, a checkpoint and a clean exit on
+//! SIGINT/SIGTERM — then writes the final outputs as one set and fills in the summary.
 
 use std::time::Instant;
 
+use crate::checkpoint::{self, Checkpoint, History};
 use crate::device::Device;
-use crate::error::Result;
-use crate::output::{self, OutputDir};
-use crate::precision::{Precision, Real};
-use crate::problem::{Problem, SolverProblem};
-use crate::run::{self, Engine};
-use crate::solvers::heat::{self, HeatProblem};
-use crate::solvers::jacobi::{self, Fields, JacobiProblem};
+use crate::error::{Error, Result};
+use crate::output::{self, OutputDir, OutputSet};
+use crate::precision::Real;
+use crate::problem::Problem;
+use crate::run::{self, Engine, Field, LoopOutcome, Restart};
 use crate::summary::{Summary, Timings};
 
 #[derive(Debug, Clone, Default)]
@@ -19,193 +21,290 @@ pub struct ExecuteOptions {
     pub context_s: f64,
     /// When the process started, for the report.
     pub process_start: Option<Instant>,
+    /// Continue from this checkpoint.
+    pub restart: Option<Checkpoint>,
+}
+
+/// One run as a solver sees it: the problem, the device, the options.
+pub struct Execution<'a> {
+    pub problem: &'a Problem,
+    pub device: &'a Device,
+    pub opts: &'a ExecuteOptions,
+}
+
+impl Execution<'_> {
+    /// Print a notice on stderr unless quiet.
+    pub fn notice(&self, msg: &str) {
+        if !self.opts.quiet {
+            eprintln!("keisan: {msg}");
+        }
+    }
 }
 
 pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Result<Summary> {
-    // Prove the output folder writable before a long solve, not after.
-    let out = problem
-        .output
-        .dir
-        .as_deref()
-        .map(OutputDir::prepare)
-        .transpose()?;
-    let mut summary = match &problem.solver {
-        SolverProblem::Jacobi(p) => match problem.precision {
-            Precision::F32 => run_jacobi::<f32>(p, device, out.as_ref(), opts)?,
-            Precision::F64 => run_jacobi::<f64>(p, device, out.as_ref(), opts)?,
-        },
-        SolverProblem::Heat(p) => match problem.precision {
-            Precision::F32 => run_heat::<f32>(p, device, out.as_ref(), opts)?,
-            Precision::F64 => run_heat::<f64>(p, device, out.as_ref(), opts)?,
-        },
-    };
-    summary.title = problem.title.clone();
-    summary.timings.context_s = opts.context_s;
-    summary.timings.total_s = opts
-        .process_start
-        .map_or(0.0, |t| t.elapsed().as_secs_f64());
-    if let Some(out) = &out {
-        let path = out.file("summary.json");
-        summary.outputs.push(path.clone());
-        let json = serde_json::to_string_pretty(&summary).expect("summary serialises");
-        output::write_atomic(&path, |w| writeln!(w, "{json}"))?;
+    // Prove the output folder can be written before a long solve, creating nothing yet.
+    if let Some(dir) = &problem.output.dir {
+        output::check_writable(dir)?;
     }
-    Ok(summary)
-}
-
-/// Build an engine (timed as setup, including the device finishing its initialisation)
-/// and drive it to `max_steps` (timed as solve).
-fn setup_and_drive<E: Engine + ?Sized>(
-    build: impl FnOnce() -> Result<Box<E>>,
-    max_steps: u64,
-    opts: &ExecuteOptions,
-    t: &mut Timings,
-) -> Result<(Box<E>, run::LoopOutcome)> {
-    let clock = Instant::now();
-    let mut engine = build()?;
-    engine.diagnostics()?; // waits for the initialisation to finish
-    t.setup_s = clock.elapsed().as_secs_f64();
-    let bar = run::progress_bar(max_steps, opts.quiet);
-    let outcome = run::drive(engine.as_mut(), max_steps, &bar)?;
-    t.solve_s = outcome.seconds;
-    Ok((engine, outcome))
-}
-
-/// Write a field as `<name>.npy`, plus `<name>.vti` and a picture `<name>.png` (the field,
-/// or its middle z-plane) when it is 2D or 3D; the paths written.
-fn write_field<T: Real>(out: &OutputDir, u: &run::Field<T>) -> Result<Vec<std::path::PathBuf>> {
-    let npy = out.file(&format!("{}.npy", u.name));
-    output::npy::write(&npy, &u.shape, &u.data)?;
-    let mut files = vec![npy];
-    if u.shape.len() >= 2 {
-        let vti = out.file(&format!("{}.vti", u.name));
-        output::vti::write(&vti, u)?;
-        files.push(vti);
+    if let Some(c) = &opts.restart {
+        c.check_compatible(problem)?;
     }
-    if output::png::applies(u) {
-        let png = out.file(&format!("{}.png", u.name));
-        output::png::write(&png, u)?;
-        files.push(png);
-    }
-    Ok(files)
-}
-
-fn run_jacobi<T: Real>(
-    p: &JacobiProblem,
-    device: &Device,
-    out: Option<&OutputDir>,
-    opts: &ExecuteOptions,
-) -> Result<Summary> {
-    let mut t = Timings::default();
-    let (mut engine, outcome) = setup_and_drive(
-        || jacobi::engine::<T>(p, device, Fields::Manufactured),
-        p.max_iterations,
+    problem.spec.execute(&Execution {
+        problem,
+        device,
         opts,
-        &mut t,
-    )?;
+    })
+}
 
-    let lap = Instant::now();
-    let solution_error = engine.solution_error()?;
-    t.check_s = lap.elapsed().as_secs_f64();
-
-    let mut outputs = Vec::new();
-    if let Some(out) = out {
-        let lap = Instant::now();
-        let u = engine.snapshot()?;
-        t.download_s = lap.elapsed().as_secs_f64();
-        let lap = Instant::now();
-        outputs = write_field(out, &u)?;
-        let csv = out.file("residuals.csv");
-        output::csv::write_residuals(&csv, &outcome.residuals)?;
-        outputs.push(csv);
-        t.write_s = lap.elapsed().as_secs_f64();
+/// What a solver hands the runner: its engine, and what it adds to the diagnostics and
+/// the summary.
+pub trait Case {
+    type Real: Real;
+    fn engine(&mut self) -> &mut dyn Engine<Real = Self::Real>;
+    /// Points per axis, slowest first, for the summary.
+    fn shape(&self) -> Vec<usize>;
+    /// The solver's scalars for a diagnostics row at `step`, from the field on the host
+    /// and the residual history.
+    fn scalars(&self, step: u64, u: &Field<Self::Real>, residuals: &[f64]) -> Vec<(&'static str, f64)>;
+    /// After the loop: checks such as the solution error. `u`: the final field on the
+    /// host, when it was copied there (outputs, or [`Case::needs_final_field`]).
+    fn finish(&mut self, outcome: &LoopOutcome, u: Option<&Field<Self::Real>>, s: &mut Summary) -> Result<()>;
+    fn needs_final_field(&self) -> bool {
+        false
     }
-    t.study_s = t.setup_s + t.solve_s + t.check_s + t.download_s;
+    /// How the problem met the device, for the summary.
+    fn layout(&self) -> Option<serde_json::Value> {
+        None
+    }
+}
 
-    Ok(Summary {
-        solver: "jacobi",
-        title: String::new(),
-        device: device.describe(),
-        precision: T::PRECISION.to_string(),
-        shape: vec![p.m, p.n],
+/// Outputs of a run in progress: the folder, what the series holds so far.
+struct Writer<'a> {
+    problem: &'a Problem,
+    dir: Option<OutputDir>,
+    history: History,
+    /// Digits of the step in numbered file names.
+    width: usize,
+    written: Vec<std::path::PathBuf>,
+}
+
+impl Writer<'_> {
+    fn time(&self, step: u64) -> f64 {
+        self.problem.spec.dt().map_or(step as f64, |dt| step as f64 * dt)
+    }
+
+    /// The numbered field of `step`, the series collection and the diagnostics table, as
+    /// one set.
+    fn series<C: Case>(&mut self, case: &mut C, step: u64, residuals: &[f64]) -> Result<()> {
+        let Some(dir) = &self.dir else { return Ok(()) };
+        let u = case.engine().snapshot()?;
+        let scalars = case.scalars(step, &u, residuals);
+        let mut header = vec!["step".to_string()];
+        let mut row = vec![step as f64];
+        if self.problem.spec.dt().is_some() {
+            header.push("time".into());
+            row.push(self.time(step));
+        }
+        for (name, v) in &scalars {
+            header.push(name.to_string());
+            row.push(*v);
+        }
+        self.history.diagnostics_header = header;
+        self.history.diagnostics.retain(|r| r[0] < step as f64);
+        self.history.diagnostics.push(row);
+        let stem = format!("{}_{step:0w$}", u.name, w = self.width);
+        let mut set = OutputSet::begin(dir)?;
+        set.field(&stem, &u)?;
+        if u.shape.len() >= 2 {
+            self.history.series.retain(|(_, f)| f != &format!("{stem}.vti"));
+            self.history.series.push((self.time(step), format!("{stem}.vti")));
+            output::pvd::write(&set.file(&format!("{}.pvd", u.name)), &self.history.series)?;
+        }
+        output::csv::write_table(
+            &set.file("diagnostics.csv"),
+            &self.history.diagnostics_header,
+            &self.history.diagnostics,
+        )?;
+        stop_if_signalled(step, None)?;
+        self.written.extend(set.commit()?);
+        Ok(())
+    }
+
+    fn checkpoint<T: Real>(
+        &mut self,
+        engine: &mut dyn Engine<Real = T>,
+        step: u64,
+        status: run::Status,
+        residuals: &[f64],
+    ) -> Result<std::path::PathBuf> {
+        let dir = self.dir.as_ref().expect("checkpoints need a folder (validated)");
+        let path = dir.file(checkpoint::FILE);
+        self.history.residuals = residuals.to_vec();
+        let fields = engine.state()?;
+        checkpoint::write(&path, self.problem, step, status, &fields, &self.history)?;
+        Ok(path)
+    }
+}
+
+/// An error for a pending SIGINT/SIGTERM at `step`, saying what was kept.
+fn stop_if_signalled(step: u64, checkpoint: Option<&std::path::Path>) -> Result<()> {
+    let Some(sig) = crate::signals::pending() else {
+        return Ok(());
+    };
+    let kept = match checkpoint {
+        Some(p) => format!(
+            "checkpoint written to {0} (continue with keisan run --restart {0})",
+            p.display()
+        ),
+        None => "no checkpoint (none configured)".to_string(),
+    };
+    Err(Error::Interrupted {
+        signal: sig,
+        message: format!(
+            "interrupted by {} at step {step}; {kept}; no final outputs written",
+            crate::signals::name(sig)
+        ),
+    })
+}
+
+/// Build the solver's case (from the checkpoint when restarting) and run it to the end:
+/// the runner every solver shares.
+pub fn run_case<C: Case>(
+    cx: &Execution,
+    build: impl FnOnce(Option<Restart<C::Real>>) -> Result<C>,
+) -> Result<Summary> {
+    let p = cx.problem;
+    let opts = cx.opts;
+    let mut t = Timings::default();
+    let clock = Instant::now();
+    let (restart, mut history) = match &opts.restart {
+        Some(c) => {
+            let (r, residuals) = c.restart::<C::Real>()?;
+            let mut h = c.header.history.clone();
+            h.residuals = residuals;
+            (Some(r), h)
+        }
+        None => (None, History::default()),
+    };
+    let restarted_at = restart.as_ref().map(|r| r.step);
+    let mut case = build(restart)?;
+    let mut lp = run::Loop::new(case.engine(), std::mem::take(&mut history.residuals))?;
+    t.setup_s = clock.elapsed().as_secs_f64();
+    stop_if_signalled(lp.steps, None)?;
+
+    let max = p.spec.max_steps();
+    let mut w = Writer {
+        problem: p,
+        dir: p.output.dir.as_deref().map(OutputDir::create).transpose()?,
+        history,
+        width: max.to_string().len().max(6),
+        written: Vec::new(),
+    };
+    let out = &p.output;
+    let bar = run::progress_bar(max, opts.quiet);
+    if restarted_at.is_none() && out.steps.first() == Some(&0) {
+        let lap = Instant::now();
+        w.series(&mut case, 0, &lp.residuals)?;
+        lp.paused_s += lap.elapsed().as_secs_f64();
+    }
+    let mut last_checkpoint = None;
+    loop {
+        let next_output = out.steps.iter().copied().find(|&s| s > lp.steps);
+        let next_checkpoint = out.checkpoint_every.map(|k| (lp.steps / k + 1) * k);
+        let target = [Some(max), next_output, next_checkpoint]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("max is always there");
+        lp.run_to(case.engine(), target, &bar)?;
+        let lap = Instant::now();
+        let step = lp.steps;
+        if lp.status == run::Status::NonFinite {
+            break;
+        }
+        let finished = !lp.running() || step >= max;
+        let scheduled = next_output == Some(step)
+            || (finished && out.every.is_some() && !out.steps.contains(&step));
+        if scheduled && !(restarted_at == Some(step) && step > 0) {
+            w.series(&mut case, step, &lp.residuals)?;
+        }
+        if next_checkpoint == Some(step) && step > 0 {
+            last_checkpoint = Some(w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?);
+        }
+        if crate::signals::pending().is_some() {
+            let path = match (&last_checkpoint, out.checkpoint_every) {
+                (Some(_), _) if next_checkpoint == Some(step) => last_checkpoint.clone(),
+                (_, Some(_)) => Some(w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?),
+                _ => None,
+            };
+            bar.finish_and_clear();
+            stop_if_signalled(step, path.as_deref())?;
+        }
+        lp.paused_s += lap.elapsed().as_secs_f64();
+        if finished {
+            break;
+        }
+    }
+    let outcome = lp.finish(&bar)?;
+    t.solve_s = outcome.seconds;
+
+    let mut summary = Summary {
+        solver: p.solver.name(),
+        title: p.title.clone(),
+        device: cx.device.describe(),
+        precision: C::Real::PRECISION.to_string(),
+        shape: case.shape(),
         iterations: outcome.steps,
-        max_iterations: p.max_iterations,
+        max_iterations: max,
         status: outcome.status,
         final_residual: outcome.residuals.last().copied(),
-        solution_error: Some(solution_error),
+        solution_error: None,
         time_per_iteration_s: outcome.seconds / outcome.steps.max(1) as f64,
-        timings: t,
-        outputs,
-        layout: None,
-    })
-}
-
-fn run_heat<T: Real>(
-    p: &HeatProblem,
-    device: &Device,
-    out: Option<&OutputDir>,
-    opts: &ExecuteOptions,
-) -> Result<Summary> {
-    let mut t = Timings::default();
-    let mut layout = None;
-    let (mut engine, outcome) = setup_and_drive(
-        || {
-            let (engine, l) = heat::engine::<T>(p, device)?;
-            if !opts.quiet && l.strategy != heat::Strategy::InCore {
-                eprintln!("keisan: {}", l.human());
-            }
-            layout = Some(l);
-            Ok(engine)
-        },
-        p.steps,
-        opts,
-        &mut t,
-    )?;
-
-    // The host copy serves both the analytic check and the outputs.
-    let exact_known = p.exact(0, 0.0).is_some();
-    let mut outputs = Vec::new();
-    let mut solution_error = None;
-    if exact_known || out.is_some() {
+        timings: Timings::default(),
+        outputs: Vec::new(),
+        layout: case.layout(),
+        restarted_at_step: restarted_at,
+        checkpoint: last_checkpoint,
+    };
+    // The host copy serves both the checks and the outputs; an out-of-core engine hands
+    // over its grid instead of copying it.
+    let u = if w.dir.is_some() || case.needs_final_field() {
         let lap = Instant::now();
-        let u = engine.take_snapshot()?;
+        let u = case.engine().take_snapshot()?;
         t.download_s = lap.elapsed().as_secs_f64();
-        if exact_known {
-            let lap = Instant::now();
-            let time = outcome.steps as f64 * p.dt;
-            let err = {
-                use rayon::prelude::*;
-                u.data
-                    .par_iter()
-                    .enumerate()
-                    .map(|(i, v)| (v.as_f64() - p.exact(i, time).expect("sine preset")).abs())
-                    .reduce(|| 0.0f64, f64::max)
-            };
-            solution_error = Some(err);
-            t.check_s = lap.elapsed().as_secs_f64();
-        }
-        if let Some(out) = out {
-            let lap = Instant::now();
-            outputs = write_field(out, &u)?;
-            t.write_s = lap.elapsed().as_secs_f64();
-        }
-    }
+        Some(u)
+    } else {
+        None
+    };
+    let lap = Instant::now();
+    case.finish(&outcome, u.as_ref(), &mut summary)?;
+    t.check_s = lap.elapsed().as_secs_f64();
     t.study_s = t.setup_s + t.solve_s + t.check_s + t.download_s;
+    t.context_s = opts.context_s;
 
-    Ok(Summary {
-        solver: "heat",
-        title: String::new(),
-        device: device.describe(),
-        precision: T::PRECISION.to_string(),
-        shape: p.user_shape(),
-        iterations: outcome.steps,
-        max_iterations: p.steps,
-        status: outcome.status,
-        final_residual: None,
-        solution_error,
-        time_per_iteration_s: outcome.seconds / outcome.steps.max(1) as f64,
-        timings: t,
-        outputs,
-        layout: layout.map(|l| serde_json::to_value(l).expect("layout serialises")),
-    })
+    if let (Some(dir), Some(u)) = (&w.dir, &u) {
+        let lap = Instant::now();
+        let mut set = OutputSet::begin(dir)?;
+        set.field(u.name, u)?;
+        if !outcome.residuals.is_empty() {
+            output::csv::write_residuals(&set.file("residuals.csv"), &outcome.residuals)?;
+        }
+        let json = set.file("summary.json");
+        let mut seen = std::collections::HashSet::new();
+        summary.outputs = w.written.into_iter().filter(|f| seen.insert(f.clone())).collect();
+        summary
+            .outputs
+            .extend(set.names().iter().map(|n| set.final_path(n)));
+        t.write_s = lap.elapsed().as_secs_f64();
+        t.total_s = opts.process_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        summary.timings = t;
+        let text = serde_json::to_string_pretty(&summary).expect("summary serialises");
+        output::write_atomic(&json, |f| writeln!(f, "{text}"))?;
+        stop_if_signalled(outcome.steps, summary.checkpoint.as_deref())?;
+        set.commit()?;
+    } else {
+        t.total_s = opts.process_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        summary.timings = t;
+    }
+    Ok(summary)
 }

@@ -5,15 +5,17 @@
 //! [`summary::Summary`]. See docs/ARCHITECTURE.md.
 
 pub mod bench;
+pub mod checkpoint;
 pub mod device;
 pub mod error;
 pub mod execute;
-pub mod heat_bench;
 pub mod memory;
 pub mod output;
 pub mod precision;
 pub mod problem;
 pub mod run;
+pub mod signals;
+pub mod solver;
 pub mod solvers;
 pub mod summary;
 pub mod units;

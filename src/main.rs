@@ -1,25 +1,32 @@
-//! The keisan command line: parses, calls the library, prints. Nothing else.
+//! The keisan command line: parses, calls the library, prints. Nothing else. `bench` and
+//! `model` take one subcommand per solver, from the registry.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use keisan::checkpoint::Checkpoint;
 use keisan::device::{self, Backend, Device};
 use keisan::error::{Error, Result};
 use keisan::execute::{self, ExecuteOptions};
 use keisan::precision::Precision;
-use keisan::problem;
+use keisan::problem::{self, Overrides};
+use keisan::solver::Report;
+use keisan::solvers::REGISTRY;
 
 #[derive(Parser)]
 #[command(
     name = "keisan",
     version,
-    about = "GPU solvers for grid and particle simulations"
+    about = "GPU solvers for grid and particle simulations",
+    after_help = "Also: `keisan bench <solver>` times a solver against the device ceilings \
+                  measured in the same run; `keisan model <solver> PROBLEM` puts its \
+                  performance model beside measurements."
 )]
 struct Cli {
-    /// CPU threads for the CPU backend (default: all cores).
+    /// CPU threads for the CPU backend (default: all cores; at most the machine's).
     #[arg(long, global = true)]
     threads: Option<usize>,
     #[command(subcommand)]
@@ -37,39 +44,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Time a solver against the device ceilings measured in the same run.
-    Bench {
-        #[command(subcommand)]
-        which: BenchCommand,
-    },
-    /// Predicted vs measured time of an out-of-core run for a sweep of pyramid heights.
-    Model {
-        #[command(subcommand)]
-        which: ModelCommand,
-    },
-}
-
-#[derive(Subcommand)]
-enum ModelCommand {
-    /// The heat problem's pyramid run, for each height (and decomposition).
-    Heat {
-        /// Problem file (TOML) with solver = "heat".
-        problem: PathBuf,
-        /// Pyramid heights to try.
-        #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 12, 16, 24, 32, 48, 64])]
-        heights: Vec<usize>,
-        /// Device memory for the pyramid, e.g. 8GiB (overrides heat.device_memory).
-        #[arg(long)]
-        device_memory: Option<String>,
-        #[arg(long = "set", value_name = "KEY=VALUE")]
-        set: Vec<String>,
-        #[arg(long, value_enum)]
-        precision: Option<Precision>,
-        #[command(flatten)]
-        dev: DeviceArgs,
-        #[arg(long)]
-        json: bool,
-    },
 }
 
 #[derive(Args)]
@@ -84,14 +58,16 @@ struct DeviceArgs {
 
 #[derive(Args)]
 struct RunArgs {
-    /// Problem file (TOML). Without one, the seed benchmark (examples/jacobi-seed.toml).
+    /// Problem file (TOML). Without one, the seed benchmark (examples/jacobi-seed.toml),
+    /// or with --restart the problem the checkpoint holds.
     problem: Option<PathBuf>,
     #[command(flatten)]
     dev: DeviceArgs,
     /// Floating-point precision, where the solver allows a choice.
     #[arg(long, value_enum)]
     precision: Option<Precision>,
-    /// Override a problem-file value, e.g. --set jacobi.n=1024 (repeatable).
+    /// Override a problem-file value, e.g. --set jacobi.n=1024 (repeatable; relative
+    /// paths in values are taken from the current folder).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
     /// Output folder (overrides [output] dir).
@@ -100,6 +76,13 @@ struct RunArgs {
     /// Device memory an out-of-core solver may use, e.g. 8GiB (overrides the problem file).
     #[arg(long)]
     device_memory: Option<String>,
+    /// Write a checkpoint every K steps into the output folder (overrides
+    /// [output] checkpoint_every).
+    #[arg(long, value_name = "K")]
+    checkpoint_every: Option<u64>,
+    /// Continue from a checkpoint (the problem file, if given, must be the same problem).
+    #[arg(long, value_name = "CHECKPOINT")]
+    restart: Option<PathBuf>,
     /// Print a JSON summary on stdout.
     #[arg(long)]
     json: bool,
@@ -108,198 +91,136 @@ struct RunArgs {
     quiet: bool,
 }
 
-#[derive(Subcommand)]
-enum BenchCommand {
-    /// Jacobi sweeps (default: the seed case, 5120x5000, 100 iterations).
-    Jacobi {
-        #[arg(long, default_value = "5120x5000", value_parser = parse_size)]
-        size: (usize, usize),
-        #[arg(long, default_value_t = 100)]
-        iterations: u64,
-        #[arg(long, default_value_t = 7)]
-        repetitions: usize,
-        #[arg(long, value_enum, default_value_t = Precision::F64)]
-        precision: Precision,
-        #[command(flatten)]
-        dev: DeviceArgs,
-        #[arg(long)]
-        json: bool,
-    },
-    /// Heat: in-core 3D and 2D single pass and temporal blocking, out-of-core pyramid vs
-    /// trivial (f32).
-    Heat {
-        #[arg(long, value_enum, default_value_t = Precision::F32)]
-        precision: Precision,
-        /// In-core 3D grid, e.g. 512x512x512 (empty to skip).
-        #[arg(long, default_value = "512x512x512")]
-        size_3d: String,
-        /// In-core 2D grid.
-        #[arg(long, default_value = "16384x16384")]
-        size_2d: String,
-        #[arg(long, default_value_t = 100)]
-        steps: u64,
-        #[arg(long, default_value_t = 5)]
-        repetitions: usize,
-        /// Out-of-core 3D grid.
-        #[arg(long, default_value = "1024x1024x1024")]
-        ooc_size: String,
-        #[arg(long, default_value_t = 64)]
-        ooc_steps: u64,
-        /// Device budget = grid bytes / this.
-        #[arg(long, default_value_t = 8)]
-        budget_divisor: u64,
-        #[arg(long, default_value_t = 2)]
-        trivial_steps: u64,
-        #[arg(long)]
-        skip_out_of_core: bool,
-        /// Steps per pass of the temporal-blocked in-core cases (default: the engine's).
-        #[arg(long)]
-        temporal_block: Option<usize>,
-        #[command(flatten)]
-        dev: DeviceArgs,
-        #[arg(long)]
-        json: bool,
-    },
+/// Beside each solver's own `keisan bench` arguments.
+#[derive(Args)]
+struct BenchCommon {
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
 }
 
-/// "512x512x512" → [512, 512, 512]; "" → [] (skip).
-fn parse_shape(s: &str) -> std::result::Result<Vec<usize>, String> {
-    if s.trim().is_empty() {
-        return Ok(Vec::new());
+/// Beside each solver's own `keisan model` arguments.
+#[derive(Args)]
+struct ModelCommon {
+    /// Problem file (TOML) of this solver.
+    problem: PathBuf,
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    #[arg(long, value_enum)]
+    precision: Option<Precision>,
+    /// Device memory for an out-of-core run, e.g. 8GiB (overrides the problem file).
+    #[arg(long)]
+    device_memory: Option<String>,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    #[arg(long)]
+    json: bool,
+}
+
+/// The whole command line: the derived commands plus `bench` and `model` with one
+/// subcommand per registered solver.
+fn command() -> clap::Command {
+    let mut bench = clap::Command::new("bench")
+        .about("Time a solver against the device ceilings measured in the same run")
+        .subcommand_required(true);
+    let mut model = clap::Command::new("model")
+        .about("A solver's performance model: predicted vs measured time")
+        .subcommand_required(true);
+    for s in REGISTRY {
+        let cmd = clap::Command::new(s.name()).about(format!("{} benchmark cases", s.name()));
+        bench = bench.subcommand(s.bench_args(BenchCommon::augment_args(cmd)));
+        let cmd = clap::Command::new(s.name()).about(format!("{} performance model", s.name()));
+        if let Some(m) = s.model_args(ModelCommon::augment_args(cmd)) {
+            model = model.subcommand(m);
+        }
     }
-    let v: Option<Vec<usize>> = s
-        .split(['x', 'X'])
-        .map(|t| t.trim().parse::<usize>().ok().filter(|v| *v >= 3))
-        .collect();
-    v.filter(|v| (1..=3).contains(&v.len()))
-        .ok_or_else(|| format!("`{s}`: expected 1 to 3 extents ≥ 3, e.g. 512x512x512"))
-}
-
-fn parse_size(s: &str) -> std::result::Result<(usize, usize), String> {
-    let (a, b) = s
-        .split_once(['x', 'X'])
-        .ok_or_else(|| format!("`{s}`: expected NxM, e.g. 5120x5000"))?;
-    let parse = |t: &str| {
-        t.trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|v| *v >= 3)
-            .ok_or_else(|| format!("`{s}`: each extent must be an integer ≥ 3"))
-    };
-    Ok((parse(a)?, parse(b)?))
+    Cli::command().subcommand(bench).subcommand(model)
 }
 
 fn main() -> ExitCode {
     let start = Instant::now();
-    let cli = Cli::parse();
-    match dispatch(cli, start) {
+    let matches = command().get_matches();
+    match dispatch(&matches, start) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e @ Error::Interrupted { .. }) => {
+            eprintln!("keisan: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", printable(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }
 }
 
-fn dispatch(cli: Cli, start: Instant) -> Result<()> {
-    if let Some(t) = cli.threads {
-        if t == 0 {
-            return Err(Error::invalid("--threads", t, "at least 1 thread"));
+/// A message as the terminal should get it: control characters escaped, lines kept.
+fn printable(s: &str) -> String {
+    s.split('\n')
+        .map(|l| {
+            l.chars()
+                .flat_map(|c| match c {
+                    '\t' => vec!['\t'],
+                    c if c.is_control() => c.escape_default().collect(),
+                    c => vec![c],
+                })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn usage(e: clap::Error) -> Error {
+    Error::Parse(e.to_string())
+}
+
+fn dispatch(matches: &clap::ArgMatches, start: Instant) -> Result<()> {
+    set_threads(matches.get_one::<usize>("threads").copied())?;
+    match matches.subcommand() {
+        Some(("bench", m)) => {
+            let (name, m) = m.subcommand().expect("a solver subcommand is required");
+            bench(name, m)
         }
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
-            .build_global()
-            .map_err(|e| Error::Parse(format!("--threads: {e}")))?;
-    }
-    match cli.command {
-        Command::Run(args) => run(args, start),
-        Command::Info { probe, json } => info(probe, json),
-        Command::Bench { which } => bench(which),
-        Command::Model { which } => model(which),
+        Some(("model", m)) => {
+            let (name, m) = m.subcommand().expect("a solver subcommand is required");
+            model(name, m)
+        }
+        _ => match Cli::from_arg_matches(matches).map_err(usage)?.command {
+            Command::Run(args) => run(args, start),
+            Command::Info { probe, json } => info(probe, json),
+        },
     }
 }
 
-fn device_memory_override(v: &Option<String>) -> Option<String> {
-    v.as_ref()
-        .map(|m| format!("heat.device_memory=\"{}\"", m.replace('"', "")))
+fn set_threads(threads: Option<usize>) -> Result<()> {
+    let Some(t) = threads else { return Ok(()) };
+    let most = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if !(1..=most).contains(&t) {
+        return Err(Error::invalid(
+            "--threads",
+            t,
+            format!("this machine runs {most} threads at once; use 1 to {most}"),
+        ));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(t)
+        .build_global()
+        .map_err(|e| Error::Parse(format!("--threads: {e}")))
 }
 
-fn model(which: ModelCommand) -> Result<()> {
-    let ModelCommand::Heat {
-        problem: path,
-        heights,
-        device_memory,
-        mut set,
-        precision,
-        dev,
-        json,
-    } = which;
-    set.extend(device_memory_override(&device_memory));
-    let problem = problem::load(&path, &set)?;
-    let problem::SolverProblem::Heat(p) = &problem.solver else {
-        return Err(Error::invalid(
-            "solver",
-            "jacobi",
-            "keisan model heat needs a problem with solver = \"heat\"",
-        ));
-    };
-    if heights.is_empty() || heights.contains(&0) {
-        return Err(Error::invalid(
-            "--heights",
-            "0",
-            "heights must be at least 1",
-        ));
-    }
-    let (device, _) = select(&dev, &problem.run, json)?;
-    let precision = precision.unwrap_or(problem.precision);
-    if !json {
-        println!(
-            "{:>4} {:>6} {:>6} {:>12} {:>12} {:>9}  bound",
-            "dec", "n", "tasks", "predicted", "measured", "deviation"
-        );
-    }
-    let show = |m: &keisan::heat_bench::ModelPoint| {
-        if !json {
-            println!(
-                "{:>4} {:>6} {:>6} {:>12} {:>12} {:>8.1}%  {}",
-                m.decomposition.label(),
-                m.pyramid_height,
-                m.tasks,
-                keisan::units::seconds(m.predicted_s),
-                keisan::units::seconds(m.measured_s),
-                100.0 * m.deviation,
-                m.bound
-            );
-        }
-    };
-    let points = match precision {
-        Precision::F32 => keisan::heat_bench::model_sweep::<f32>(&device, p, &heights, &show)?,
-        Precision::F64 => keisan::heat_bench::model_sweep::<f64>(&device, p, &heights, &show)?,
-    };
-    if points.is_empty() {
-        return Err(Error::invalid(
-            "--heights",
-            format!("{heights:?}"),
-            "no height fits the device budget; try smaller heights or more device memory",
-        ));
-    }
-    let mean = points.iter().map(|m| m.deviation.abs()).sum::<f64>() / points.len() as f64;
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "device": device.describe(), "points": points, "mean_abs_deviation": mean
-            }))
-            .expect("serialises")
-        );
-    } else {
-        println!(
-            "mean |deviation| {:.1} % over {} runs",
-            100.0 * mean,
-            points.len()
-        );
-    }
-    Ok(())
+fn device_memory(flag: &Option<String>) -> Result<Option<u64>> {
+    flag.as_deref()
+        .map(|m| {
+            keisan::units::parse_bytes(m).ok_or_else(|| {
+                Error::invalid(
+                    "--device-memory",
+                    m,
+                    "give a positive size such as 8GiB, 512MiB, 1.5GB or a number of bytes",
+                )
+            })
+        })
+        .transpose()
 }
 
 fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(Device, f64)> {
@@ -316,22 +237,72 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(D
     Ok((device, t.elapsed().as_secs_f64()))
 }
 
-fn run(mut args: RunArgs, start: Instant) -> Result<()> {
-    args.set.extend(device_memory_override(&args.device_memory));
-    let mut problem = match &args.problem {
-        Some(path) => problem::load(path, &args.set)?,
-        None => problem::parse(
+fn print_report(report: Report, json: bool) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report.json).expect("serialises")
+        );
+    } else {
+        print!("{}", report.human);
+    }
+}
+
+fn bench(name: &str, m: &clap::ArgMatches) -> Result<()> {
+    let solver = keisan::solvers::find(name).expect("subcommands come from the registry");
+    let common = BenchCommon::from_arg_matches(m).map_err(usage)?;
+    let (device, _) = select(&common.dev, &problem::RunConfig::default(), common.json)?;
+    print_report(solver.bench(&device, m)?, common.json);
+    Ok(())
+}
+
+fn model(name: &str, m: &clap::ArgMatches) -> Result<()> {
+    let solver = keisan::solvers::find(name).expect("subcommands come from the registry");
+    let c = ModelCommon::from_arg_matches(m).map_err(usage)?;
+    let o = Overrides {
+        set: c.set,
+        precision: c.precision,
+        device_memory: device_memory(&c.device_memory)?,
+        ..Default::default()
+    };
+    let problem = problem::load(&c.problem, &o)?;
+    if problem.solver.name() != name {
+        return Err(Error::invalid(
+            "solver",
+            problem.solver.name(),
+            format!("keisan model {name} needs a problem with solver = \"{name}\""),
+        ));
+    }
+    let (device, _) = select(&c.dev, &problem.run, c.json)?;
+    print_report(solver.model(&problem, &device, m)?, c.json);
+    Ok(())
+}
+
+fn run(args: RunArgs, start: Instant) -> Result<()> {
+    keisan::signals::install().map_err(|e| Error::Parse(format!("signal handlers: {e}")))?;
+    let o = Overrides {
+        set: args.set,
+        precision: args.precision,
+        out: args.out,
+        device_memory: device_memory(&args.device_memory)?,
+        checkpoint_every: args.checkpoint_every,
+    };
+    let restart = args.restart.as_deref().map(Checkpoint::open).transpose()?;
+    let problem = match (&args.problem, &restart) {
+        (Some(path), _) => problem::load(path, &o)?,
+        (None, Some(c)) => problem::parse(
+            &c.header.problem_toml,
+            &format!("the problem in {}", c.path.display()),
+            c.header.problem_base.as_deref(),
+            &o,
+        )?,
+        (None, None) => problem::parse(
             problem::DEFAULT_PROBLEM,
             "built-in seed benchmark",
-            &args.set,
+            None,
+            &o,
         )?,
     };
-    if let Some(p) = args.precision {
-        problem.precision = p;
-    }
-    if let Some(out) = args.out {
-        problem.output.dir = Some(out);
-    }
     let (device, context_s) = select(&args.dev, &problem.run, args.quiet)?;
     if !args.quiet {
         eprintln!("running {} on {}", problem.title, device.describe());
@@ -343,6 +314,7 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
             quiet: args.quiet,
             context_s,
             process_start: Some(start),
+            restart,
         },
     )?;
     if !args.quiet {
@@ -385,23 +357,14 @@ fn info(probe: bool, json: bool) -> Result<()> {
     }
     if probe {
         let cpu = keisan::device::ceilings::measure_cpu();
-        text += &format!(
-            "CPU copy bandwidth: {:.1} GB/s\n",
-            cpu.copy_bandwidth * 1e-9
-        );
+        text += &format!("CPU{}", cpu.human().trim_start_matches(' '));
         report["cpu_ceilings"] = serde_json::to_value(cpu).expect("serialises");
         if let Ok(list) = &devices {
             let mut probes = Vec::new();
             for d in list {
                 let gpu = device::Gpu::open(d.ordinal)?;
                 let c = keisan::device::ceilings::measure_gpu(&gpu)?;
-                text += &format!(
-                    "CUDA device {}: copy {:.1} GB/s, FMA f32 {:.1} TFLOP/s, f64 {:.1} TFLOP/s\n",
-                    d.ordinal,
-                    c.copy_bandwidth * 1e-9,
-                    c.fma_f32 * 1e-12,
-                    c.fma_f64 * 1e-12
-                );
+                text += &format!("CUDA device {}{}", d.ordinal, c.human().trim_start_matches(' '));
                 probes.push(c);
             }
             report["cuda_ceilings"] = serde_json::to_value(probes).expect("serialises");
@@ -416,109 +379,4 @@ fn info(probe: bool, json: bool) -> Result<()> {
         print!("{text}");
     }
     Ok(())
-}
-
-fn bench(which: BenchCommand) -> Result<()> {
-    match which {
-        BenchCommand::Jacobi {
-            size: (n, m),
-            iterations,
-            repetitions,
-            precision,
-            dev,
-            json,
-        } => {
-            if iterations == 0 || repetitions == 0 {
-                return Err(Error::invalid(
-                    "--iterations/--repetitions",
-                    0,
-                    "both must be at least 1",
-                ));
-            }
-            let (device, _) = select(&dev, &problem::RunConfig::default(), json)?;
-            let report = keisan::bench::jacobi(
-                &device,
-                &keisan::bench::JacobiBenchOptions {
-                    n,
-                    m,
-                    iterations,
-                    repetitions,
-                    precision,
-                },
-            )?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("serialises")
-                );
-            } else {
-                print!("{}", keisan::bench::jacobi_human(&report));
-            }
-            Ok(())
-        }
-        BenchCommand::Heat {
-            precision,
-            size_3d,
-            size_2d,
-            steps,
-            repetitions,
-            ooc_size,
-            ooc_steps,
-            budget_divisor,
-            trivial_steps,
-            skip_out_of_core,
-            temporal_block,
-            dev,
-            json,
-        } => {
-            let most = keisan::solvers::heat::MAX_TEMPORAL_BLOCK;
-            if let Some(t) = temporal_block.filter(|t| !(1..=most).contains(t)) {
-                return Err(Error::invalid(
-                    "--temporal-block",
-                    t,
-                    format!("steps per pass must be in [1, {most}]"),
-                ));
-            }
-            if steps == 0 || repetitions == 0 || ooc_steps == 0 || trivial_steps == 0 {
-                return Err(Error::invalid(
-                    "--steps/--repetitions/--ooc-steps/--trivial-steps",
-                    0,
-                    "each must be at least 1",
-                ));
-            }
-            if budget_divisor == 0 {
-                return Err(Error::invalid("--budget-divisor", 0, "at least 1"));
-            }
-            let shape =
-                |flag: &str, v: &str| parse_shape(v).map_err(|why| Error::invalid(flag, v, why));
-            let (size_3d, size_2d) = (shape("--size-3d", &size_3d)?, shape("--size-2d", &size_2d)?);
-            let ooc_size = shape("--ooc-size", &ooc_size)?;
-            let (device, _) = select(&dev, &problem::RunConfig::default(), json)?;
-            let report = keisan::heat_bench::heat(
-                &device,
-                &keisan::heat_bench::HeatBenchOptions {
-                    precision,
-                    shape_3d: size_3d,
-                    shape_2d: size_2d,
-                    steps,
-                    repetitions,
-                    ooc_shape: ooc_size,
-                    ooc_steps,
-                    budget_divisor,
-                    trivial_steps,
-                    skip_out_of_core,
-                    temporal_block,
-                },
-            )?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report).expect("serialises")
-                );
-            } else {
-                print!("{}", report.human());
-            }
-            Ok(())
-        }
-    }
 }

@@ -29,7 +29,7 @@ pub fn ensure_host_fits(bytes: u128, what: &str) -> Result<()> {
     if let Some(total) = host_total_bytes()
         && bytes > total
     {
-        return Err(Error::OutOfMemory(format!(
+        return Err(Error::TooLarge(format!(
             "{what} need {} of host memory, but this machine has {}; use a smaller grid",
             crate::units::bytes(bytes),
             crate::units::bytes(total)

@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use crate::error::{Error, Result};
 use crate::precision::Real;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// Still iterating; as a final status: the iteration limit was reached.
@@ -74,6 +74,32 @@ pub trait Engine {
     fn take_snapshot(&mut self) -> Result<Field<Self::Real>> {
         self.snapshot()
     }
+    /// What a checkpoint holds so that a restart continues bit for bit: the fields the
+    /// engine's factory takes back in a [`Restart`] (default: the snapshot's field).
+    fn state(&mut self) -> Result<Vec<Field<Self::Real>>> {
+        Ok(vec![self.snapshot()?])
+    }
+}
+
+/// Where an engine starts when it continues from a checkpoint: the step count, the
+/// status and the fields of [`Engine::state`] at that step.
+#[derive(Debug, Clone)]
+pub struct Restart<T> {
+    pub step: u64,
+    pub status: Status,
+    pub fields: Vec<Field<T>>,
+}
+
+impl<T> Restart<T> {
+    /// The field named `name`, which the factory needs.
+    pub fn take(&mut self, name: &str) -> Result<Vec<T>> {
+        let i = self
+            .fields
+            .iter()
+            .position(|f| f.name == name)
+            .ok_or_else(|| Error::Parse(format!("the checkpoint holds no field `{name}`")))?;
+        Ok(self.fields.swap_remove(i).data)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -99,46 +125,96 @@ pub fn progress_bar(len: u64, quiet: bool) -> ProgressBar {
     bar
 }
 
+/// The run loop's state, so a run can be advanced to one stop after another (outputs,
+/// checkpoints) without losing its chunk size or its residual history.
+pub struct Loop {
+    chunk: u64,
+    pub residuals: Vec<f64>,
+    pub steps: u64,
+    pub status: Status,
+    start: Instant,
+    /// Seconds spent outside the engine between stops (writing outputs), not solve time.
+    pub paused_s: f64,
+}
+
+impl Loop {
+    /// Start from the engine's current state; `residuals`: the history before it (restart).
+    pub fn new<E: Engine + ?Sized>(engine: &mut E, mut residuals: Vec<f64>) -> Result<Self> {
+        let diag = engine.diagnostics()?;
+        residuals.extend(&diag.new_residuals);
+        Ok(Self {
+            chunk: engine.step_granularity().max(1),
+            residuals,
+            steps: diag.steps,
+            status: diag.status,
+            start: Instant::now(),
+            paused_s: 0.0,
+        })
+    }
+
+    pub fn running(&self) -> bool {
+        self.status == Status::Running
+    }
+
+    /// Advance to step `target` (or convergence, or a non-finite value, or a pending
+    /// signal). Chunks grow while a chunk takes under ~0.1 s, so a fast device syncs
+    /// rarely and a slow one still updates the bar; a stop ends a chunk early, so
+    /// outputs ride on chunk boundaries and never force a sync per step.
+    pub fn run_to<E: Engine + ?Sized>(
+        &mut self,
+        engine: &mut E,
+        target: u64,
+        bar: &ProgressBar,
+    ) -> Result<()> {
+        while self.running() && self.steps < target && crate::signals::pending().is_none() {
+            let this = self
+                .chunk
+                .min(target - self.steps)
+                .min(engine.max_steps_between_diagnostics());
+            let t = Instant::now();
+            engine.advance(this)?;
+            let diag = engine.diagnostics()?;
+            self.residuals.extend(&diag.new_residuals);
+            self.steps = diag.steps;
+            self.status = diag.status;
+            if t.elapsed() < Duration::from_millis(100) {
+                self.chunk = self.chunk.saturating_mul(2);
+            }
+            bar.set_position(self.steps);
+            if let Some(r) = self.residuals.last() {
+                bar.set_message(format!("residual {r:.3e}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The outcome; a non-finite value is an error that names the step.
+    pub fn finish(self, bar: &ProgressBar) -> Result<LoopOutcome> {
+        bar.finish_and_clear();
+        if self.status == Status::NonFinite {
+            return Err(Error::Diverged(format!(
+                "a non-finite value (NaN or inf) appeared at step {}; stopped, no final \
+                 outputs written",
+                self.steps
+            )));
+        }
+        Ok(LoopOutcome {
+            steps: self.steps,
+            residuals: self.residuals,
+            status: self.status,
+            seconds: self.start.elapsed().as_secs_f64() - self.paused_s,
+        })
+    }
+}
+
 /// Run until `max_steps`, convergence, or a non-finite residual (an error that names
-/// the step). Chunks grow while a chunk takes under ~0.1 s, so a fast device syncs
-/// rarely and a slow one still updates the bar.
+/// the step), with no stops between.
 pub fn drive<E: Engine + ?Sized>(
     engine: &mut E,
     max_steps: u64,
     bar: &ProgressBar,
 ) -> Result<LoopOutcome> {
-    let start = Instant::now();
-    let mut chunk = engine.step_granularity().max(1);
-    let mut residuals = Vec::new();
-    let mut diag = engine.diagnostics()?;
-    residuals.extend(&diag.new_residuals);
-    while diag.status == Status::Running && diag.steps < max_steps {
-        let this = chunk
-            .min(max_steps - diag.steps)
-            .min(engine.max_steps_between_diagnostics());
-        let t = Instant::now();
-        engine.advance(this)?;
-        diag = engine.diagnostics()?;
-        residuals.extend(&diag.new_residuals);
-        if t.elapsed() < Duration::from_millis(100) {
-            chunk = chunk.saturating_mul(2);
-        }
-        bar.set_position(diag.steps);
-        if let Some(r) = residuals.last() {
-            bar.set_message(format!("residual {r:.3e}"));
-        }
-    }
-    bar.finish_and_clear();
-    if diag.status == Status::NonFinite {
-        return Err(Error::Diverged(format!(
-            "a non-finite value (NaN or inf) appeared at step {}; stopped, no outputs written",
-            diag.steps
-        )));
-    }
-    Ok(LoopOutcome {
-        steps: diag.steps,
-        residuals,
-        status: diag.status,
-        seconds: start.elapsed().as_secs_f64(),
-    })
+    let mut l = Loop::new(engine, Vec::new())?;
+    l.run_to(engine, max_steps, bar)?;
+    l.finish(bar)
 }

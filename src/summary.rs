@@ -45,6 +45,12 @@ pub struct Summary {
     /// How the grid met the device (heat: in-core or the pyramid plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<serde_json::Value>,
+    /// The step a restart continued from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restarted_at_step: Option<u64>,
+    /// The latest checkpoint this run wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<PathBuf>,
 }
 
 impl Summary {
@@ -57,6 +63,9 @@ impl Summary {
             shape.join(" × "),
             self.precision
         );
+        if let Some(k) = self.restarted_at_step {
+            s += &format!("  restarted     from the checkpoint at step {k}\n");
+        }
         let how = match self.status {
             Status::Converged => "converged",
             Status::Running => "iteration limit reached",
@@ -100,6 +109,9 @@ impl Summary {
             seconds(t.context_s),
             seconds(t.total_s),
         );
+        if let Some(c) = &self.checkpoint {
+            s += &format!("  checkpoint    {}\n", c.display());
+        }
         if self.outputs.is_empty() {
             s += "  outputs       none (name a folder with --out DIR or [output] dir)\n";
         } else {

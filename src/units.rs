@@ -27,11 +27,32 @@ pub fn seconds(s: f64) -> String {
 
 /// A memory size as a problem file or option gives it: bytes, or a string such as
 /// "8GiB", "512 MiB", "1.5GB".
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-#[serde(untagged)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ByteSize {
     Bytes(i64),
     Text(String),
+}
+
+impl<'de> serde::Deserialize<'de> for ByteSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = ByteSize;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a size such as \"8GiB\" or \"512MiB\", or a number of bytes")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<ByteSize, E> {
+                Ok(ByteSize::Bytes(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<ByteSize, E> {
+                Ok(ByteSize::Bytes(v.min(i64::MAX as u64) as i64))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<ByteSize, E> {
+                Ok(ByteSize::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 impl ByteSize {
@@ -73,5 +94,41 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
         _ => return None,
     };
     let bytes = value * scale;
-    (bytes >= 1.0 && bytes.is_finite()).then_some(bytes as u64)
+    (bytes >= 1.0 && bytes < 9.2e18).then_some(bytes as u64)
+}
+
+/// Text as a message shows it: control characters escaped, at most 120 characters.
+pub fn clip(s: &str) -> String {
+    let mut out: String = s.chars().take(120).flat_map(char::escape_debug).collect();
+    if s.chars().count() > 120 {
+        out.push('…');
+    }
+    // escape_debug also escapes quotes, which messages show as they are.
+    out.replace("\\\"", "\"").replace("\\'", "'")
+}
+
+/// A number as a message shows it: plain where short, in exponent form otherwise.
+pub fn num(v: f64) -> String {
+    let a = v.abs();
+    if v == 0.0 || !v.is_finite() || (1e-4..1e15).contains(&a) {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
+    }
+}
+
+/// The number of points of a grid, or an error naming `field` when the product does not
+/// fit in memory addresses (no machine could hold it).
+pub fn checked_cells(field: &str, shape: &[usize], bytes_per_point: usize) -> crate::Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |a, &n| a.checked_mul(n))
+        .filter(|&c| c.checked_mul(bytes_per_point.max(1)).is_some_and(|b| b <= isize::MAX as usize))
+        .ok_or_else(|| {
+            crate::Error::invalid(
+                field,
+                format!("{shape:?}"),
+                "the grid has more points than any machine can address; use a smaller grid",
+            )
+        })
 }

@@ -1,7 +1,8 @@
 //! The CPU heat engine against the analytic decay of a sine mode, in 1D, 2D and 3D.
 
+mod common;
+
 use keisan::device::Device;
-use keisan::problem::{self, SolverProblem};
 use keisan::run;
 use keisan::solvers::heat::{self, HeatProblem};
 
@@ -20,10 +21,7 @@ fn sine_problem(dims: usize, n: usize, steps: u64, t_end: f64) -> HeatProblem {
          [heat.initial]\npreset = \"sine\"\nmodes = [{modes}]\n",
         t_end / steps as f64
     );
-    match problem::parse(&toml, "test", &[]).unwrap().solver {
-        SolverProblem::Heat(p) => p,
-        _ => unreachable!(),
-    }
+    common::heat_from(&toml)
 }
 
 fn max_error(p: &HeatProblem) -> f64 {
@@ -74,9 +72,7 @@ fn sine_decay_converges_at_second_order_in_3d() {
 fn boundary_values_stay_fixed() {
     let toml = "solver = \"heat\"\n[heat]\nshape = [20, 30]\ndt = 1e-5\nsteps = 50\n\
                 [heat.initial]\npreset = \"hot_box\"\nfraction = 1.0\nvalue = 3.0\n";
-    let SolverProblem::Heat(p) = problem::parse(toml, "t", &[]).unwrap().solver else {
-        unreachable!()
-    };
+    let p = common::heat_from(toml);
     let mut e = heat::engine::<f64>(&p, &cpu()).unwrap().0;
     run::drive(e.as_mut(), 50, &run::progress_bar(0, true)).unwrap();
     let u = e.snapshot().unwrap().data;

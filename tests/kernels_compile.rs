@@ -2,7 +2,8 @@
 //! GPU: CI installs the nvidia-cuda-nvrtc wheel and sets KEISAN_REQUIRE_NVRTC=1 so a
 //! missing library fails instead of skipping.
 
-use keisan::device::cuda::{all_kernel_sources, compile};
+use keisan::device::cuda::compile;
+use keisan::solvers::kernel_sources as all_kernel_sources;
 use keisan::precision::Precision;
 use keisan::solvers::heat::step_kernel;
 

@@ -17,10 +17,24 @@ pub const KERNELS: KernelSource = KernelSource {
 pub struct Ceilings {
     /// Bytes read + written per second by a large streaming copy.
     pub copy_bandwidth: f64,
-    /// Floating-point operations per second (an FMA counts 2) in f32 and f64; 0 if
-    /// not measured (the CPU path measures bandwidth only).
-    pub fma_f32: f64,
-    pub fma_f64: f64,
+    /// Floating-point operations per second (an FMA counts 2) in f32 and f64; None
+    /// where not measured (the CPU path measures bandwidth only).
+    pub fma_f32: Option<f64>,
+    pub fma_f64: Option<f64>,
+}
+
+impl Ceilings {
+    /// "  ceilings (measured now): copy … GB/s, FMA f32 … TFLOP/s, f64 … TFLOP/s"
+    pub fn human(&self) -> String {
+        let mut r = format!(
+            "  ceilings (measured now): copy {:.1} GB/s",
+            self.copy_bandwidth * 1e-9
+        );
+        if let (Some(a), Some(b)) = (self.fma_f32, self.fma_f64) {
+            r += &format!(", FMA f32 {:.1} TFLOP/s, f64 {:.1} TFLOP/s", a * 1e-12, b * 1e-12);
+        }
+        r + "\n"
+    }
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -75,8 +89,8 @@ pub fn measure_gpu(gpu: &Gpu) -> Result<Ceilings> {
     let copy_bandwidth = 2.0 * (elems * 16) as f64 / t_copy.min(t_memcpy);
     Ok(Ceilings {
         copy_bandwidth,
-        fma_f32: fma_rate(gpu, Precision::F32)?,
-        fma_f64: fma_rate(gpu, Precision::F64)?,
+        fma_f32: Some(fma_rate(gpu, Precision::F32)?),
+        fma_f64: Some(fma_rate(gpu, Precision::F64)?),
     })
 }
 
@@ -130,7 +144,7 @@ pub fn measure_cpu() -> Ceilings {
     std::hint::black_box(&dst);
     Ceilings {
         copy_bandwidth: 2.0 * (elems * 8) as f64 / median(times),
-        fma_f32: 0.0,
-        fma_f64: 0.0,
+        fma_f32: None,
+        fma_f64: None,
     }
 }

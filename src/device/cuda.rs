@@ -19,15 +19,6 @@ pub struct KernelSource {
 
 const COMMON: &str = include_str!("common.cuh");
 
-/// Every kernel source keisan ships, for the compile check in CI.
-pub fn all_kernel_sources() -> Vec<KernelSource> {
-    vec![
-        crate::device::ceilings::KERNELS,
-        crate::solvers::jacobi::cuda::KERNELS,
-        crate::solvers::heat::step_kernel::KERNELS,
-    ]
-}
-
 fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: only tries to dlopen the driver library.

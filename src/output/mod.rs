@@ -1,45 +1,71 @@
-//! Output writers. Every file is written under a temporary name in its final folder and
-//! renamed when complete, so a failed or interrupted run never leaves a half-written
-//! file or clobbers a good one. Writers take host data and never know its device.
+//! Output writers. A run's files are written as a *set* ([`OutputSet`]): into a hidden
+//! staging folder beside the results, moved into place only when every file of the set
+//! is complete, so a failure or a signal while writing leaves the previous complete set
+//! untouched and no temporary files. Writers take host data and never know its device.
 
 mod atomic;
 pub mod csv;
 pub mod npy;
 pub mod png;
+pub mod pvd;
 pub mod vti;
 
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::precision::Real;
+use crate::run::Field;
 pub use atomic::write_atomic;
 
-/// An output folder that has been created and shown to be writable.
+/// An output folder that exists and is writable.
 #[derive(Debug, Clone)]
 pub struct OutputDir {
     path: PathBuf,
 }
 
-impl OutputDir {
-    /// Create the folder if needed and prove it writable, before any long computation.
-    pub fn prepare(path: &Path) -> Result<Self> {
-        std::fs::create_dir_all(path).map_err(|e| {
-            Error::io(
-                path,
-                std::io::Error::new(e.kind(), format!("cannot create the output folder: {e}")),
-            )
-        })?;
-        tempfile::Builder::new()
-            .prefix(".keisan-probe")
-            .tempfile_in(path)
-            .map_err(|e| {
-                Error::io(
+fn folder_error(path: &Path, why: &str, e: std::io::Error) -> Error {
+    Error::io(path, std::io::Error::new(e.kind(), format!("{why}: {e}")))
+}
+
+/// Show, before any long computation and without creating anything, that `path` can
+/// become a writable output folder: it is one, or its nearest existing ancestor is a
+/// writable folder.
+pub fn check_writable(path: &Path) -> Result<()> {
+    let mut at = path;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => break,
+            Ok(_) => {
+                return Err(folder_error(
                     path,
+                    "cannot create the output folder",
                     std::io::Error::new(
-                        e.kind(),
-                        format!("the output folder is not writable: {e}"),
+                        std::io::ErrorKind::NotADirectory,
+                        format!("{} is a file", at.display()),
                     ),
-                )
-            })?;
+                ));
+            }
+            Err(_) => match at.parent() {
+                Some(p) if !p.as_os_str().is_empty() => at = p,
+                _ => {
+                    at = Path::new(".");
+                    break;
+                }
+            },
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(".keisan-probe")
+        .tempfile_in(at)
+        .map(drop)
+        .map_err(|e| folder_error(path, "the output folder is not writable", e))
+}
+
+impl OutputDir {
+    /// Create the folder if needed.
+    pub fn create(path: &Path) -> Result<Self> {
+        std::fs::create_dir_all(path)
+            .map_err(|e| folder_error(path, "cannot create the output folder", e))?;
         Ok(Self {
             path: path.to_path_buf(),
         })
@@ -47,5 +73,73 @@ impl OutputDir {
 
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Files that appear together or not at all: written into a staging folder inside the
+/// output folder, then renamed into place by [`OutputSet::commit`]. Dropped without a
+/// commit (an error, a signal), the staging folder and all in it are removed.
+pub struct OutputSet<'a> {
+    dir: &'a OutputDir,
+    staging: tempfile::TempDir,
+    names: Vec<String>,
+}
+
+impl<'a> OutputSet<'a> {
+    pub fn begin(dir: &'a OutputDir) -> Result<Self> {
+        let staging = tempfile::Builder::new()
+            .prefix(".keisan-set-")
+            .tempdir_in(dir.path())
+            .map_err(|e| Error::io(dir.path(), e))?;
+        Ok(Self {
+            dir,
+            staging,
+            names: Vec::new(),
+        })
+    }
+
+    /// Where to write the file `name` of the set.
+    pub fn file(&mut self, name: &str) -> PathBuf {
+        self.names.push(name.to_string());
+        self.staging.path().join(name)
+    }
+
+    /// The names of the set's files so far.
+    pub fn names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The path `name` will have once the set is committed.
+    pub fn final_path(&self, name: &str) -> PathBuf {
+        self.dir.file(name)
+    }
+
+    /// Move every file into the output folder (renames within one file system, each
+    /// atomic); the final paths.
+    pub fn commit(self) -> Result<Vec<PathBuf>> {
+        let mut done = Vec::with_capacity(self.names.len());
+        for name in &self.names {
+            let (from, to) = (self.staging.path().join(name), self.dir.file(name));
+            std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
+            done.push(to);
+        }
+        Ok(done)
+    }
+
+    /// Write a field as `<stem>.npy`, plus `<stem>.vti` and a picture `<stem>.png` (the
+    /// field, or its middle z-plane) when it is 2D or 3D.
+    pub fn field<T: Real>(&mut self, stem: &str, u: &Field<T>) -> Result<()> {
+        npy::write(&self.file(&format!("{stem}.npy")), &u.shape, &u.data)?;
+        if u.shape.len() >= 2 {
+            vti::write(&self.file(&format!("{stem}.vti")), u)?;
+        }
+        if png::applies(u) {
+            png::write(&self.file(&format!("{stem}.png")), u)?;
+        }
+        Ok(())
     }
 }

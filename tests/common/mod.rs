@@ -70,13 +70,18 @@ pub fn heat_problem(shape: &str, steps: u64, extra: &str) -> keisan::solvers::he
     let toml = format!(
         "solver = \"heat\"\n[heat]\nshape = {shape}\ndt = 1e-12\nsteps = {steps}\n{extra}\n"
     );
-    match keisan::problem::parse(&toml, "test", &[]).unwrap().solver {
-        keisan::problem::SolverProblem::Heat(mut p) => {
-            p.dt = 0.9 * p.largest_stable_dt();
-            p
-        }
-        _ => unreachable!(),
-    }
+    let mut p = heat_from(&toml);
+    p.dt = 0.9 * p.largest_stable_dt();
+    p
+}
+
+/// The heat problem of a problem file's text.
+pub fn heat_from(toml: &str) -> keisan::solvers::heat::HeatProblem {
+    let problem = keisan::problem::parse(toml, "test", None, &Default::default()).unwrap();
+    problem
+        .spec_as::<keisan::solvers::heat::HeatProblem>()
+        .expect("a heat problem")
+        .clone()
 }
 
 /// Run a heat problem from `u0` on `device`; the final field and how it was laid out.

@@ -17,7 +17,8 @@ pub struct CpuHeat<T> {
 }
 
 impl<T: Real> CpuHeat<T> {
-    pub fn new(p: &HeatProblem, u0: Vec<T>) -> Result<Self> {
+    /// `u0`: the field after `step0` steps (0 for the initial field).
+    pub fn new(p: &HeatProblem, u0: Vec<T>, step0: u64) -> Result<Self> {
         crate::memory::ensure_host_fits(
             p.field_bytes(T::PRECISION),
             "the heat fields (two time layers)",
@@ -28,7 +29,7 @@ impl<T: Real> CpuHeat<T> {
             p: p.clone(),
             u: u0,
             unew,
-            steps: 0,
+            steps: step0,
             status: Status::Running,
         })
     }

@@ -40,7 +40,8 @@ pub struct CudaHeat<T: Real> {
 }
 
 impl<T: Real> CudaHeat<T> {
-    pub fn new(gpu: Arc<Gpu>, p: &HeatProblem, u0: Vec<T>) -> Result<Self> {
+    /// `u0`: the field after `step0` steps (0 for the initial field).
+    pub fn new(gpu: Arc<Gpu>, p: &HeatProblem, u0: Vec<T>, step0: u64) -> Result<Self> {
         gpu.ensure_fits(
             p.field_bytes(T::PRECISION),
             "the heat fields (two time layers)",
@@ -65,7 +66,7 @@ impl<T: Real> CudaHeat<T> {
             bad,
             kernels,
             blocked,
-            launched: 0,
+            launched: step0,
             unchecked: Vec::new(),
             failed: None,
         })

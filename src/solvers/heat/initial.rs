@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::HeatProblem;
 use crate::error::{Error, Result};
 use crate::memory::try_filled;
-use crate::precision::Real;
+use crate::precision::{Precision, Real};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "preset", rename_all = "snake_case", deny_unknown_fields)]
@@ -61,32 +61,74 @@ impl Default for Initial {
     }
 }
 
+/// The largest initial magnitude a precision carries through the update: (a + b) − 2c
+/// of values up to this stays finite.
+pub fn largest_value(precision: Precision) -> f64 {
+    match precision {
+        Precision::F32 => f32::MAX as f64 / 8.0,
+        Precision::F64 => f64::MAX / 8.0,
+    }
+}
+
 impl Initial {
-    pub fn validate(&self, dims: usize) -> Result<()> {
-        match self {
-            Initial::Sine { modes: Some(m), .. } if m.len() != dims || m.contains(&0) => {
+    /// `shape`: the grid's points per axis, slowest first.
+    pub fn validate(&self, shape: &[usize], precision: Precision) -> Result<()> {
+        let dims = shape.len();
+        let magnitude = |field: &str, v: f64| {
+            let most = largest_value(precision);
+            if v.is_finite() && v.abs() <= most {
+                Ok(())
+            } else {
                 Err(Error::invalid(
-                    "heat.initial.modes",
-                    format!("{m:?}"),
-                    format!("give one mode number ≥ 1 per axis ({dims})"),
+                    field,
+                    crate::units::num(v),
+                    format!(
+                        "must be finite and at most {} in magnitude in {precision} (larger \
+                         values overflow the update)",
+                        crate::units::num(most)
+                    ),
                 ))
             }
-            Initial::Gaussian { width, .. } if !(*width > 0.0 && width.is_finite()) => Err(
-                Error::invalid("heat.initial.width", width, "must be finite and > 0"),
-            ),
-            Initial::HotBox { fraction, .. } if !(*fraction > 0.0 && *fraction <= 1.0) => Err(
-                Error::invalid("heat.initial.fraction", fraction, "must lie in (0, 1]"),
-            ),
-            _ => Ok(()),
-        }
-    }
-
-    /// Make a relative file path relative to `base` (the problem file's folder).
-    pub fn resolve_relative_to(&mut self, base: &Path) {
-        if let Initial::File { path } = self
-            && path.is_relative()
-        {
-            *path = base.join(&*path);
+        };
+        match self {
+            Initial::Sine { modes, amplitude } => {
+                if let Some(m) = modes {
+                    let too_high = m.iter().zip(shape).any(|(&k, &n)| k as usize + 2 > n);
+                    if m.len() != dims || m.contains(&0) || too_high {
+                        return Err(Error::invalid(
+                            "heat.initial.modes",
+                            format!("{m:?}"),
+                            format!(
+                                "give one mode number per axis ({dims}), each in [1, n − 2] \
+                                 for that axis's n points (the grid {shape:?} cannot carry \
+                                 higher modes)"
+                            ),
+                        ));
+                    }
+                }
+                magnitude("heat.initial.amplitude", *amplitude)
+            }
+            Initial::Gaussian { width, amplitude } => {
+                if !(width.is_finite() && (2.0 * width * width).is_normal()) {
+                    return Err(Error::invalid(
+                        "heat.initial.width",
+                        crate::units::num(*width),
+                        "must be finite and > 0, with 2·width² a normal number (width ≥ 1e-150)",
+                    ));
+                }
+                magnitude("heat.initial.amplitude", *amplitude)
+            }
+            Initial::HotBox { fraction, value } => {
+                if !(*fraction > 0.0 && *fraction <= 1.0) {
+                    return Err(Error::invalid(
+                        "heat.initial.fraction",
+                        crate::units::num(*fraction),
+                        "must lie in (0, 1]",
+                    ));
+                }
+                magnitude("heat.initial.value", *value)
+            }
+            Initial::File { .. } => Ok(()),
         }
     }
 }
@@ -137,7 +179,45 @@ fn open_npy(p: &HeatProblem, path: &Path) -> Result<(NpyFile<BufReader<File>>, b
             "is in Fortran order; save np.ascontiguousarray(arr)",
         ));
     }
+    check_length(path, p.cells() as u64 * if f32 { 4 } else { 8 })?;
     Ok((npy, f32))
+}
+
+/// The file holds exactly the header and `data` bytes: no fewer (truncated), no more
+/// (a different array, or bytes appended).
+fn check_length(path: &Path, data: u64) -> Result<()> {
+    use std::io::Read;
+    let shown = path.display();
+    let why = |e: &dyn std::fmt::Display| Error::invalid(FILE_FIELD, &shown, e.to_string());
+    let mut f = File::open(path).map_err(|e| why(&e))?;
+    let len = f.metadata().map_err(|e| why(&e))?.len();
+    let mut head = [0u8; 12];
+    f.read_exact(&mut head).map_err(|e| why(&e))?;
+    // Format 1.0 stores the header length in 2 bytes, 2.0 and 3.0 in 4.
+    let offset = match head[6] {
+        1 => 10 + u16::from_le_bytes([head[8], head[9]]) as u64,
+        _ => 12 + u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as u64,
+    };
+    let expected = offset + data;
+    match len.cmp(&expected) {
+        std::cmp::Ordering::Less => Err(Error::invalid(
+            FILE_FIELD,
+            &shown,
+            format!(
+                "is truncated: its array needs {data} bytes of data, the file holds {}",
+                len.saturating_sub(offset)
+            ),
+        )),
+        std::cmp::Ordering::Greater => Err(Error::invalid(
+            FILE_FIELD,
+            &shown,
+            format!(
+                "has {} bytes after its array's data; save one array per file with np.save",
+                len - expected
+            ),
+        )),
+        std::cmp::Ordering::Equal => Ok(()),
+    }
 }
 
 /// Check a file initial condition's header, so that a wrong file fails before any work.
@@ -170,14 +250,18 @@ fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
     } else {
         fill::<f64, T>(npy, &mut u, path)?;
     }
-    if let Some(i) = u.iter().position(|v| !v.as_f64().is_finite()) {
+    let most = largest_value(T::PRECISION);
+    if let Some(i) = u.iter().position(|v| !(v.as_f64().abs() <= most)) {
         let at = &ijk(p, i)[3 - p.dims..];
         return Err(Error::invalid(
             FILE_FIELD,
             &shown,
             format!(
-                "holds {} at index {at:?}; the initial field must be finite",
-                u[i].as_f64()
+                "holds {} at index {at:?}; the initial field must be finite and at most {} \
+                 in magnitude in {}",
+                crate::units::num(u[i].as_f64()),
+                crate::units::num(most),
+                T::PRECISION
             ),
         ));
     }

@@ -9,11 +9,13 @@
 //! ([`pyramid`]) on either, with the plan chosen by the cost model ([`model`]) as the
 //! problem's [`strategy`] says.
 
+pub mod bench;
 pub mod cpu;
 pub mod cuda;
 pub mod initial;
 pub mod model;
 pub mod pyramid;
+mod solver;
 pub mod step_kernel;
 pub mod strategy;
 
@@ -21,12 +23,13 @@ use serde::{Deserialize, Serialize};
 
 pub use initial::Initial;
 pub use pyramid::Decomposition;
+pub use solver::HEAT;
 pub use strategy::{Layout, OutOfCore, Strategy};
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
-use crate::run::Engine;
+use crate::run::{Engine, Restart};
 
 /// The most steps per in-core temporal-blocking pass a problem may ask for.
 pub const MAX_TEMPORAL_BLOCK: usize = 64;
@@ -89,8 +92,13 @@ pub struct HeatProblem {
     pub temporal_block: Option<usize>,
 }
 
+/// The most steps per pyramid pass a problem may ask for.
+pub const MAX_PYRAMID_HEIGHT: i64 = 1 << 20;
+
 impl HeatConfig {
-    pub fn validate(self) -> Result<HeatProblem> {
+    /// Check every field; `precision` is the one the run will use (initial values must
+    /// stay finite in its arithmetic).
+    pub fn validate(self, precision: Precision) -> Result<HeatProblem> {
         let dims = self.shape.len();
         if !(1..=3).contains(&dims) {
             return Err(Error::invalid(
@@ -113,6 +121,7 @@ impl HeatConfig {
             }
             shape[3 - dims + k] = n as usize;
         }
+        crate::units::checked_cells("heat.shape", &shape, 2 * precision.bytes())?;
         let mut spacing = [1.0f64; 3];
         match &self.spacing {
             Some(h) if h.len() != dims => {
@@ -154,14 +163,24 @@ impl HeatConfig {
                 "at least 1 step is needed",
             ));
         }
-        if let Some(n) = self.pyramid_height
-            && !(1..=1 << 20).contains(&n)
-        {
-            return Err(Error::invalid(
-                "heat.pyramid_height",
-                n,
-                "must be at least 1 (steps per pass of the pyramid)",
-            ));
+        if let Some(n) = self.pyramid_height {
+            if !(1..=MAX_PYRAMID_HEIGHT).contains(&n) {
+                return Err(Error::invalid(
+                    "heat.pyramid_height",
+                    n,
+                    format!("steps per pyramid pass must be in [1, {MAX_PYRAMID_HEIGHT}]"),
+                ));
+            }
+            if n > self.steps {
+                return Err(Error::invalid(
+                    "heat.pyramid_height",
+                    n,
+                    format!(
+                        "a pass cannot be taller than the run (heat.steps = {}); use at most {}",
+                        self.steps, self.steps
+                    ),
+                ));
+            }
         }
         if let Some(t) = self.temporal_block {
             if !(1..=MAX_TEMPORAL_BLOCK as i64).contains(&t) {
@@ -199,6 +218,7 @@ impl HeatConfig {
                 pyramid_height: self.pyramid_height.map(|n| n as usize),
                 device_memory,
                 pin_host_grid: self.pin_host_grid.unwrap_or(true),
+                device_memory_from: "heat.device_memory",
             },
             temporal_block: self.temporal_block.map(|t| t as usize),
         };
@@ -206,7 +226,7 @@ impl HeatConfig {
         if !(self.dt > 0.0 && self.dt <= max_dt) {
             return Err(Error::invalid(
                 "heat.dt",
-                self.dt,
+                crate::units::num(self.dt),
                 format!(
                     "must be > 0 and within the FTCS stability limit Σ α²Δt/h² ≤ 1/2 \
                      (here Σ r = {:.4}); the largest stable dt is {max_dt:.6e}",
@@ -214,7 +234,7 @@ impl HeatConfig {
                 ),
             ));
         }
-        p.initial.validate(dims)?;
+        p.initial.validate(&p.user_shape(), precision)?;
         Ok(p)
     }
 }
@@ -260,8 +280,20 @@ pub fn engine<T: Real>(
     problem: &HeatProblem,
     device: &Device,
 ) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
-    let u0 = initial::field::<T>(problem)?;
-    engine_from::<T>(problem, device, u0)
+    engine_resumed::<T>(problem, device, None)
+}
+
+/// As [`engine`], continuing from a checkpoint's state when given.
+pub fn engine_resumed<T: Real>(
+    problem: &HeatProblem,
+    device: &Device,
+    restart: Option<Restart<T>>,
+) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
+    let (u0, step) = match restart {
+        Some(mut r) => (r.take("u")?, r.step),
+        None => (initial::field::<T>(problem)?, 0),
+    };
+    start_from(problem, device, u0, step)
 }
 
 /// As [`engine`], from a given initial field (n values, row-major; boundary values stay).
@@ -270,14 +302,24 @@ pub fn engine_from<T: Real>(
     device: &Device,
     u0: Vec<T>,
 ) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
-    if u0.len() != problem.cells() {
+    start_from(problem, device, u0, 0)
+}
+
+/// The engine with `u` as the field after `step` steps.
+fn start_from<T: Real>(
+    problem: &HeatProblem,
+    device: &Device,
+    u: Vec<T>,
+    step: u64,
+) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
+    if u.len() != problem.cells() {
         return Err(Error::invalid(
             "initial field",
-            u0.len(),
+            u.len(),
             format!("expected {} values", problem.cells()),
         ));
     }
-    strategy::build(problem, device, u0)
+    strategy::build(problem, device, u, step)
 }
 
 /// Wrap a host copy of U with the grid's geometry.

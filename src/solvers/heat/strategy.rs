@@ -35,6 +35,9 @@ pub struct OutOfCore {
     pub device_memory: Option<u64>,
     /// Copy boxes straight to and from a page-locked host grid (see `HeatConfig`).
     pub pin_host_grid: bool,
+    /// Who set `device_memory`, for messages: the problem's field or the flag.
+    #[serde(skip)]
+    pub device_memory_from: &'static str,
 }
 
 impl Default for OutOfCore {
@@ -45,6 +48,7 @@ impl Default for OutOfCore {
             pyramid_height: None,
             device_memory: None,
             pin_host_grid: true,
+            device_memory_from: "heat.device_memory",
         }
     }
 }
@@ -141,15 +145,23 @@ pub fn choose_plan(
         .min()
         .unwrap_or(usize::MAX);
     if capacity < min_values {
-        return Err(Error::invalid(
-            "heat.device_memory",
-            units::bytes(budget as u128),
-            format!(
-                "too small for even pyramid height 1 with the smallest task: {boxes} boxes of \
-                 {min_values} values need at least {}",
-                units::bytes((boxes * min_values * bytes) as u128)
+        let why = format!(
+            "too small for even pyramid height 1 with the smallest task: {boxes} boxes of \
+             {min_values} values need at least {}",
+            units::bytes((boxes * min_values * bytes) as u128)
+        );
+        return Err(match p.ooc.device_memory {
+            Some(_) => Error::invalid(
+                p.ooc.device_memory_from,
+                units::bytes(budget as u128),
+                why,
             ),
-        ));
+            None => Error::TooLarge(format!(
+                "the device's free memory less a margin ({}) is {why}; free device memory or \
+                 use --backend cpu",
+                units::bytes(budget as u128)
+            )),
+        });
     }
     // The trivial baseline is the one that does not overlap: one step per pass.
     let heights: Vec<usize> = match (!how.overlap, p.ooc.pyramid_height) {
@@ -169,28 +181,31 @@ pub fn choose_plan(
         how,
     )
     .ok_or_else(|| {
-        Error::invalid(
-            "heat.pyramid_height",
+        Error::DoesNotFit(format!(
+            "heat.pyramid_height = {}: no task fits the device budget of {} at this height: \
+             the input box grows by 2n per split axis; use a smaller pyramid_height or a \
+             larger device_memory",
             heights[0],
-            format!(
-                "no task fits the device budget of {} at this height: the input box grows \
-                 by 2n per split axis; use a smaller pyramid_height or a larger device_memory",
-                units::bytes(budget as u128)
-            ),
-        )
+            units::bytes(budget as u128)
+        ))
     })
 }
 
-/// Build the engine the problem's strategy asks for, starting from `u0`.
+/// Build the engine the problem's strategy asks for, starting from `u0`, the field after
+/// `step0` steps.
 pub fn build<T: Real>(
     p: &HeatProblem,
     device: &Device,
     u0: Vec<T>,
+    step0: u64,
 ) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
     let budget = budget(p, device)?;
     let in_core_fits = p.field_bytes(T::PRECISION) <= budget as u128;
     let strategy = match (p.ooc.strategy, device) {
-        (Strategy::Auto, Device::Cpu { .. }) => Strategy::InCore,
+        // The CPU holds any grid the host does, unless a budget says otherwise.
+        (Strategy::Auto, Device::Cpu { .. }) if p.ooc.device_memory.is_none() => {
+            Strategy::InCore
+        }
         (Strategy::Auto, _) if in_core_fits => Strategy::InCore,
         (Strategy::Auto, _) => Strategy::Pyramid,
         (s, _) => s,
@@ -209,8 +224,8 @@ pub fn build<T: Real>(
     };
     if strategy == Strategy::InCore {
         let engine: Box<dyn Engine<Real = T>> = match device {
-            Device::Cpu { .. } => Box::new(cpu::CpuHeat::new(p, u0)?),
-            Device::Cuda(gpu) => Box::new(cuda::CudaHeat::new(gpu.clone(), p, u0)?),
+            Device::Cpu { .. } => Box::new(cpu::CpuHeat::new(p, u0, step0)?),
+            Device::Cuda(gpu) => Box::new(cuda::CudaHeat::new(gpu.clone(), p, u0, step0)?),
         };
         return Ok((engine, in_core));
     }
@@ -232,11 +247,18 @@ pub fn build<T: Real>(
             )
         }
     };
-    // Unless the budget was given: boxes beyond 1/64 of the grid only lengthen the
-    // pipeline's fill and drain (and the pinned host buffers beside the grid).
+    // Unless the budget was given: boxes beyond 1/64 of the grid (or the smallest task,
+    // on small grids) only lengthen the pipeline's fill and drain (and the pinned host
+    // buffers beside the grid).
     let mut capacity = budget as usize / bytes / boxes;
     if p.ooc.device_memory.is_none() {
-        capacity = capacity.min(p.cells().div_ceil(64).max(1));
+        let smallest = Decomposition::ALL
+            .iter()
+            .filter(|d| d.fits(p.dims))
+            .map(|&d| pyramid::plan::min_capacity(p.shape, p.dims, d))
+            .min()
+            .unwrap_or(1);
+        capacity = capacity.min(p.cells().div_ceil(64).max(smallest));
     }
     let mut u0 = u0;
     let choose = |direct| {
@@ -324,5 +346,5 @@ pub fn build<T: Real>(
         direct: Some(exec.direct()),
         pin_seconds,
     };
-    Ok((Box::new(PyramidHeat::new(p, u0, plan, exec)), layout))
+    Ok((Box::new(PyramidHeat::new(p, u0, step0, plan, exec)), layout))
 }

@@ -150,9 +150,21 @@ pub(super) fn field_of<T>(p: &JacobiProblem, data: Vec<T>) -> Field<T> {
 
 impl<T: Real> JacobiEngine for CpuJacobi<T> {
     fn solution_error(&mut self) -> Result<f64> {
-        let p = &self.problem;
-        let sum: f64 = self
-            .u
+        Ok(solution_error(&self.problem, &self.u))
+    }
+
+    fn resume(&mut self, step: u64, status: Status, u: &[T]) -> Result<()> {
+        self.u.copy_from_slice(u);
+        self.unew.copy_from_slice(u);
+        self.steps = step;
+        self.status = status;
+        Ok(())
+    }
+}
+
+/// sqrt(Σ(u − u_exact)²)/(n·m) of a host copy of u, summed row by row in row order.
+pub fn solution_error<T: Real>(p: &JacobiProblem, u: &[T]) -> f64 {
+    let sum: f64 = u
             .par_chunks(p.n)
             .enumerate()
             .map(|(j, row)| {
@@ -168,6 +180,5 @@ impl<T: Real> JacobiEngine for CpuJacobi<T> {
             .collect::<Vec<_>>()
             .iter()
             .sum();
-        Ok(p.solution_error_from_sum(sum))
-    }
+    p.solution_error_from_sum(sum)
 }

@@ -306,6 +306,24 @@ impl<T: Real> Engine for CudaJacobi<T> {
 }
 
 impl<T: Real> JacobiEngine for CudaJacobi<T> {
+    fn resume(&mut self, step: u64, status: Status, u: &[T]) -> Result<()> {
+        self.resolve()?;
+        let s = &self.gpu.stream;
+        let [b0, b1] = &mut self.buf;
+        s.memcpy_htod(u, b0)?;
+        s.memcpy_htod(u, b1)?;
+        let flag = match status {
+            Status::Running => 0u64,
+            Status::Converged => 1,
+            Status::NonFinite => 2,
+        };
+        s.memcpy_htod(&[step, flag, 0u64], &mut self.ctl)?;
+        self.head = 0;
+        self.launched = step;
+        self.reported = step;
+        Ok(())
+    }
+
     fn solution_error(&mut self) -> Result<f64> {
         self.resolve()?;
         let p = &self.problem;

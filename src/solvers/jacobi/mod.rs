@@ -6,18 +6,21 @@
 //! resid = (ax(u[i−1,j]+u[i+1,j]) + ay(u[i,j−1]+u[i,j+1]) + b·u[i,j] − f[i,j]) / b and
 //! u_new = u − ω·resid; the residual norm is sqrt(Σ resid²)/(n·m).
 
+pub mod bench;
 pub mod cpu;
 pub mod cuda;
 mod manufactured;
+mod solver;
 
 use serde::{Deserialize, Serialize};
 
 pub use manufactured::Manufactured;
+pub use solver::JACOBI;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
-use crate::run::Engine;
+use crate::run::{Engine, Restart};
 
 /// The `[jacobi]` table of a problem file, as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -47,7 +50,9 @@ fn default_relax() -> f64 {
 pub const MAX_EXTENT: i64 = i32::MAX as i64;
 
 impl JacobiConfig {
-    pub fn validate(self) -> Result<JacobiProblem> {
+    /// Check every field; `precision` is the one the run will use (coefficients must be
+    /// finite in it).
+    pub fn validate(self, precision: Precision) -> Result<JacobiProblem> {
         for (field, v) in [("jacobi.n", self.n), ("jacobi.m", self.m)] {
             if !(3..=MAX_EXTENT).contains(&v) {
                 return Err(Error::invalid(
@@ -88,7 +93,12 @@ impl JacobiConfig {
                 "α must be a finite number ≥ 0 (for α < 0 the Jacobi iteration may diverge)",
             ));
         }
-        Ok(JacobiProblem {
+        crate::units::checked_cells(
+            "jacobi.n × jacobi.m",
+            &[self.m as usize, self.n as usize],
+            3 * precision.bytes(),
+        )?;
+        let p = JacobiProblem {
             n: self.n as usize,
             m: self.m as usize,
             alpha: self.alpha,
@@ -96,7 +106,24 @@ impl JacobiConfig {
             tolerance: self.tolerance,
             max_iterations: self.max_iterations as u64,
             exact: self.exact,
-        })
+        };
+        let c = p.coefficients();
+        let limit = match precision {
+            Precision::F32 => f32::MAX as f64,
+            Precision::F64 => f64::MAX,
+        };
+        if !(c.b.abs() < limit) {
+            return Err(Error::invalid(
+                "jacobi.alpha",
+                crate::units::num(self.alpha),
+                format!(
+                    "the diagonal coefficient −2/dx² − 2/dy² − α = {} overflows {precision}; \
+                     use a smaller α or precision = \"f64\"",
+                    crate::units::num(c.b)
+                ),
+            ));
+        }
+        Ok(p)
     }
 }
 
@@ -173,6 +200,8 @@ pub enum Fields<T> {
 pub trait JacobiEngine: Engine {
     /// sqrt(Σ(u − u_exact)²)/(n·m) of the current iterate, computed where the data lives.
     fn solution_error(&mut self) -> Result<f64>;
+    /// Continue from iterate `u` after `step` sweeps (a checkpoint), in `status`.
+    fn resume(&mut self, step: u64, status: crate::run::Status, u: &[Self::Real]) -> Result<()>;
 }
 
 /// Sweeps per pass through device memory on CUDA: 2 = temporal blocking.
@@ -185,6 +214,28 @@ pub fn engine<T: Real>(
     fields: Fields<T>,
 ) -> Result<Box<dyn JacobiEngine<Real = T>>> {
     engine_with(problem, device, fields, DEFAULT_SWEEPS_PER_PASS)
+}
+
+/// The engine for the manufactured problem, continuing from a checkpoint's state when
+/// given (u at that sweep; f is rebuilt from the problem).
+pub fn engine_resumed<T: Real>(
+    problem: &JacobiProblem,
+    device: &Device,
+    restart: Option<Restart<T>>,
+) -> Result<Box<dyn JacobiEngine<Real = T>>> {
+    let mut e = engine(problem, device, Fields::Manufactured)?;
+    if let Some(mut r) = restart {
+        let u = r.take("u")?;
+        if u.len() != problem.cells() {
+            return Err(Error::Parse(format!(
+                "the checkpoint's u holds {} values; the problem has n·m = {}",
+                u.len(),
+                problem.cells()
+            )));
+        }
+        e.resume(r.step, r.status, &u)?;
+    }
+    Ok(e)
 }
 
 /// As [`engine`], choosing how many sweeps the CUDA engine does per pass (1 or 2); the

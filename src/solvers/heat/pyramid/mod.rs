@@ -336,14 +336,21 @@ pub struct PyramidHeat<T: Real> {
 }
 
 impl<T: Real> PyramidHeat<T> {
-    pub fn new(p: &HeatProblem, grid: Vec<T>, plan: Plan, exec: Box<dyn BoxExecutor<T>>) -> Self {
+    /// `grid`: the field after `step0` steps (0 for the initial field).
+    pub fn new(
+        p: &HeatProblem,
+        grid: Vec<T>,
+        step0: u64,
+        plan: Plan,
+        exec: Box<dyn BoxExecutor<T>>,
+    ) -> Self {
         Self {
             scheduler: Scheduler::new(p.shape),
             p: p.clone(),
             grid,
             plan,
             exec,
-            steps: 0,
+            steps: step0,
             status: Status::Running,
         }
     }

@@ -4,16 +4,191 @@
 
 use std::time::Instant;
 
+use clap::FromArgMatches;
 use serde::Serialize;
 
+use crate::bench::{Timer, ceilings_for};
 use crate::device::Device;
-use crate::device::ceilings::{self, Ceilings};
-use crate::error::Result;
+use crate::device::ceilings::Ceilings;
+use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
 use crate::run::Engine;
+use crate::solver::Report;
 use crate::solvers::heat::{
     self, Decomposition, HeatConfig, HeatProblem, Initial, Layout, Strategy,
 };
+
+#[derive(clap::Args, Debug)]
+pub struct HeatBenchArgs {
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+    /// In-core 3D grid, ZxYxX (empty to skip).
+    #[arg(long, default_value = "512x512x512")]
+    size_3d: String,
+    /// In-core 2D grid, YxX (empty to skip).
+    #[arg(long, default_value = "16384x16384")]
+    size_2d: String,
+    #[arg(long, default_value_t = 100)]
+    steps: u64,
+    #[arg(long, default_value_t = 5)]
+    repetitions: usize,
+    /// Out-of-core 3D grid, ZxYxX.
+    #[arg(long, default_value = "1024x1024x1024")]
+    ooc_size: String,
+    #[arg(long, default_value_t = 64)]
+    ooc_steps: u64,
+    /// Device budget = grid bytes / this.
+    #[arg(long, default_value_t = 8)]
+    budget_divisor: u64,
+    #[arg(long, default_value_t = 2)]
+    trivial_steps: u64,
+    #[arg(long)]
+    skip_out_of_core: bool,
+    /// Steps per pass of the temporal-blocked in-core cases (default: the engine's).
+    #[arg(long)]
+    temporal_block: Option<usize>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct HeatModelArgs {
+    /// Pyramid heights to try.
+    #[arg(long, value_delimiter = ',', default_values_t = [1usize, 2, 4, 8, 12, 16, 24, 32, 48, 64])]
+    heights: Vec<usize>,
+}
+
+/// "512x512x512" → [512, 512, 512] with exactly `dims` extents; "" → [] (skip).
+fn parse_shape(flag: &str, s: &str, dims: usize) -> Result<Vec<usize>> {
+    if s.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let v: Option<Vec<usize>> = s
+        .split(['x', 'X'])
+        .map(|t| t.trim().parse::<usize>().ok().filter(|v| (3..=i32::MAX as usize).contains(v)))
+        .collect();
+    let example = ["512", "16384x16384", "512x512x512"][dims - 1];
+    let v = v.filter(|v| v.len() == dims).ok_or_else(|| {
+        Error::invalid(
+            flag,
+            s,
+            format!("expected {dims} extents in [3, {}], e.g. {example}", i32::MAX),
+        )
+    })?;
+    crate::units::checked_cells(flag, &v, 8)?;
+    Ok(v)
+}
+
+pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+    let a = HeatBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    let most = heat::MAX_TEMPORAL_BLOCK;
+    if let Some(t) = a.temporal_block.filter(|t| !(1..=most).contains(t)) {
+        return Err(Error::invalid(
+            "--temporal-block",
+            t,
+            format!("steps per pass must be in [1, {most}]"),
+        ));
+    }
+    for (flag, v) in [
+        ("--steps", a.steps),
+        ("--repetitions", a.repetitions as u64),
+        ("--ooc-steps", a.ooc_steps),
+        ("--trivial-steps", a.trivial_steps),
+        ("--budget-divisor", a.budget_divisor),
+    ] {
+        if !(1..=i64::MAX as u64).contains(&v) {
+            return Err(Error::invalid(flag, v, "must be at least 1"));
+        }
+    }
+    let o = HeatBenchOptions {
+        precision: a.precision,
+        shape_3d: parse_shape("--size-3d", &a.size_3d, 3)?,
+        shape_2d: parse_shape("--size-2d", &a.size_2d, 2)?,
+        steps: a.steps,
+        repetitions: a.repetitions,
+        ooc_shape: parse_shape("--ooc-size", &a.ooc_size, 3)?,
+        ooc_steps: a.ooc_steps,
+        budget_divisor: a.budget_divisor,
+        trivial_steps: a.trivial_steps,
+        skip_out_of_core: a.skip_out_of_core || a.ooc_size.trim().is_empty(),
+        temporal_block: a.temporal_block,
+    };
+    let report = heat(device, &o)?;
+    Ok(Report {
+        human: report.human(),
+        json: serde_json::to_value(&report).expect("serialises"),
+    })
+}
+
+/// `keisan model heat`: predicted vs measured time for each height.
+pub fn model(
+    p: &HeatProblem,
+    precision: Precision,
+    device: &Device,
+    args: &clap::ArgMatches,
+) -> Result<Report> {
+    let a = HeatModelArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if let Some(&bad) = a.heights.iter().find(|&&n| n == 0 || n as u64 > p.steps) {
+        return Err(Error::invalid(
+            "--heights",
+            bad,
+            format!("each height must be in [1, heat.steps = {}]", p.steps),
+        ));
+    }
+    if a.heights.is_empty() {
+        return Err(Error::invalid("--heights", "[]", "give at least one height"));
+    }
+    let mut human = format!(
+        "{:>4} {:>6} {:>6} {:>12} {:>12} {:>9}  bound\n",
+        "dec", "n", "tasks", "predicted", "measured", "deviation"
+    );
+    let show = |m: &ModelPoint| {
+        // Rows appear as they are measured (a sweep takes a while).
+        eprintln!(
+            "{:>4} {:>6} {:>6} {:>12} {:>12} {:>8.1}%  {}",
+            m.decomposition.label(),
+            m.pyramid_height,
+            m.tasks,
+            crate::units::seconds(m.predicted_s),
+            crate::units::seconds(m.measured_s),
+            100.0 * m.deviation,
+            m.bound
+        );
+    };
+    let points = match precision {
+        Precision::F32 => model_sweep::<f32>(device, p, &a.heights, &show)?,
+        Precision::F64 => model_sweep::<f64>(device, p, &a.heights, &show)?,
+    };
+    if points.is_empty() {
+        return Err(Error::DoesNotFit(format!(
+            "--heights {:?}: no height fits the device budget; try smaller heights or more \
+             device memory",
+            a.heights
+        )));
+    }
+    let mean = points.iter().map(|m| m.deviation.abs()).sum::<f64>() / points.len() as f64;
+    for m in &points {
+        human += &format!(
+            "{:>4} {:>6} {:>6} {:>12} {:>12} {:>8.1}%  {}\n",
+            m.decomposition.label(),
+            m.pyramid_height,
+            m.tasks,
+            crate::units::seconds(m.predicted_s),
+            crate::units::seconds(m.measured_s),
+            100.0 * m.deviation,
+            m.bound
+        );
+    }
+    human += &format!(
+        "mean |deviation| {:.1} % over {} runs\n",
+        100.0 * mean,
+        points.len()
+    );
+    Ok(Report {
+        human,
+        json: serde_json::json!({
+            "device": device.describe(), "points": points, "mean_abs_deviation": mean
+        }),
+    })
+}
 
 #[derive(Debug, Clone, Serialize)]
 pub struct HeatCase {
@@ -78,16 +253,13 @@ pub fn bench_problem(shape: &[usize], steps: u64, ooc: heat::OutOfCore) -> Resul
         pin_host_grid: Some(ooc.pin_host_grid),
         temporal_block: None,
     };
-    let mut p = cfg.validate()?;
+    let mut p = cfg.validate(Precision::F64)?;
     p.dt = 0.9 * p.largest_stable_dt();
     Ok(p)
 }
 
 pub fn heat(device: &Device, o: &HeatBenchOptions) -> Result<HeatBench> {
-    let ceilings = match device {
-        Device::Cpu { .. } => ceilings::measure_cpu(),
-        Device::Cuda(gpu) => ceilings::measure_gpu(gpu)?,
-    };
+    let ceilings = ceilings_for(device)?;
     let cases = match o.precision {
         Precision::F32 => cases::<f32>(device, o, &ceilings)?,
         Precision::F64 => cases::<f64>(device, o, &ceilings)?,
@@ -178,29 +350,23 @@ pub fn time_case<T: Real>(
     })
 }
 
+/// Device time (events) in-core on CUDA; wall time otherwise, since the out-of-core
+/// engine's host work is part of what it costs.
 fn time_advance(
     engine: &mut dyn Engine<Real = impl Real>,
     device: &Device,
     steps: u64,
     in_core: bool,
 ) -> Result<f64> {
-    match device {
-        Device::Cuda(gpu) if in_core => {
-            let (start, stop) = (gpu.timing_event()?, gpu.timing_event()?);
-            start.record(&gpu.stream)?;
-            engine.advance(steps)?;
-            stop.record(&gpu.stream)?;
-            let s = start.elapsed_ms(&stop)? as f64 * 1e-3;
-            engine.diagnostics()?;
-            Ok(s)
-        }
-        _ => {
-            let t = Instant::now();
-            engine.advance(steps)?;
-            engine.diagnostics()?;
-            Ok(t.elapsed().as_secs_f64())
-        }
+    if in_core {
+        let s = Timer::new(device)?.time(|| engine.advance(steps))?;
+        engine.diagnostics()?;
+        return Ok(s);
     }
+    let t = Instant::now();
+    engine.advance(steps)?;
+    engine.diagnostics()?;
+    Ok(t.elapsed().as_secs_f64())
 }
 
 impl HeatBench {
@@ -311,7 +477,7 @@ pub fn model_sweep<T: Real>(
             q.ooc.pyramid_height = Some(n);
             let (mut engine, layout) = match heat::engine::<T>(&q, device) {
                 Ok(e) => e,
-                Err(crate::error::Error::InvalidField { .. }) => continue, // does not fit
+                Err(Error::DoesNotFit(_)) => continue,
                 Err(e) => return Err(e),
             };
             let t = Instant::now();

@@ -1,0 +1,340 @@
+//! Checkpoints: everything a run needs to continue bit for bit — the engine's fields
+//! ([`crate::run::Engine::state`]), the step and status, the validated problem and the
+//! run loop's history (residuals, diagnostics rows, the series written so far) — with
+//! the keisan version that wrote it.
+//!
+//! File layout (`checkpoint.keisan`): the 8 bytes `KEISANCK`, the header's length as a
+//! little-endian u64, the header as JSON, then each array's values, little-endian, in
+//! the header's order. `python3 -c 'import json,sys; f=open(sys.argv[1],"rb"); f.read(8);
+//! n=int.from_bytes(f.read(8),"little"); print(json.loads(f.read(n)))' FILE` shows it.
+
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::memory::try_filled;
+use crate::output::write_atomic;
+use crate::precision::{Precision, Real};
+use crate::problem::Problem;
+use crate::run::{Field, Restart, Status};
+
+#[cfg(not(target_endian = "little"))]
+compile_error!("checkpoints store the host's bytes as little-endian");
+
+const MAGIC: &[u8; 8] = b"KEISANCK";
+const FORMAT: u32 = 1;
+/// The file name of the latest checkpoint in an output folder.
+pub const FILE: &str = "checkpoint.keisan";
+
+/// What the run loop carries across a restart besides the engine's fields.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct History {
+    /// Residual of every step so far (iterative solvers).
+    #[serde(skip)]
+    pub residuals: Vec<f64>,
+    pub diagnostics_header: Vec<String>,
+    pub diagnostics: Vec<Vec<f64>>,
+    /// The numbered fields written so far: (time or step, .vti name).
+    pub series: Vec<(f64, String)>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ArrayInfo {
+    name: String,
+    precision: Precision,
+    shape: Vec<usize>,
+    spacing: Vec<f64>,
+    origin: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Header {
+    format: u32,
+    pub keisan_version: String,
+    pub solver: String,
+    pub precision: Precision,
+    /// The problem file's table with `--set` applied, and the folder its relative paths
+    /// are taken from: enough to run the problem again with `--restart` alone.
+    pub problem_toml: String,
+    pub problem_base: Option<PathBuf>,
+    /// The validated problem, compared key by key on restart.
+    pub problem: serde_json::Value,
+    pub step: u64,
+    pub status: Status,
+    arrays: Vec<ArrayInfo>,
+    pub history: History,
+}
+
+/// An opened checkpoint: its header read and checked, its arrays read on demand.
+#[derive(Debug, Clone)]
+pub struct Checkpoint {
+    pub path: PathBuf,
+    pub header: Header,
+    data_offset: u64,
+}
+
+fn bad(path: &Path, why: impl std::fmt::Display) -> Error {
+    Error::Parse(format!("--restart {}: {why}", path.display()))
+}
+
+/// The bytes of a slice of plain numbers.
+fn bytes_of<T: Real>(v: &[T]) -> &[u8] {
+    // SAFETY: f32/f64 have no padding and every bit pattern is a valid byte.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+/// Write a checkpoint of `fields` at `step` for `problem` (atomically: a crash while
+/// writing leaves the previous checkpoint).
+pub fn write<T: Real>(
+    path: &Path,
+    problem: &Problem,
+    step: u64,
+    status: Status,
+    fields: &[Field<T>],
+    history: &History,
+) -> Result<()> {
+    let mut arrays: Vec<ArrayInfo> = fields
+        .iter()
+        .map(|f| ArrayInfo {
+            name: f.name.to_string(),
+            precision: T::PRECISION,
+            shape: f.shape.clone(),
+            spacing: f.spacing.clone(),
+            origin: f.origin.clone(),
+        })
+        .collect();
+    arrays.push(ArrayInfo {
+        name: "residuals".into(),
+        precision: Precision::F64,
+        shape: vec![history.residuals.len()],
+        spacing: vec![1.0],
+        origin: vec![1.0],
+    });
+    let header = Header {
+        format: FORMAT,
+        keisan_version: env!("CARGO_PKG_VERSION").to_string(),
+        solver: problem.solver.name().to_string(),
+        precision: T::PRECISION,
+        problem_toml: toml::to_string(&problem.table).expect("a parsed table serialises"),
+        problem_base: problem
+            .base
+            .as_ref()
+            .map(|b| std::path::absolute(b).unwrap_or_else(|_| b.clone())),
+        problem: problem.spec.describe(),
+        step,
+        status,
+        arrays,
+        history: history.clone(),
+    };
+    let json = serde_json::to_vec(&header).expect("header serialises");
+    write_atomic(path, |w| {
+        w.write_all(MAGIC)?;
+        w.write_all(&(json.len() as u64).to_le_bytes())?;
+        w.write_all(&json)?;
+        for f in fields {
+            w.write_all(bytes_of(&f.data))?;
+        }
+        w.write_all(bytes_of(&history.residuals))
+    })
+}
+
+impl Checkpoint {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).map_err(|e| bad(path, e))?;
+        let len = file.metadata().map_err(|e| bad(path, e))?.len();
+        let mut r = BufReader::new(file);
+        let mut head = [0u8; 16];
+        r.read_exact(&mut head)
+            .ok()
+            .filter(|_| &head[..8] == MAGIC)
+            .ok_or_else(|| bad(path, "not a keisan checkpoint"))?;
+        let n = u64::from_le_bytes(head[8..].try_into().expect("8 bytes"));
+        if n > len.saturating_sub(16) {
+            return Err(bad(path, "truncated (the header runs past the end)"));
+        }
+        let mut json = vec![0u8; n as usize];
+        r.read_exact(&mut json).map_err(|e| bad(path, e))?;
+        let format: serde_json::Value =
+            serde_json::from_slice(&json).map_err(|e| bad(path, format!("damaged header: {e}")))?;
+        if format.get("format").and_then(|v| v.as_u64()) != Some(FORMAT as u64) {
+            return Err(bad(
+                path,
+                format!(
+                    "checkpoint format {} (keisan {}); this keisan {} reads format {FORMAT}",
+                    format["format"], format["keisan_version"], env!("CARGO_PKG_VERSION")
+                ),
+            ));
+        }
+        let header: Header =
+            serde_json::from_value(format).map_err(|e| bad(path, format!("damaged header: {e}")))?;
+        let data: u64 = header
+            .arrays
+            .iter()
+            .map(|a| (a.shape.iter().product::<usize>() * a.precision.bytes()) as u64)
+            .sum();
+        if 16 + n + data != len {
+            return Err(bad(
+                path,
+                format!(
+                    "holds {len} bytes where its header describes {}: truncated or damaged",
+                    16 + n + data
+                ),
+            ));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            header,
+            data_offset: 16 + n,
+        })
+    }
+
+    /// Refuse to continue `problem` from this checkpoint unless it is the same problem
+    /// (up to the keys a restart may change) written by this version of keisan.
+    pub fn check_compatible(&self, problem: &Problem) -> Result<()> {
+        let h = &self.header;
+        let refuse = |why: String| Err(bad(&self.path, why));
+        if h.keisan_version != env!("CARGO_PKG_VERSION") {
+            return refuse(format!(
+                "written by keisan {}, this is keisan {}: continue it with the version that \
+                 wrote it",
+                h.keisan_version,
+                env!("CARGO_PKG_VERSION")
+            ));
+        }
+        if h.solver != problem.solver.name() {
+            return refuse(format!(
+                "a {} checkpoint; the problem's solver is {}",
+                h.solver,
+                problem.solver.name()
+            ));
+        }
+        if h.precision != problem.precision {
+            return refuse(format!(
+                "written in {}; the problem runs in {} (precision = \"{}\" or --precision {})",
+                h.precision, problem.precision, h.precision, h.precision
+            ));
+        }
+        let may_change = problem.spec.restart_may_change();
+        let mut diffs = Vec::new();
+        diff(
+            problem.solver.name(),
+            &h.problem,
+            &problem.spec.describe(),
+            may_change,
+            &mut diffs,
+        );
+        if !diffs.is_empty() {
+            return refuse(format!(
+                "a different problem: {} (a restart may change only {})",
+                diffs.join("; "),
+                may_change
+                    .iter()
+                    .map(|k| format!("{}.{k}", problem.solver.name()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let max = problem.spec.max_steps();
+        if h.step > max {
+            return refuse(format!(
+                "at step {}, past the problem's last step {max}: raise the step limit to \
+                 continue",
+                h.step
+            ));
+        }
+        Ok(())
+    }
+
+    /// The engine's fields and the residual history, in `T` (the precision is checked by
+    /// [`Checkpoint::check_compatible`]).
+    pub fn restart<T: Real>(&self) -> Result<(Restart<T>, Vec<f64>)> {
+        let file = std::fs::File::open(&self.path).map_err(|e| bad(&self.path, e))?;
+        let mut r = BufReader::with_capacity(1 << 20, file);
+        std::io::Seek::seek(&mut r, std::io::SeekFrom::Start(self.data_offset))
+            .map_err(|e| bad(&self.path, e))?;
+        let mut fields = Vec::new();
+        let mut residuals = Vec::new();
+        for a in &self.header.arrays {
+            let len: usize = a.shape.iter().product();
+            if a.name == "residuals" {
+                residuals = read_values::<f64>(&mut r, len, &self.path)?;
+            } else {
+                if a.precision != T::PRECISION {
+                    return Err(bad(&self.path, format!("array {} is {}", a.name, a.precision)));
+                }
+                fields.push(Field {
+                    name: leak_name(&a.name),
+                    shape: a.shape.clone(),
+                    spacing: a.spacing.clone(),
+                    origin: a.origin.clone(),
+                    data: read_values::<T>(&mut r, len, &self.path)?,
+                });
+            }
+        }
+        Ok((
+            Restart {
+                step: self.header.step,
+                status: self.header.status,
+                fields,
+            },
+            residuals,
+        ))
+    }
+}
+
+/// Field names are `&'static str` (solvers name their fields with literals); a restored
+/// one is interned once per name.
+fn leak_name(name: &str) -> &'static str {
+    use std::collections::HashSet;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().expect("not poisoned");
+    match names.get(name) {
+        Some(n) => n,
+        None => {
+            let n: &'static str = Box::leak(name.to_string().into_boxed_str());
+            names.insert(n);
+            n
+        }
+    }
+}
+
+fn read_values<T: Real>(r: &mut impl Read, len: usize, path: &Path) -> Result<Vec<T>> {
+    let mut v = try_filled(len, T::zero(), "the checkpoint's fields")?;
+    // SAFETY: as in `bytes_of`; every byte pattern is a valid f32/f64.
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+    };
+    r.read_exact(bytes).map_err(|e| bad(path, e))?;
+    Ok(v)
+}
+
+/// Keys of two validated problems that differ, except those in `skip` (top level).
+fn diff(
+    at: &str,
+    old: &serde_json::Value,
+    new: &serde_json::Value,
+    skip: &[&str],
+    out: &mut Vec<String>,
+) {
+    use serde_json::Value::Object;
+    match (old, new) {
+        (Object(a), Object(b)) => {
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            for k in keys {
+                if skip.contains(&k.as_str()) {
+                    continue;
+                }
+                let null = serde_json::Value::Null;
+                let path = format!("{at}.{k}");
+                diff(&path, a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null), &[], out);
+            }
+        }
+        (a, b) if a != b => out.push(format!("{at} is {a} in the checkpoint, {b} now")),
+        _ => {}
+    }
+}

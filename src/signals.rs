@@ -1,0 +1,48 @@
+//! SIGINT and SIGTERM during a run: the first one is noted and the run loop stops at the
+//! end of its current chunk (writing a checkpoint if checkpoints are configured); a
+//! second one ends the process at once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+/// The signals keisan stops for, each with the flag its handler sets.
+static FLAGS: OnceLock<[(i32, Arc<AtomicBool>); 2]> = OnceLock::new();
+
+/// Catch SIGINT and SIGTERM from now on (the `run` command does; library users may).
+pub fn install() -> std::io::Result<()> {
+    let flags = FLAGS.get_or_init(|| {
+        [
+            (SIGINT, Arc::new(AtomicBool::new(false))),
+            (SIGTERM, Arc::new(AtomicBool::new(false))),
+        ]
+    });
+    for (sig, flag) in flags {
+        // Registered first, so it sees the flag as it was before this signal: a second
+        // signal exits at once with the conventional code.
+        for (_, any) in flags {
+            signal_hook::flag::register_conditional_shutdown(*sig, 128 + *sig, any.clone())?;
+        }
+        signal_hook::flag::register(*sig, flag.clone())?;
+    }
+    Ok(())
+}
+
+/// The signal that asked the run to stop, if one has arrived.
+pub fn pending() -> Option<i32> {
+    FLAGS
+        .get()?
+        .iter()
+        .find(|(_, f)| f.load(Ordering::Relaxed))
+        .map(|(sig, _)| *sig)
+}
+
+pub fn name(sig: i32) -> &'static str {
+    match sig {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
+}

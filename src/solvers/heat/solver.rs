@@ -1,0 +1,156 @@
+//! The heat solver's entry in the registry: its table, its run, its bench and model.
+
+use std::any::Any;
+
+use super::{HeatConfig, HeatProblem, Initial, Layout, Strategy, bench};
+use crate::device::Device;
+use crate::device::cuda::KernelSource;
+use crate::error::Result;
+use crate::execute::{Case, Execution, run_case};
+use crate::precision::{Precision, Real};
+use crate::problem::{Problem, Source};
+use crate::run::{Engine, Field, LoopOutcome};
+use crate::solver::{Report, Solver, SolverProblem};
+use crate::summary::Summary;
+
+pub struct Heat;
+pub static HEAT: Heat = Heat;
+
+impl Solver for Heat {
+    fn name(&self) -> &'static str {
+        "heat"
+    }
+    fn table_hint(&self) -> &'static str {
+        "shape, dt, steps, diffusivity, [heat.initial]"
+    }
+    fn kernels(&self) -> Vec<KernelSource> {
+        vec![super::step_kernel::KERNELS]
+    }
+    fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
+        let mut cfg: HeatConfig = src.deserialize("heat", table)?;
+        if let Initial::File { path } = &mut cfg.initial {
+            *path = src.path("heat.initial.path", path);
+        }
+        let p = cfg.validate(src.precision)?;
+        // A wrong file fails here, before any work and before any output folder exists.
+        super::initial::check(&p)?;
+        Ok(Box::new(p))
+    }
+    fn bench_args(&self, cmd: clap::Command) -> clap::Command {
+        <bench::HeatBenchArgs as clap::Args>::augment_args(cmd)
+    }
+    fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+        bench::run(device, args)
+    }
+    fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
+        Some(<bench::HeatModelArgs as clap::Args>::augment_args(cmd))
+    }
+    fn model(&self, problem: &Problem, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+        let p = problem.spec_as::<HeatProblem>().expect("a heat problem");
+        bench::model(p, problem.precision, device, args)
+    }
+}
+
+impl SolverProblem for HeatProblem {
+    fn max_steps(&self) -> u64 {
+        self.steps
+    }
+    fn dt(&self) -> Option<f64> {
+        Some(self.dt)
+    }
+    fn set_device_memory(&mut self, bytes: u64) -> Result<()> {
+        self.ooc.device_memory = Some(bytes);
+        self.ooc.device_memory_from = "--device-memory";
+        Ok(())
+    }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("serialises")
+    }
+    fn restart_may_change(&self) -> &'static [&'static str] {
+        &["steps", "ooc", "temporal_block"]
+    }
+    fn execute(&self, cx: &Execution) -> Result<Summary> {
+        match cx.problem.precision {
+            Precision::F32 => run::<f32>(self, cx),
+            Precision::F64 => run::<f64>(self, cx),
+        }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn run<T: Real>(p: &HeatProblem, cx: &Execution) -> Result<Summary> {
+    run_case(cx, |restart| {
+        let (engine, layout) = super::engine_resumed::<T>(p, cx.device, restart)?;
+        if layout.strategy != Strategy::InCore {
+            cx.notice(&layout.human());
+        }
+        Ok(HeatCase { p, engine, layout })
+    })
+}
+
+struct HeatCase<'a, T: Real> {
+    p: &'a HeatProblem,
+    engine: Box<dyn Engine<Real = T>>,
+    layout: Layout,
+}
+
+impl<T: Real> HeatCase<'_, T> {
+    /// max |u − exact| at `step`, where the exact solution is known.
+    fn error(&self, step: u64, u: &[T]) -> Option<f64> {
+        use rayon::prelude::*;
+        self.p.exact(0, 0.0)?;
+        let time = step as f64 * self.p.dt;
+        Some(
+            u.par_iter()
+                .enumerate()
+                .map(|(i, v)| (v.as_f64() - self.p.exact(i, time).unwrap_or(0.0)).abs())
+                .reduce(|| 0.0f64, f64::max),
+        )
+    }
+}
+
+impl<T: Real> Case for HeatCase<'_, T> {
+    type Real = T;
+    fn engine(&mut self) -> &mut dyn Engine<Real = T> {
+        self.engine.as_mut()
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.p.user_shape()
+    }
+    fn scalars(&self, step: u64, u: &Field<T>, _: &[f64]) -> Vec<(&'static str, f64)> {
+        use rayon::prelude::*;
+        // Chunk results combined in order: the same sum on every run and thread count.
+        let parts: Vec<(f64, f64, f64)> = u
+            .data
+            .par_chunks(1 << 16)
+            .map(|c| {
+                c.iter().fold((f64::INFINITY, f64::NEG_INFINITY, 0.0), |a, v| {
+                    let v = v.as_f64();
+                    (a.0.min(v), a.1.max(v), a.2 + v)
+                })
+            })
+            .collect();
+        let (lo, hi, sum) = parts
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY, 0.0), |a, b| {
+                (a.0.min(b.0), a.1.max(b.1), a.2 + b.2)
+            });
+        let mut s = vec![("min", lo), ("max", hi), ("mean", sum / u.data.len() as f64)];
+        if let Some(e) = self.error(step, &u.data) {
+            s.push(("max_error", e));
+        }
+        s
+    }
+    fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
+        s.solution_error = u.and_then(|u| self.error(o.steps, &u.data));
+        Ok(())
+    }
+    fn needs_final_field(&self) -> bool {
+        self.p.exact(0, 0.0).is_some()
+    }
+    fn layout(&self) -> Option<serde_json::Value> {
+        Some(serde_json::to_value(&self.layout).expect("layout serialises"))
+    }
+}

@@ -1,0 +1,184 @@
+//! `keisan bench jacobi`: sweeps of the seed case timed against the copy bandwidth
+//! measured in the same run.
+
+use clap::FromArgMatches;
+use serde::Serialize;
+
+use super::{Fields, JacobiConfig, Manufactured};
+use crate::bench::{Timer, ceilings_for};
+use crate::device::Device;
+use crate::device::ceilings::Ceilings;
+use crate::error::{Error, Result};
+use crate::precision::{Precision, Real};
+use crate::solver::Report;
+
+#[derive(clap::Args, Debug)]
+pub struct JacobiBenchArgs {
+    /// Grid points in x and y, NxM (the same limits as a problem's jacobi.n, jacobi.m).
+    #[arg(long, default_value = "5120x5000")]
+    size: String,
+    #[arg(long, default_value_t = 100)]
+    iterations: u64,
+    #[arg(long, default_value_t = 7)]
+    repetitions: usize,
+    #[arg(long, value_enum, default_value_t = Precision::F64)]
+    precision: Precision,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JacobiBench {
+    pub device: String,
+    /// Sweeps per pass through memory: 1 = single-pass kernel, 2 = temporal blocking.
+    pub sweeps_per_pass: u32,
+    pub precision: String,
+    pub n: usize,
+    pub m: usize,
+    pub iterations: u64,
+    pub repetitions: usize,
+    /// Median seconds for `iterations` sweeps (device time on CUDA, from events).
+    pub seconds: f64,
+    pub seconds_min: f64,
+    pub seconds_max: f64,
+    pub gcells_per_s: f64,
+    /// Bytes a single-pass sweep must move per cell: read u and f, write u_new.
+    pub bytes_per_cell: usize,
+    pub effective_bandwidth: f64,
+    pub ceilings: Ceilings,
+    /// effective_bandwidth / measured copy bandwidth.
+    pub fraction_of_copy_bandwidth: f64,
+    /// Time the sweeps would take at the measured copy bandwidth.
+    pub floor_seconds: f64,
+}
+
+/// "5120x5000" → (5120, 5000), validated as a problem's n and m would be.
+fn size(s: &str, iterations: u64, precision: Precision) -> Result<super::JacobiProblem> {
+    let bad = || Error::invalid("--size", s, "expected NxM, e.g. 5120x5000");
+    let (a, b) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let parse = |t: &str| t.trim().parse::<i64>().map_err(|_| bad());
+    let cfg = JacobiConfig {
+        n: parse(a)?,
+        m: parse(b)?,
+        alpha: 1.0,
+        relax: 0.5,
+        tolerance: 0.0, // never stop early: every sweep is timed work
+        max_iterations: iterations as i64,
+        exact: Manufactured::Polynomial,
+    };
+    cfg.validate(precision).map_err(|e| match e {
+        Error::InvalidField { value, why, .. } => {
+            Error::invalid("--size", format!("{s} ({value})"), why)
+        }
+        e => e,
+    })
+}
+
+pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+    let a = JacobiBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if a.iterations == 0 || a.repetitions == 0 {
+        return Err(Error::invalid(
+            "--iterations/--repetitions",
+            0,
+            "both must be at least 1",
+        ));
+    }
+    if a.iterations > i64::MAX as u64 {
+        return Err(Error::invalid("--iterations", a.iterations, "too many"));
+    }
+    let problem = size(&a.size, a.iterations, a.precision)?;
+    let ceilings = ceilings_for(device)?;
+    let variants: &[u32] = match device {
+        Device::Cpu { .. } => &[1],
+        Device::Cuda(_) => &[1, 2],
+    };
+    let reports = variants
+        .iter()
+        .map(|&spp| match a.precision {
+            Precision::F32 => case::<f32>(device, &problem, a.repetitions, spp, ceilings),
+            Precision::F64 => case::<f64>(device, &problem, a.repetitions, spp, ceilings),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Report {
+        human: human(&reports),
+        json: serde_json::to_value(&reports).expect("serialises"),
+    })
+}
+
+fn case<T: Real>(
+    device: &Device,
+    problem: &super::JacobiProblem,
+    repetitions: usize,
+    sweeps_per_pass: u32,
+    ceilings: Ceilings,
+) -> Result<JacobiBench> {
+    let iterations = problem.max_iterations;
+    let mut engine =
+        super::engine_with::<T>(problem, device, Fields::Manufactured, sweeps_per_pass)?;
+    let timer = Timer::new(device)?;
+    engine.advance(iterations.min(10))?; // warm-up
+    engine.diagnostics()?;
+    let mut times = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
+        times.push(timer.time(|| engine.advance(iterations))?);
+        engine.diagnostics()?;
+    }
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+    let cells = problem.cells() as f64 * iterations as f64;
+    let bytes_per_cell = 3 * T::PRECISION.bytes();
+    let effective_bandwidth = cells * bytes_per_cell as f64 / seconds;
+    Ok(JacobiBench {
+        device: device.describe(),
+        sweeps_per_pass,
+        precision: T::PRECISION.to_string(),
+        n: problem.n,
+        m: problem.m,
+        iterations,
+        repetitions,
+        seconds,
+        seconds_min: times[0],
+        seconds_max: times[times.len() - 1],
+        gcells_per_s: cells / seconds * 1e-9,
+        bytes_per_cell,
+        effective_bandwidth,
+        fraction_of_copy_bandwidth: effective_bandwidth / ceilings.copy_bandwidth,
+        floor_seconds: cells * bytes_per_cell as f64 / ceilings.copy_bandwidth,
+        ceilings,
+    })
+}
+
+/// The report table: ceilings once, then one block per variant.
+fn human(reports: &[JacobiBench]) -> String {
+    use crate::units::seconds as s;
+    let mut r = String::new();
+    if let Some(b) = reports.first() {
+        r += &format!("jacobi bench on {}\n", b.device);
+        r += &b.ceilings.human();
+    }
+    for b in reports {
+        let how = match b.sweeps_per_pass {
+            1 => "single pass".to_string(),
+            k => format!("{k} sweeps per pass"),
+        };
+        r += &format!("  [{how}]\n");
+        r += &format!(
+            "  {} × {} {}, {} iterations, median of {}: {} (min {}, max {})\n",
+            b.n,
+            b.m,
+            b.precision,
+            b.iterations,
+            b.repetitions,
+            s(b.seconds),
+            s(b.seconds_min),
+            s(b.seconds_max)
+        );
+        r += &format!(
+            "  {:.2} Gcell/s, {} B/cell, effective {:.1} GB/s = {:.1} % of copy bandwidth; single-pass floor {}\n",
+            b.gcells_per_s,
+            b.bytes_per_cell,
+            b.effective_bandwidth * 1e-9,
+            100.0 * b.fraction_of_copy_bandwidth,
+            s(b.floor_seconds)
+        );
+    }
+    r
+}

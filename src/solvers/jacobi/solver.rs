@@ -1,0 +1,99 @@
+//! The Jacobi solver's entry in the registry: its table, its run, its bench.
+
+use std::any::Any;
+
+use super::{JacobiConfig, JacobiEngine, JacobiProblem, bench, cpu};
+use crate::device::Device;
+use crate::device::cuda::KernelSource;
+use crate::error::Result;
+use crate::execute::{Case, Execution, run_case};
+use crate::precision::{Precision, Real};
+use crate::problem::Source;
+use crate::run::{Engine, Field, LoopOutcome};
+use crate::solver::{Report, Solver, SolverProblem};
+use crate::summary::Summary;
+
+pub struct Jacobi;
+pub static JACOBI: Jacobi = Jacobi;
+
+impl Solver for Jacobi {
+    fn name(&self) -> &'static str {
+        "jacobi"
+    }
+    fn table_hint(&self) -> &'static str {
+        "n, m, alpha, relax, tolerance, max_iterations"
+    }
+    fn kernels(&self) -> Vec<KernelSource> {
+        vec![super::cuda::KERNELS]
+    }
+    fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
+        let cfg: JacobiConfig = src.deserialize("jacobi", table)?;
+        Ok(Box::new(cfg.validate(src.precision)?))
+    }
+    fn bench_args(&self, cmd: clap::Command) -> clap::Command {
+        <bench::JacobiBenchArgs as clap::Args>::augment_args(cmd)
+    }
+    fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+        bench::run(device, args)
+    }
+}
+
+impl SolverProblem for JacobiProblem {
+    fn max_steps(&self) -> u64 {
+        self.max_iterations
+    }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("serialises")
+    }
+    fn restart_may_change(&self) -> &'static [&'static str] {
+        &["max_iterations", "tolerance"]
+    }
+    fn execute(&self, cx: &Execution) -> Result<Summary> {
+        match cx.problem.precision {
+            Precision::F32 => run::<f32>(self, cx),
+            Precision::F64 => run::<f64>(self, cx),
+        }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn run<T: Real>(p: &JacobiProblem, cx: &Execution) -> Result<Summary> {
+    run_case(cx, |restart| {
+        Ok(JacobiCase {
+            p,
+            engine: super::engine_resumed::<T>(p, cx.device, restart)?,
+        })
+    })
+}
+
+struct JacobiCase<'a, T: Real> {
+    p: &'a JacobiProblem,
+    engine: Box<dyn JacobiEngine<Real = T>>,
+}
+
+impl<T: Real> Case for JacobiCase<'_, T> {
+    type Real = T;
+    fn engine(&mut self) -> &mut dyn Engine<Real = T> {
+        self.engine.as_mut()
+    }
+    fn shape(&self) -> Vec<usize> {
+        vec![self.p.m, self.p.n]
+    }
+    fn scalars(&self, step: u64, u: &Field<T>, residuals: &[f64]) -> Vec<(&'static str, f64)> {
+        let residual = step
+            .checked_sub(1)
+            .and_then(|k| residuals.get(k as usize))
+            .copied()
+            .unwrap_or(f64::NAN);
+        vec![
+            ("residual", residual),
+            ("solution_error", cpu::solution_error(self.p, &u.data)),
+        ]
+    }
+    fn finish(&mut self, _: &LoopOutcome, _: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
+        s.solution_error = Some(self.engine.solution_error()?);
+        Ok(())
+    }
+}

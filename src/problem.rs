@@ -197,13 +197,8 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Problem> {
             path.display()
         ))
     })?;
-    let base = path.parent().map(|p| {
-        if p.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            p
-        }
-    });
+    // A file in the current folder has the empty parent: its paths need no prefix.
+    let base = path.parent().filter(|p| !p.as_os_str().is_empty());
     parse(&text, &path.display().to_string(), base, o)
 }
 

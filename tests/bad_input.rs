@@ -327,10 +327,23 @@ fn heat_bad_out_of_core_settings() {
         &["heat.decomposition", "bands"],
     );
     rejects(
-        &heat("dt = 1e-6\nstrategy = \"pyramid\"\npyramid_height = 40\ndevice_memory = \"4KiB\"\n"),
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\npyramid_height = 10\ndevice_memory = \"4KiB\"\n"),
         &[],
         2,
-        &["heat.pyramid_height", "smaller pyramid_height"],
+        &["heat.pyramid_height = 10", "no task fits", "smaller pyramid_height"],
+    );
+    // Taller than the run: the height is wrong, not the budget.
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\npyramid_height = 40\n"),
+        &[],
+        2,
+        &["heat.pyramid_height = 40", "taller than the run", "at most 10"],
+    );
+    rejects(
+        &heat("dt = 1e-6\npyramid_height = 2000000\n"),
+        &[],
+        2,
+        &["heat.pyramid_height = 2000000", "[1, 1048576]"],
     );
 }
 

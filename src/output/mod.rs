@@ -108,6 +108,18 @@ impl<'a> OutputSet<'a> {
         self.staging.path().join(name)
     }
 
+    /// Fails like a full disk when `KEISAN_INJECT_WRITE_FAILURE` names `name`: the hook
+    /// the tests use to show that a failed set leaves the previous one untouched.
+    fn inject_failure(&self, name: &str) -> Result<()> {
+        match std::env::var("KEISAN_INJECT_WRITE_FAILURE") {
+            Ok(n) if n == name => Err(Error::io(
+                self.staging.path().join(name),
+                std::io::Error::new(std::io::ErrorKind::StorageFull, "injected write failure"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The names of the set's files so far.
     pub fn names(&self) -> &[String] {
         &self.names
@@ -118,16 +130,43 @@ impl<'a> OutputSet<'a> {
         self.dir.file(name)
     }
 
-    /// Move every file into the output folder (renames within one file system, each
-    /// atomic); the final paths.
+    /// Move every file into the output folder (renames within one file system); the
+    /// final paths. The files it replaces are moved aside first and moved back if any
+    /// rename fails, so the folder holds the old set or the new one. (Signals only set a
+    /// flag, so SIGINT/SIGTERM never land between the renames; SIGKILL or a power cut
+    /// can.)
     pub fn commit(self) -> Result<Vec<PathBuf>> {
-        let mut done = Vec::with_capacity(self.names.len());
         for name in &self.names {
-            let (from, to) = (self.staging.path().join(name), self.dir.file(name));
-            std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
-            done.push(to);
+            self.inject_failure(name)?;
         }
-        Ok(done)
+        let old = self.staging.path().join(".replaced");
+        std::fs::create_dir(&old).map_err(|e| Error::io(&old, e))?;
+        let mut moved_aside = Vec::new();
+        let mut moved_in = Vec::new();
+        let result = (|| -> std::io::Result<()> {
+            for name in &self.names {
+                let target = self.dir.file(name);
+                if target.symlink_metadata().is_ok() {
+                    std::fs::rename(&target, old.join(name))?;
+                    moved_aside.push(name);
+                }
+            }
+            for name in &self.names {
+                std::fs::rename(self.staging.path().join(name), self.dir.file(name))?;
+                moved_in.push(name);
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            for name in moved_in {
+                let _ = std::fs::rename(self.dir.file(name), self.staging.path().join(name));
+            }
+            for name in moved_aside {
+                let _ = std::fs::rename(old.join(name), self.dir.file(name));
+            }
+            return Err(Error::io(self.dir.path(), e));
+        }
+        Ok(self.names.iter().map(|n| self.dir.file(n)).collect())
     }
 
     /// Write a field as `<stem>.npy`, plus `<stem>.vti` and a picture `<stem>.png` (the

@@ -163,12 +163,14 @@ impl Checkpoint {
                 path,
                 format!(
                     "checkpoint format {} (keisan {}); this keisan {} reads format {FORMAT}",
-                    format["format"], format["keisan_version"], env!("CARGO_PKG_VERSION")
+                    format["format"],
+                    format["keisan_version"],
+                    env!("CARGO_PKG_VERSION")
                 ),
             ));
         }
-        let header: Header =
-            serde_json::from_value(format).map_err(|e| bad(path, format!("damaged header: {e}")))?;
+        let header: Header = serde_json::from_value(format)
+            .map_err(|e| bad(path, format!("damaged header: {e}")))?;
         let data: u64 = header
             .arrays
             .iter()
@@ -262,7 +264,10 @@ impl Checkpoint {
                 residuals = read_values::<f64>(&mut r, len, &self.path)?;
             } else {
                 if a.precision != T::PRECISION {
-                    return Err(bad(&self.path, format!("array {} is {}", a.name, a.precision)));
+                    return Err(bad(
+                        &self.path,
+                        format!("array {} is {}", a.name, a.precision),
+                    ));
                 }
                 fields.push(Field {
                     name: leak_name(&a.name),
@@ -290,7 +295,10 @@ fn leak_name(name: &str) -> &'static str {
     use std::collections::HashSet;
     use std::sync::{Mutex, OnceLock};
     static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
-    let mut names = NAMES.get_or_init(Default::default).lock().expect("not poisoned");
+    let mut names = NAMES
+        .get_or_init(Default::default)
+        .lock()
+        .expect("not poisoned");
     match names.get(name) {
         Some(n) => n,
         None => {
@@ -331,7 +339,13 @@ fn diff(
                 }
                 let null = serde_json::Value::Null;
                 let path = format!("{at}.{k}");
-                diff(&path, a.get(k).unwrap_or(&null), b.get(k).unwrap_or(&null), &[], out);
+                diff(
+                    &path,
+                    a.get(k).unwrap_or(&null),
+                    b.get(k).unwrap_or(&null),
+                    &[],
+                    out,
+                );
             }
         }
         (a, b) if a != b => out.push(format!("{at} is {a} in the checkpoint, {b} now")),

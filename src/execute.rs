@@ -65,10 +65,20 @@ pub trait Case {
     fn shape(&self) -> Vec<usize>;
     /// The solver's scalars for a diagnostics row at `step`, from the field on the host
     /// and the residual history.
-    fn scalars(&self, step: u64, u: &Field<Self::Real>, residuals: &[f64]) -> Vec<(&'static str, f64)>;
+    fn scalars(
+        &self,
+        step: u64,
+        u: &Field<Self::Real>,
+        residuals: &[f64],
+    ) -> Vec<(&'static str, f64)>;
     /// After the loop: checks such as the solution error. `u`: the final field on the
     /// host, when it was copied there (outputs, or [`Case::needs_final_field`]).
-    fn finish(&mut self, outcome: &LoopOutcome, u: Option<&Field<Self::Real>>, s: &mut Summary) -> Result<()>;
+    fn finish(
+        &mut self,
+        outcome: &LoopOutcome,
+        u: Option<&Field<Self::Real>>,
+        s: &mut Summary,
+    ) -> Result<()>;
     fn needs_final_field(&self) -> bool {
         false
     }
@@ -90,7 +100,10 @@ struct Writer<'a> {
 
 impl Writer<'_> {
     fn time(&self, step: u64) -> f64 {
-        self.problem.spec.dt().map_or(step as f64, |dt| step as f64 * dt)
+        self.problem
+            .spec
+            .dt()
+            .map_or(step as f64, |dt| step as f64 * dt)
     }
 
     /// The numbered field of `step`, the series collection and the diagnostics table, as
@@ -116,8 +129,12 @@ impl Writer<'_> {
         let mut set = OutputSet::begin(dir)?;
         set.field(&stem, &u)?;
         if u.shape.len() >= 2 {
-            self.history.series.retain(|(_, f)| f != &format!("{stem}.vti"));
-            self.history.series.push((self.time(step), format!("{stem}.vti")));
+            self.history
+                .series
+                .retain(|(_, f)| f != &format!("{stem}.vti"));
+            self.history
+                .series
+                .push((self.time(step), format!("{stem}.vti")));
             output::pvd::write(&set.file(&format!("{}.pvd", u.name)), &self.history.series)?;
         }
         output::csv::write_table(
@@ -137,7 +154,10 @@ impl Writer<'_> {
         status: run::Status,
         residuals: &[f64],
     ) -> Result<std::path::PathBuf> {
-        let dir = self.dir.as_ref().expect("checkpoints need a folder (validated)");
+        let dir = self
+            .dir
+            .as_ref()
+            .expect("checkpoints need a folder (validated)");
         let path = dir.file(checkpoint::FILE);
         self.history.residuals = residuals.to_vec();
         let fields = engine.state()?;
@@ -234,7 +254,9 @@ pub fn run_case<C: Case>(
         if crate::signals::pending().is_some() {
             let path = match (&last_checkpoint, out.checkpoint_every) {
                 (Some(_), _) if next_checkpoint == Some(step) => last_checkpoint.clone(),
-                (_, Some(_)) => Some(w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?),
+                (_, Some(_)) => {
+                    Some(w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?)
+                }
                 _ => None,
             };
             bar.finish_and_clear();
@@ -291,19 +313,27 @@ pub fn run_case<C: Case>(
         }
         let json = set.file("summary.json");
         let mut seen = std::collections::HashSet::new();
-        summary.outputs = w.written.into_iter().filter(|f| seen.insert(f.clone())).collect();
+        summary.outputs = w
+            .written
+            .into_iter()
+            .filter(|f| seen.insert(f.clone()))
+            .collect();
         summary
             .outputs
             .extend(set.names().iter().map(|n| set.final_path(n)));
         t.write_s = lap.elapsed().as_secs_f64();
-        t.total_s = opts.process_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        t.total_s = opts
+            .process_start
+            .map_or(0.0, |s| s.elapsed().as_secs_f64());
         summary.timings = t;
         let text = serde_json::to_string_pretty(&summary).expect("summary serialises");
         output::write_atomic(&json, |f| writeln!(f, "{text}"))?;
         stop_if_signalled(outcome.steps, summary.checkpoint.as_deref())?;
         set.commit()?;
     } else {
-        t.total_s = opts.process_start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        t.total_s = opts
+            .process_start
+            .map_or(0.0, |s| s.elapsed().as_secs_f64());
         summary.timings = t;
     }
     Ok(summary)

@@ -364,7 +364,11 @@ fn info(probe: bool, json: bool) -> Result<()> {
             for d in list {
                 let gpu = device::Gpu::open(d.ordinal)?;
                 let c = keisan::device::ceilings::measure_gpu(&gpu)?;
-                text += &format!("CUDA device {}{}", d.ordinal, c.human().trim_start_matches(' '));
+                text += &format!(
+                    "CUDA device {}{}",
+                    d.ordinal,
+                    c.human().trim_start_matches(' ')
+                );
                 probes.push(c);
             }
             report["cuda_ceilings"] = serde_json::to_value(probes).expect("serialises");

@@ -128,10 +128,7 @@ impl Source<'_> {
             return Error::Parse(format!("--set {o}…: {path}: {message}"));
         }
         match line_of(self.text, path) {
-            Some(line) => Error::Parse(format!(
-                "{}, line {line}: {path}: {message}",
-                self.origin
-            )),
+            Some(line) => Error::Parse(format!("{}, line {line}: {path}: {message}", self.origin)),
             None => Error::Parse(format!("{}: {path}: {message}", self.origin)),
         }
     }
@@ -139,7 +136,11 @@ impl Source<'_> {
     fn override_of(&self, path: &str) -> Option<&str> {
         self.overridden
             .iter()
-            .find(|k| path == k.as_str() || path.starts_with(&format!("{k}.")))
+            .find(|k| {
+                path == k.as_str()
+                    || path.starts_with(&format!("{k}."))
+                    || path.starts_with(&format!("{k}["))
+            })
             .map(|k| k.as_str())
     }
 
@@ -169,7 +170,7 @@ fn line_of(text: &str, path: &str) -> Option<usize> {
         span = Some(value.span());
         let mut v = value.get_ref();
         if let (Some(i), DeValue::Array(a)) = (index, v)
-            && let Some(item) = a.iter().nth(i)
+            && let Some(item) = a.get(i)
         {
             span = Some(item.span());
             v = item.get_ref();
@@ -191,12 +192,15 @@ fn span_line(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usize> 
 pub fn load(path: &Path, o: &Overrides) -> Result<Problem> {
     let bytes = std::fs::read(path)
         .map_err(|e| Error::Parse(format!("cannot read problem file {}: {e}", path.display())))?;
-    let text = String::from_utf8(bytes).ok().filter(|t| !t.contains('\0')).ok_or_else(|| {
-        Error::Parse(format!(
-            "{} is not a problem file: it is not UTF-8 text (a TOML file is expected)",
-            path.display()
-        ))
-    })?;
+    let text = String::from_utf8(bytes)
+        .ok()
+        .filter(|t| !t.contains('\0'))
+        .ok_or_else(|| {
+            Error::Parse(format!(
+                "{} is not a problem file: it is not UTF-8 text (a TOML file is expected)",
+                path.display()
+            ))
+        })?;
     // A file in the current folder has the empty parent: its paths need no prefix.
     let base = path.parent().filter(|p| !p.as_os_str().is_empty());
     parse(&text, &path.display().to_string(), base, o)
@@ -205,8 +209,8 @@ pub fn load(path: &Path, o: &Overrides) -> Result<Problem> {
 /// Validate a problem from TOML text. `base`: the folder relative paths in the text are
 /// taken from (None: the current folder).
 pub fn parse(text: &str, origin: &str, base: Option<&Path>, o: &Overrides) -> Result<Problem> {
-    let mut table: toml::Table = toml::from_str(text)
-        .map_err(|e| Error::Parse(format!("{origin}: malformed TOML: {e}")))?;
+    let mut table: toml::Table =
+        toml::from_str(text).map_err(|e| Error::Parse(format!("{origin}: malformed TOML: {e}")))?;
     let mut overridden = Vec::new();
     for ov in &o.set {
         overridden.push(apply_override(&mut table, ov)?);
@@ -311,18 +315,21 @@ fn validate_output(
     src: &Source,
     spec: &dyn SolverProblem,
 ) -> Result<Output> {
+    let empty = |d: Option<&PathBuf>, field: &str| match d {
+        Some(d) if d.as_os_str().is_empty() => Err(Error::invalid(
+            field,
+            "\"\"",
+            "name a folder (it is created if needed), or leave it out to write nothing",
+        )),
+        _ => Ok(()),
+    };
+    empty(t.dir.as_ref(), "output.dir")?;
+    empty(o.out.as_ref(), "--out")?;
     let dir = match (&o.out, t.dir) {
         (Some(out), _) => Some(out.clone()),
         (None, Some(d)) => Some(src.path("output.dir", &d)),
         (None, None) => None,
     };
-    if dir.as_ref().is_some_and(|d| d.as_os_str().is_empty()) {
-        return Err(Error::invalid(
-            "output.dir",
-            "\"\"",
-            "name a folder (it is created if needed), or leave the key out to write nothing",
-        ));
-    }
     let positive = |field: &str, v: Option<i64>| -> Result<Option<u64>> {
         match v {
             Some(k) if k < 1 => Err(Error::invalid(field, k, "must be at least 1 (steps)")),
@@ -347,7 +354,7 @@ fn validate_output(
         }
         (Some(k), None) => {
             steps.extend((0..=max / k).map(|i| i * k));
-            if max % k != 0 {
+            if !max.is_multiple_of(k) {
                 steps.push(max);
             }
         }
@@ -365,7 +372,10 @@ fn validate_output(
                     return Err(Error::invalid(
                         "output.times",
                         crate::units::num(time),
-                        format!("times must lie in [0, steps × dt] = [0, {}]", crate::units::num(end)),
+                        format!(
+                            "times must lie in [0, steps × dt] = [0, {}]",
+                            crate::units::num(end)
+                        ),
                     ));
                 }
                 steps.push(((time / dt).round() as u64).min(max));
@@ -383,7 +393,11 @@ fn validate_output(
     };
     if output.dir.is_none() {
         let field = if !output.steps.is_empty() {
-            Some(if every.is_some() { "output.every" } else { "output.times" })
+            Some(if every.is_some() {
+                "output.every"
+            } else {
+                "output.times"
+            })
         } else if checkpoint_every.is_some() {
             Some("output.checkpoint_every")
         } else {

@@ -3,8 +3,8 @@
 //! second one ends the process at once.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use signal_hook::consts::{SIGINT, SIGTERM};
 

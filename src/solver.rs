@@ -29,7 +29,12 @@ pub trait Solver: Sync {
     fn model_args(&self, _cmd: clap::Command) -> Option<clap::Command> {
         None
     }
-    fn model(&self, _problem: &Problem, _device: &Device, _args: &clap::ArgMatches) -> Result<Report> {
+    fn model(
+        &self,
+        _problem: &Problem,
+        _device: &Device,
+        _args: &clap::ArgMatches,
+    ) -> Result<Report> {
         Err(Error::Parse(format!(
             "{} has no performance model yet",
             self.name()

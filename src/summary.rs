@@ -115,7 +115,9 @@ impl Summary {
         if self.outputs.is_empty() {
             s += "  outputs       none (name a folder with --out DIR or [output] dir)\n";
         } else if self.outputs.len() > 8 {
-            let folder = self.outputs[0].parent().unwrap_or(std::path::Path::new("."));
+            let folder = self.outputs[0]
+                .parent()
+                .unwrap_or(std::path::Path::new("."));
             s += &format!(
                 "  wrote         {} files in {} (summary.json lists them)\n",
                 self.outputs.len(),

@@ -94,7 +94,7 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
         _ => return None,
     };
     let bytes = value * scale;
-    (bytes >= 1.0 && bytes < 9.2e18).then_some(bytes as u64)
+    (1.0..9.2e18).contains(&bytes).then_some(bytes as u64)
 }
 
 /// Text as a message shows it: control characters escaped, at most 120 characters.
@@ -123,7 +123,10 @@ pub fn checked_cells(field: &str, shape: &[usize], bytes_per_point: usize) -> cr
     shape
         .iter()
         .try_fold(1usize, |a, &n| a.checked_mul(n))
-        .filter(|&c| c.checked_mul(bytes_per_point.max(1)).is_some_and(|b| b <= isize::MAX as usize))
+        .filter(|&c| {
+            c.checked_mul(bytes_per_point.max(1))
+                .is_some_and(|b| b <= isize::MAX as usize)
+        })
         .ok_or_else(|| {
             crate::Error::invalid(
                 field,

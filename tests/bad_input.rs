@@ -105,7 +105,11 @@ fn unknown_solver_and_missing_table() {
         "solver = \"multigrid\"\n",
         &[],
         2,
-        &["line 1: solver", "unknown solver `multigrid`", "jacobi, heat"],
+        &[
+            "line 1: solver",
+            "unknown solver `multigrid`",
+            "jacobi, heat",
+        ],
     );
     rejects("solver = \"jacobi\"\n", &[], 2, &["[jacobi]"]);
 }
@@ -330,14 +334,22 @@ fn heat_bad_out_of_core_settings() {
         &heat("dt = 1e-6\nstrategy = \"pyramid\"\npyramid_height = 10\ndevice_memory = \"4KiB\"\n"),
         &[],
         2,
-        &["heat.pyramid_height = 10", "no task fits", "smaller pyramid_height"],
+        &[
+            "heat.pyramid_height = 10",
+            "no task fits",
+            "smaller pyramid_height",
+        ],
     );
     // Taller than the run: the height is wrong, not the budget.
     rejects(
         &heat("dt = 1e-6\nstrategy = \"pyramid\"\npyramid_height = 40\n"),
         &[],
         2,
-        &["heat.pyramid_height = 40", "taller than the run", "at most 10"],
+        &[
+            "heat.pyramid_height = 40",
+            "taller than the run",
+            "at most 10",
+        ],
     );
     rejects(
         &heat("dt = 1e-6\npyramid_height = 2000000\n"),
@@ -430,4 +442,335 @@ fn heat_bad_initial_file() {
         2,
         &["heat.initial.path", "missing.npy"],
     );
+}
+
+/// Run keisan with `args` in a fresh folder; the code and stderr.
+fn cli(args: &[&str]) -> Outcome {
+    let dir = tempfile::tempdir().unwrap();
+    keisan_in(dir.path(), args)
+}
+
+fn assert_rejects(o: &Outcome, code: i32, needles: &[&str]) {
+    assert_eq!(o.code, code, "{}", o.stderr);
+    for n in needles {
+        assert!(o.stderr.contains(n), "message lacks `{n}`: {}", o.stderr);
+    }
+}
+
+#[test]
+fn grid_sizes_whose_product_overflows() {
+    rejects(
+        &heat("dt = 1e-30\n").replace("[64, 64]", "[1048576, 4194304, 4194304]"),
+        &[],
+        2,
+        &["heat.shape", "more points than any machine"],
+    );
+    let o = cli(&[
+        "bench",
+        "jacobi",
+        "--size",
+        "4611686018427387905x4",
+        "--backend",
+        "cpu",
+    ]);
+    assert_rejects(&o, 2, &["--size", "[3, 2147483647]"]);
+    let o = cli(&["bench", "jacobi", "--size", "2x100", "--backend", "cpu"]);
+    assert_rejects(&o, 2, &["--size", "[3, "]);
+    let o = cli(&[
+        "bench",
+        "heat",
+        "--size-3d",
+        "1000000x1000000x1000000",
+        "--backend",
+        "cpu",
+    ]);
+    assert_rejects(&o, 2, &["--size-3d", "more points than any machine"]);
+}
+
+#[test]
+fn device_memory_on_a_solver_without_it() {
+    rejects(
+        &jacobi(""),
+        &["--device-memory", "1GiB"],
+        2,
+        &["--device-memory", "heat"],
+    );
+    rejects(
+        &jacobi(""),
+        &["--device-memory", "lots"],
+        2,
+        &["--device-memory = lots", "8GiB"],
+    );
+    // The flag, not the problem's field, is named when the budget is too small.
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\n"),
+        &["--device-memory", "100B"],
+        2,
+        &["--device-memory = 100 B", "too small"],
+    );
+}
+
+#[test]
+fn empty_output_folder() {
+    rejects(
+        &jacobi("[output]\ndir = \"\"\n"),
+        &[],
+        2,
+        &["output.dir", "name a folder"],
+    );
+    let o = cli(&["run", "--backend", "cpu", "--out", "", "-q"]);
+    assert_rejects(&o, 2, &["--out"]);
+}
+
+#[test]
+fn values_that_are_not_finite_in_the_run_precision() {
+    let hot = |v: &str| {
+        heat(&format!(
+            "dt = 1e-6\n[heat.initial]\npreset = \"hot_box\"\nvalue = {v}\n"
+        ))
+    };
+    rejects(&hot("nan"), &[], 2, &["heat.initial.value = NaN", "finite"]);
+    rejects(
+        &hot("1e39"),
+        &["--precision", "f32"],
+        2,
+        &["heat.initial.value = 1e39", "f32"],
+    );
+    rejects(
+        &heat("dt = 1e-6\n[heat.initial]\npreset = \"sine\"\namplitude = inf\n"),
+        &[],
+        2,
+        &["heat.initial.amplitude = inf"],
+    );
+    rejects(
+        &heat("dt = 1e-6\n[heat.initial]\npreset = \"gaussian\"\nwidth = 1e-200\n"),
+        &[],
+        2,
+        &["heat.initial.width = 1e-200", "1e-150"],
+    );
+    rejects(
+        &jacobi("alpha = 1e39\n"),
+        &["--precision", "f32"],
+        2,
+        &["jacobi.alpha = 1e39", "overflows f32", "f64"],
+    );
+}
+
+#[test]
+fn type_errors_name_the_field_and_line() {
+    rejects(
+        &heat("dt = 1e-6\n").replace("steps = 10", "steps = 64.0"),
+        &[],
+        2,
+        &[
+            "p.toml, line 4: heat.steps",
+            "invalid type: floating point `64.0`",
+        ],
+    );
+    rejects(
+        &heat("dt = 1e-6\nstrategy = \"pyramid\"\ndevice_memory = true\n"),
+        &[],
+        2,
+        &["line 7: heat.device_memory", "a size such as"],
+    );
+    rejects(
+        &heat("dt = 1e-6\n"),
+        &["--set", "heat.shape=[64, \"x\"]"],
+        2,
+        &["--set heat.shape", "heat.shape[1]"],
+    );
+}
+
+#[test]
+fn threads_are_capped_by_the_machine() {
+    let o = cli(&["--threads", "100000", "run", "--backend", "cpu", "-q"]);
+    assert_rejects(&o, 2, &["--threads = 100000", "use 1 to"]);
+}
+
+#[test]
+fn pyramid_messages_blame_the_right_thing() {
+    // A small grid and no budget: the workspace adapts; the run succeeds.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("p.toml"),
+        heat("dt = 1e-6\nstrategy = \"pyramid\"\n").replace("[64, 64]", "[8, 8]"),
+    )
+    .unwrap();
+    let o = keisan_in(dir.path(), &["run", "p.toml", "--backend", "cpu", "-q"]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // `keisan model` reports an invalid field as that field.
+    std::fs::write(
+        dir.path().join("m.toml"),
+        heat("dt = 1e-6\nstrategy = \"pyramid\"\ndecomposition = \"2d\"\n")
+            .replace("[64, 64]", "[64]"),
+    )
+    .unwrap();
+    let o = keisan_in(
+        dir.path(),
+        &[
+            "model",
+            "heat",
+            "m.toml",
+            "--backend",
+            "cpu",
+            "--heights",
+            "1,2",
+        ],
+    );
+    assert_rejects(&o, 2, &["heat.decomposition", "bands"]);
+    let o = keisan_in(
+        dir.path(),
+        &[
+            "model",
+            "heat",
+            "p.toml",
+            "--backend",
+            "cpu",
+            "--heights",
+            "50",
+        ],
+    );
+    assert_rejects(&o, 2, &["--heights = 50", "heat.steps = 10"]);
+}
+
+#[test]
+fn nonsense_that_was_silently_accepted() {
+    rejects(
+        &heat("dt = 1e-6\n[heat.initial]\npreset = \"sine\"\nmodes = [70, 1]\n"),
+        &[],
+        2,
+        &["heat.initial.modes", "[1, n − 2]"],
+    );
+    rejects(
+        &format!("{}[heat]\nshape = [8]\n", jacobi("")),
+        &[],
+        2,
+        &[
+            "line 8: heat",
+            "a [heat] table in a problem with solver = \"jacobi\"",
+        ],
+    );
+    let o = cli(&[
+        "run",
+        "--backend",
+        "cpu",
+        "-q",
+        "--set",
+        "jacobi.n=64\nfoo=1",
+    ]);
+    assert_rejects(&o, 2, &["--set jacobi.n=64\\nfoo=1", "one line"]);
+    let o = cli(&["bench", "heat", "--size-3d", "64", "--backend", "cpu"]);
+    assert_rejects(&o, 2, &["--size-3d = 64", "3 extents"]);
+}
+
+#[test]
+fn auto_strategy_keeps_to_a_budget_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("p.toml"),
+        heat("dt = 1e-6\ndevice_memory = \"16KiB\"\n"),
+    )
+    .unwrap();
+    let o = Command::new(keisan_bin())
+        .current_dir(dir.path())
+        .args(["run", "p.toml", "--backend", "cpu", "-q", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(s["layout"]["strategy"], "pyramid", "{s}");
+}
+
+#[test]
+fn info_reports_unmeasured_rates_as_null() {
+    let o = Command::new(keisan_bin())
+        .args(["info", "--probe", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(s["cpu_ceilings"]["fma_f32"].is_null(), "{s}");
+    assert!(s["cpu_ceilings"]["copy_bandwidth"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn npy_files_with_wrong_lengths() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let from = |file: &str| {
+        heat(&format!(
+            "dt = 1e-6\n[heat.initial]\npreset = \"file\"\npath = \"{file}\"\n"
+        ))
+    };
+    write_npy(&d.join("ok.npy"), &[64, 64], &[0.5f64; 64 * 64]);
+    let bytes = std::fs::read(d.join("ok.npy")).unwrap();
+    std::fs::write(d.join("cut.npy"), &bytes[..bytes.len() - 100]).unwrap();
+    rejects_in(
+        d,
+        &from("cut.npy"),
+        &[],
+        2,
+        &["cut.npy", "truncated", "32768 bytes"],
+    );
+    let mut long = bytes.clone();
+    long.extend([0u8; 24]);
+    std::fs::write(d.join("long.npy"), &long).unwrap();
+    rejects_in(
+        d,
+        &from("long.npy"),
+        &[],
+        2,
+        &["long.npy", "24 bytes after"],
+    );
+}
+
+#[test]
+fn messages_stay_readable() {
+    // A binary file: no raw NUL bytes echoed, one line saying what is wrong.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.toml"), b"solver = \"jacobi\"\0\x01\x02").unwrap();
+    let o = keisan_in(dir.path(), &["run", "p.toml", "-q"]);
+    assert_rejects(&o, 2, &["not UTF-8 text"]);
+    assert!(!o.stderr.contains('\0'));
+    std::fs::write(dir.path().join("q.toml"), "solver = \"jac\u{7}obi\"\n").unwrap();
+    let o = keisan_in(dir.path(), &["run", "q.toml", "-q"]);
+    assert_eq!(o.code, 2);
+    assert!(!o.stderr.contains('\u{7}'), "{}", o.stderr);
+    // Numbers near f64's limits print in exponent form, not as 309 digits.
+    rejects(
+        &jacobi("tolerance = -1e308\n"),
+        &[],
+        2,
+        &["jacobi.tolerance = -1e308"],
+    );
+}
+
+#[test]
+fn paths_from_the_command_line_are_taken_from_the_current_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("probs")).unwrap();
+    std::fs::write(d.join("probs/p.toml"), heat("dt = 1e-6\n")).unwrap();
+    write_npy(&d.join("u0.npy"), &[64, 64], &[0.25f64; 64 * 64]);
+    let o = keisan_in(
+        d,
+        &[
+            "run",
+            "probs/p.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--set",
+            "heat.initial={preset=\"file\", path=\"u0.npy\"}",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // Written in the file, the same path is taken from the file's folder.
+    std::fs::write(
+        d.join("probs/q.toml"),
+        heat("dt = 1e-6\n[heat.initial]\npreset = \"file\"\npath = \"u0.npy\"\n"),
+    )
+    .unwrap();
+    let o = keisan_in(d, &["run", "probs/q.toml", "--backend", "cpu", "-q"]);
+    assert_rejects(&o, 2, &["probs/u0.npy"]);
 }

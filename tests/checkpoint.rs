@@ -22,7 +22,11 @@ fn keisan(dir: &Path, args: &[&str]) -> Output {
 
 fn ok(dir: &Path, args: &[&str]) {
     let o = keisan(dir, args);
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 fn cuda_present(test: &str) -> bool {
@@ -37,7 +41,7 @@ fn restart_equals_straight(problem: &str, steps_key: &str, n: u64, extra: &[&str
     std::fs::write(d.join("p.toml"), problem).unwrap();
     let full = format!("{steps_key}={}", 2 * n);
     let half = format!("{steps_key}={n}");
-    let mut args = |out: &str, set: &str, more: &[&str]| {
+    let args = |out: &str, set: &str, more: &[&str]| {
         let mut a = vec!["run", "p.toml", "-q", "--out", out, "--set", set];
         a.extend_from_slice(extra);
         a.extend_from_slice(more);
@@ -90,7 +94,12 @@ fn jacobi_cpu_restart_is_bit_for_bit() {
 #[test]
 fn heat_in_core_cpu_restart_is_bit_for_bit() {
     for (problem, p) in [(HEAT_2D, "f64"), (HEAT_3D, "f32")] {
-        restart_equals_straight(problem, "heat.steps", 7, &["--backend", "cpu", "--precision", p]);
+        restart_equals_straight(
+            problem,
+            "heat.steps",
+            7,
+            &["--backend", "cpu", "--precision", p],
+        );
     }
 }
 
@@ -98,7 +107,10 @@ fn heat_in_core_cpu_restart_is_bit_for_bit() {
 fn heat_out_of_core_cpu_restart_is_bit_for_bit() {
     // A budget of a few boxes forces the pyramid; the first half ends inside a pass.
     restart_equals_straight(
-        &HEAT_3D.replace("steps = 10", "steps = 10\nstrategy = \"pyramid\"\npyramid_height = 3"),
+        &HEAT_3D.replace(
+            "steps = 10",
+            "steps = 10\nstrategy = \"pyramid\"\npyramid_height = 3",
+        ),
         "heat.steps",
         5,
         &["--backend", "cpu", "--device-memory", "48KiB"],
@@ -127,10 +139,18 @@ fn heat_cuda_restart_is_bit_for_bit() {
         return;
     }
     for (problem, p) in [(HEAT_2D, "f64"), (HEAT_3D, "f32")] {
-        restart_equals_straight(problem, "heat.steps", 7, &["--backend", "cuda", "--precision", p]);
+        restart_equals_straight(
+            problem,
+            "heat.steps",
+            7,
+            &["--backend", "cuda", "--precision", p],
+        );
     }
     restart_equals_straight(
-        &HEAT_3D.replace("steps = 10", "steps = 10\nstrategy = \"pyramid\"\npyramid_height = 3"),
+        &HEAT_3D.replace(
+            "steps = 10",
+            "steps = 10\nstrategy = \"pyramid\"\npyramid_height = 3",
+        ),
         "heat.steps",
         5,
         &["--backend", "cuda", "--device-memory", "64KiB"],
@@ -156,7 +176,20 @@ fn restart_refuses_another_problem_or_version() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("p.toml"), HEAT_2D).unwrap();
-    ok(d, &["run", "p.toml", "-q", "--backend", "cpu", "--out", "a", "--checkpoint-every", "5"]);
+    ok(
+        d,
+        &[
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "a",
+            "--checkpoint-every",
+            "5",
+        ],
+    );
     let ckpt = "a/checkpoint.keisan";
     let refused = |args: &[&str], needles: &[&str]| {
         let o = keisan(d, args);
@@ -167,15 +200,42 @@ fn restart_refuses_another_problem_or_version() {
         }
     };
     refused(
-        &["run", "p.toml", "--restart", ckpt, "--set", "heat.dt=5e-5", "-q"],
-        &["a different problem", "heat.dt is 0.0001 in the checkpoint, 0.00005 now"],
+        &[
+            "run",
+            "p.toml",
+            "--restart",
+            ckpt,
+            "--set",
+            "heat.dt=5e-5",
+            "-q",
+        ],
+        &[
+            "a different problem",
+            "heat.dt is 0.0001 in the checkpoint, 0.00005 now",
+        ],
     );
     refused(
-        &["run", "p.toml", "--restart", ckpt, "--precision", "f32", "-q"],
+        &[
+            "run",
+            "p.toml",
+            "--restart",
+            ckpt,
+            "--precision",
+            "f32",
+            "-q",
+        ],
         &["written in f64", "runs in f32"],
     );
     refused(
-        &["run", "p.toml", "--restart", ckpt, "--set", "heat.steps=3", "-q"],
+        &[
+            "run",
+            "p.toml",
+            "--restart",
+            ckpt,
+            "--set",
+            "heat.steps=3",
+            "-q",
+        ],
         &["at step 10", "past the problem's last step 3"],
     );
     edited_checkpoint(&d.join(ckpt), &d.join("old.keisan"), |h| {
@@ -189,7 +249,10 @@ fn restart_refuses_another_problem_or_version() {
     refused(&["run", "--restart", "junk.keisan", "-q"], &["junk.keisan"]);
     let bytes = std::fs::read(d.join(ckpt)).unwrap();
     std::fs::write(d.join("cut.keisan"), &bytes[..bytes.len() - 8]).unwrap();
-    refused(&["run", "--restart", "cut.keisan", "-q"], &["truncated or damaged"]);
+    refused(
+        &["run", "--restart", "cut.keisan", "-q"],
+        &["truncated or damaged"],
+    );
     refused(
         &["run", "--restart", "p.toml", "-q"],
         &["not a keisan checkpoint"],
@@ -204,11 +267,20 @@ fn stopped_by(signal: &str, code: i32) {
     let d = dir.path();
     let problem = JACOBI.replace("n = 37\nm = 29", "n = 300\nm = 300");
     std::fs::write(d.join("p.toml"), &problem).unwrap();
-    let mut child = Command::new(keisan_bin())
+    let child = Command::new(keisan_bin())
         .current_dir(d)
         .args([
-            "run", "p.toml", "-q", "--backend", "cpu", "--out", "res",
-            "--set", "jacobi.max_iterations=100000000", "--checkpoint-every", "200",
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "res",
+            "--set",
+            "jacobi.max_iterations=100000000",
+            "--checkpoint-every",
+            "200",
         ])
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -225,8 +297,14 @@ fn stopped_by(signal: &str, code: i32) {
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "{err}");
-    assert!(err.contains(&format!("interrupted by SIG{signal} at step")), "{err}");
-    assert!(err.contains("checkpoint written to res/checkpoint.keisan"), "{err}");
+    assert!(
+        err.contains(&format!("interrupted by SIG{signal} at step")),
+        "{err}"
+    );
+    assert!(
+        err.contains("checkpoint written to res/checkpoint.keisan"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     let names: Vec<String> = std::fs::read_dir(d.join("res"))
         .unwrap()
@@ -236,8 +314,35 @@ fn stopped_by(signal: &str, code: i32) {
     // The checkpoint continues to the same bits as a straight run to that step + 10.
     let header = keisan::checkpoint::Checkpoint::open(&ckpt).unwrap().header;
     let target = format!("jacobi.max_iterations={}", header.step + 10);
-    ok(d, &["run", "p.toml", "-q", "--backend", "cpu", "--out", "a", "--set", &target]);
-    ok(d, &["run", "--restart", "res/checkpoint.keisan", "-q", "--backend", "cpu", "--out", "b", "--set", &target]);
+    ok(
+        d,
+        &[
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "a",
+            "--set",
+            &target,
+        ],
+    );
+    ok(
+        d,
+        &[
+            "run",
+            "--restart",
+            "res/checkpoint.keisan",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "b",
+            "--set",
+            &target,
+        ],
+    );
     assert_eq!(
         std::fs::read(d.join("a/u.npy")).unwrap(),
         std::fs::read(d.join("b/u.npy")).unwrap()

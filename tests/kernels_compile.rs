@@ -3,9 +3,9 @@
 //! missing library fails instead of skipping.
 
 use keisan::device::cuda::compile;
-use keisan::solvers::kernel_sources as all_kernel_sources;
 use keisan::precision::Precision;
 use keisan::solvers::heat::step_kernel;
+use keisan::solvers::kernel_sources as all_kernel_sources;
 
 #[test]
 fn every_kernel_compiles_for_sm_90() {

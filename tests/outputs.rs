@@ -45,10 +45,16 @@ fn every_k_steps_writes_a_series_a_collection_and_a_table() {
             assert!(files.contains(&format!("u_{step}.{ext}")), "{files:?}");
         }
     }
-    assert!(!files.iter().any(|f| f.starts_with('.')), "left over: {files:?}");
+    assert!(
+        !files.iter().any(|f| f.starts_with('.')),
+        "left over: {files:?}"
+    );
     let pvd = std::fs::read_to_string(res.join("u.pvd")).unwrap();
     assert_eq!(pvd.matches("<DataSet").count(), 4, "{pvd}");
-    assert!(pvd.contains("timestep=\"1e-3\" part=\"0\" file=\"u_000010.vti\""), "{pvd}");
+    assert!(
+        pvd.contains("timestep=\"1e-3\" part=\"0\" file=\"u_000010.vti\""),
+        "{pvd}"
+    );
     let csv = std::fs::read_to_string(res.join("diagnostics.csv")).unwrap();
     let rows: Vec<&str> = csv.lines().collect();
     assert_eq!(rows[0], "step,time,min,max,mean,max_error");
@@ -65,7 +71,11 @@ fn every_k_steps_writes_a_series_a_collection_and_a_table() {
 fn times_become_steps_and_need_a_time_dependent_solver() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("p.toml"), format!("{HEAT}times = [0.0005, 0.0002]\n")).unwrap();
+    std::fs::write(
+        d.join("p.toml"),
+        format!("{HEAT}times = [0.0005, 0.0002]\n"),
+    )
+    .unwrap();
     let o = keisan(d, &["run", "p.toml", "-q", "--backend", "cpu"], &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let files = names(&d.join("res"));
@@ -73,20 +83,43 @@ fn times_become_steps_and_need_a_time_dependent_solver() {
     assert!(!files.contains(&"u_000000.npy".into()), "{files:?}");
     let o = keisan(
         d,
-        &["run", "--backend", "cpu", "-q", "--out", "j", "--set", "output.times=[1.0]"],
+        &[
+            "run",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "j",
+            "--set",
+            "output.times=[1.0]",
+        ],
         &[],
     );
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("output.times") && err.contains("output.every"), "{err}");
+    assert!(
+        err.contains("output.times") && err.contains("output.every"),
+        "{err}"
+    );
     let o = keisan(
         d,
-        &["run", "p.toml", "-q", "--backend", "cpu", "--set", "output.times=[1.0]"],
+        &[
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--set",
+            "output.times=[1.0]",
+        ],
         &[],
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("output.times = 1") && err.contains("[0, steps × dt]"), "{err}");
+    assert!(
+        err.contains("output.times = 1") && err.contains("[0, steps × dt]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -104,7 +137,15 @@ fn a_failed_write_leaves_the_previous_set_untouched() {
     for fail in ["u.npy", "summary.json"] {
         let o = keisan(
             d,
-            &["run", "p.toml", "-q", "--backend", "cpu", "--set", "heat.steps=20"],
+            &[
+                "run",
+                "p.toml",
+                "-q",
+                "--backend",
+                "cpu",
+                "--set",
+                "heat.steps=20",
+            ],
             &[("KEISAN_INJECT_WRITE_FAILURE", fail)],
         );
         assert_eq!(o.status.code(), Some(1));
@@ -114,7 +155,10 @@ fn a_failed_write_leaves_the_previous_set_untouched() {
             .into_iter()
             .map(|n| (n.clone(), std::fs::read(res.join(&n)).unwrap()))
             .collect();
-        assert!(after == before, "the previous set changed or gained files ({fail})");
+        assert!(
+            after == before,
+            "the previous set changed or gained files ({fail})"
+        );
     }
 }
 

@@ -31,7 +31,11 @@ impl Ceilings {
             self.copy_bandwidth * 1e-9
         );
         if let (Some(a), Some(b)) = (self.fma_f32, self.fma_f64) {
-            r += &format!(", FMA f32 {:.1} TFLOP/s, f64 {:.1} TFLOP/s", a * 1e-12, b * 1e-12);
+            r += &format!(
+                ", FMA f32 {:.1} TFLOP/s, f64 {:.1} TFLOP/s",
+                a * 1e-12,
+                b * 1e-12
+            );
         }
         r + "\n"
     }

@@ -14,7 +14,10 @@ pub fn write(path: &Path, entries: &[(f64, String)]) -> Result<()> {
             "<VTKFile type=\"Collection\" version=\"0.1\" byte_order=\"LittleEndian\">\n<Collection>"
         )?;
         for (t, file) in entries {
-            writeln!(w, "  <DataSet timestep=\"{t:e}\" part=\"0\" file=\"{file}\"/>")?;
+            writeln!(
+                w,
+                "  <DataSet timestep=\"{t:e}\" part=\"0\" file=\"{file}\"/>"
+            )?;
         }
         writeln!(w, "</Collection>\n</VTKFile>")
     })

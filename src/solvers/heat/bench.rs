@@ -63,17 +63,26 @@ fn parse_shape(flag: &str, s: &str, dims: usize) -> Result<Vec<usize>> {
     }
     let v: Option<Vec<usize>> = s
         .split(['x', 'X'])
-        .map(|t| t.trim().parse::<usize>().ok().filter(|v| (3..=i32::MAX as usize).contains(v)))
+        .map(|t| {
+            t.trim()
+                .parse::<usize>()
+                .ok()
+                .filter(|v| (3..=i32::MAX as usize).contains(v))
+        })
         .collect();
     let example = ["512", "16384x16384", "512x512x512"][dims - 1];
     let v = v.filter(|v| v.len() == dims).ok_or_else(|| {
         Error::invalid(
             flag,
             s,
-            format!("expected {dims} extents in [3, {}], e.g. {example}", i32::MAX),
+            format!(
+                "expected {dims} extents in [3, {}], e.g. {example}",
+                i32::MAX
+            ),
         )
     })?;
-    crate::units::checked_cells(flag, &v, 8)?;
+    // Two time layers of f64: what the largest case would hold.
+    crate::units::checked_cells(flag, &v, 16)?;
     Ok(v)
 }
 
@@ -134,7 +143,11 @@ pub fn model(
         ));
     }
     if a.heights.is_empty() {
-        return Err(Error::invalid("--heights", "[]", "give at least one height"));
+        return Err(Error::invalid(
+            "--heights",
+            "[]",
+            "give at least one height",
+        ));
     }
     let mut human = format!(
         "{:>4} {:>6} {:>6} {:>12} {:>12} {:>9}  bound\n",

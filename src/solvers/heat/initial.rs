@@ -251,7 +251,10 @@ fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
         fill::<f64, T>(npy, &mut u, path)?;
     }
     let most = largest_value(T::PRECISION);
-    if let Some(i) = u.iter().position(|v| !(v.as_f64().abs() <= most)) {
+    if let Some(i) = u
+        .iter()
+        .position(|v| v.as_f64().is_nan() || v.as_f64().abs() > most)
+    {
         let at = &ijk(p, i)[3 - p.dims..];
         return Err(Error::invalid(
             FILE_FIELD,

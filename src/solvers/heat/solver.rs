@@ -126,10 +126,11 @@ impl<T: Real> Case for HeatCase<'_, T> {
             .data
             .par_chunks(1 << 16)
             .map(|c| {
-                c.iter().fold((f64::INFINITY, f64::NEG_INFINITY, 0.0), |a, v| {
-                    let v = v.as_f64();
-                    (a.0.min(v), a.1.max(v), a.2 + v)
-                })
+                c.iter()
+                    .fold((f64::INFINITY, f64::NEG_INFINITY, 0.0), |a, v| {
+                        let v = v.as_f64();
+                        (a.0.min(v), a.1.max(v), a.2 + v)
+                    })
             })
             .collect();
         let (lo, hi, sum) = parts
@@ -137,7 +138,11 @@ impl<T: Real> Case for HeatCase<'_, T> {
             .fold((f64::INFINITY, f64::NEG_INFINITY, 0.0), |a, b| {
                 (a.0.min(b.0), a.1.max(b.1), a.2 + b.2)
             });
-        let mut s = vec![("min", lo), ("max", hi), ("mean", sum / u.data.len() as f64)];
+        let mut s = vec![
+            ("min", lo),
+            ("max", hi),
+            ("mean", sum / u.data.len() as f64),
+        ];
         if let Some(e) = self.error(step, &u.data) {
             s.push(("max_error", e));
         }

@@ -151,11 +151,7 @@ pub fn choose_plan(
             units::bytes((boxes * min_values * bytes) as u128)
         );
         return Err(match p.ooc.device_memory {
-            Some(_) => Error::invalid(
-                p.ooc.device_memory_from,
-                units::bytes(budget as u128),
-                why,
-            ),
+            Some(_) => Error::invalid(p.ooc.device_memory_from, units::bytes(budget as u128), why),
             None => Error::TooLarge(format!(
                 "the device's free memory less a margin ({}) is {why}; free device memory or \
                  use --backend cpu",
@@ -203,9 +199,7 @@ pub fn build<T: Real>(
     let in_core_fits = p.field_bytes(T::PRECISION) <= budget as u128;
     let strategy = match (p.ooc.strategy, device) {
         // The CPU holds any grid the host does, unless a budget says otherwise.
-        (Strategy::Auto, Device::Cpu { .. }) if p.ooc.device_memory.is_none() => {
-            Strategy::InCore
-        }
+        (Strategy::Auto, Device::Cpu { .. }) if p.ooc.device_memory.is_none() => Strategy::InCore,
         (Strategy::Auto, _) if in_core_fits => Strategy::InCore,
         (Strategy::Auto, _) => Strategy::Pyramid,
         (s, _) => s,

@@ -165,20 +165,20 @@ impl<T: Real> JacobiEngine for CpuJacobi<T> {
 /// sqrt(Σ(u − u_exact)²)/(n·m) of a host copy of u, summed row by row in row order.
 pub fn solution_error<T: Real>(p: &JacobiProblem, u: &[T]) -> f64 {
     let sum: f64 = u
-            .par_chunks(p.n)
-            .enumerate()
-            .map(|(j, row)| {
-                row.iter()
-                    .enumerate()
-                    .map(|(i, v)| {
-                        let (x, y) = p.point(i, j);
-                        let e = v.as_f64() - p.exact.exact(x, y);
-                        e * e
-                    })
-                    .sum::<f64>()
-            })
-            .collect::<Vec<_>>()
-            .iter()
-            .sum();
+        .par_chunks(p.n)
+        .enumerate()
+        .map(|(j, row)| {
+            row.iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let (x, y) = p.point(i, j);
+                    let e = v.as_f64() - p.exact.exact(x, y);
+                    e * e
+                })
+                .sum::<f64>()
+        })
+        .collect::<Vec<_>>()
+        .iter()
+        .sum();
     p.solution_error_from_sum(sum)
 }

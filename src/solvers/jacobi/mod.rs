@@ -112,7 +112,7 @@ impl JacobiConfig {
             Precision::F32 => f32::MAX as f64,
             Precision::F64 => f64::MAX,
         };
-        if !(c.b.abs() < limit) {
+        if c.b.is_nan() || c.b.abs() >= limit {
             return Err(Error::invalid(
                 "jacobi.alpha",
                 crate::units::num(self.alpha),

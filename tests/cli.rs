@@ -191,3 +191,18 @@ fn heat_initial_field_from_a_npy_file() {
         );
     }
 }
+
+#[test]
+fn every_example_is_a_valid_problem() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "toml") {
+            keisan::problem::load(&path, &Default::default())
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 6, "{n} examples");
+}

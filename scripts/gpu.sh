@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# keisan on a GPU host that has no Rust. Build here, run there:
+#
+#   scripts/gpu.sh build        # here: release binary + test executables into gpu/ (git-ignored)
+#   gpu/gpu.sh test             # there, from the repository root: every test executable,
+#                               #   the CUDA tests included (KEISAN_BIN points the CLI tests at gpu/keisan)
+#   gpu/gpu.sh bench            # there: info --probe, bench jacobi (f64, f32), bench heat (f32, f64),
+#                               #   model heat, the seed run and the study-size heat examples
+#   gpu/gpu.sh tune             # there: heat kernel launch shapes and tiles (KEISAN_HEAT_* overrides)
+#   gpu/gpu.sh all              # there: test, then bench
+#
+# Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+K=gpu/keisan
+export KEISAN_BIN=$PWD/gpu/keisan
+
+build() {
+  set -e
+  cargo build --release
+  rm -rf gpu && mkdir -p gpu/tests
+  cp target/release/keisan gpu/
+  cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and m["profile"]["test"]:
+        name = m["target"]["name"] if m["target"]["kind"] != ["lib"] else "lib"
+        shutil.copy(exe, "gpu/tests/" + name)
+'
+  cp scripts/gpu.sh gpu/
+  ls -la gpu gpu/tests
+}
+
+device() { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; date -u; }
+
+tests() {
+  device; mkdir -p "$OUT"
+  local status=0
+  for t in gpu/tests/*; do
+    local log="$OUT/test-$(basename "$t").log"
+    timeout 400 "$t" --test-threads=1 > "$log" 2>&1 || status=1
+    echo "$(basename "$t"): $(grep -E '^test result' "$log" | tail -1) ($(grep -c '^skipped' "$log") skipped)"
+    grep -E "FAILED|panicked" "$log" | head -5
+  done
+  return $status
+}
+
+# One line per case of a `bench heat --json` report.
+heat_table() { python3 -c "
+import json,sys; r=json.load(open(sys.argv[1])); print('  copy %.1f GB/s'%(r['ceilings']['copy_bandwidth']/1e9))
+for c in r['cases']:
+  l=c['layout']; print('  %-40s %-16s %4d steps %8.4f s %7.1f Gcell/s %6.1f%%'%(c['name'], 'x'.join(map(str,c['shape'])), c['steps'], c['seconds'], c['gcells_per_s'], 100*c['fraction_of_floor']), (l.get('decomposition'), l.get('pyramid_height'), l.get('tasks'), l.get('predicted_s')) if 'out-of-core' in c['name'] else '')
+" "$1"; }
+
+bench() {
+  device; mkdir -p "$OUT"
+  $K info --probe | tee "$OUT/info.txt"
+  echo "== bench jacobi f64"; $K bench jacobi --json > "$OUT/bench-jacobi-f64.json"; $K bench jacobi
+  echo "== bench jacobi f32"; $K bench jacobi --precision f32
+  echo "== bench heat f32"; timeout 300 $K bench heat --json > "$OUT/bench-heat.json" && heat_table "$OUT/bench-heat.json"
+  echo "== bench heat f64"; timeout 200 $K bench heat --precision f64 --skip-out-of-core --json > "$OUT/bench-heat-f64.json" && heat_table "$OUT/bench-heat-f64.json"
+  echo "== model heat"; timeout 200 $K model heat examples/heat-ooc-1024.toml --heights ${HEIGHTS:-8,16,24,32} 2>/dev/null
+  echo "== seed run"
+  for i in 1 2 3; do $K run examples/jacobi-seed.toml --quiet --json --out "$OUT/seed-$i" > "$OUT/seed-run-$i.json"; done
+  python3 - "$OUT" <<'PY'
+import json, sys, glob
+for f in sorted(glob.glob(sys.argv[1] + "/seed-run-*.json")):
+    s = json.load(open(f)); t = s["timings"]
+    print(f.split("/")[-1], "study %.1f ms" % (t["study_s"]*1e3), "solve %.1f ms" % (t["solve_s"]*1e3),
+          "context %.1f ms" % (t["context_s"]*1e3), "resid %.6e err %.6e" % (s["final_residual"], s["solution_error"]))
+PY
+  rm -rf "$OUT"/seed-[0-9]
+  echo "== study-size heat examples"
+  for e in heat-2d-16384 heat-3d-640; do
+    $K run examples/$e.toml -q --json | python3 -c "import json,sys; s=json.load(sys.stdin); print('$e', {k: round(v,4) for k,v in s['timings'].items()}, s.get('solution_error'))"
+  done
+}
+
+tune() {
+  device
+  b() { # label, then bench arguments; one line per case
+    local label=$1; shift
+    timeout 120 $K bench heat --skip-out-of-core --repetitions 3 --json "$@" 2>/tmp/err > /tmp/b.json \
+      && heat_table /tmp/b.json | tail -n +2 | sed "s/^/$label /" || { echo "$label FAILED"; tail -3 /tmp/err; }
+  }
+  echo "== single-step launch shapes"
+  KEISAN_HEAT_VEC=0 b scalar --temporal-block 1
+  for blk in 32x4 64x4 128x2; do KEISAN_HEAT_VEC_BLOCK=$blk b vec-$blk --size-2d "" --temporal-block 1; done
+  for m in 16 64; do KEISAN_HEAT_MARCH=$m b march-$m --temporal-block 1; done
+  echo "== 3D temporal blocking: steps per pass and tiles (rows x warps x values per thread)"
+  for t in 2 3 4 5 6; do b tb-$t --size-2d "" --temporal-block $t; done
+  for cfg in "4x8x2 4" "2x24x2 4" "3x16x2 5"; do
+    set -- $cfg; KEISAN_HEAT_TB3=$1 b tile-$1-t$2 --size-2d "" --temporal-block $2
+  done
+}
+
+case "${1:-}" in
+  build) build ;;
+  test) tests ;;
+  bench) bench ;;
+  tune) tune ;;
+  all) tests; s=$?; bench; exit $s ;;
+  *) sed -n '2,13p' "$0"; exit 2 ;;
+esac

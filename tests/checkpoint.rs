@@ -34,7 +34,10 @@ fn cuda_present(test: &str) -> bool {
 }
 
 /// Run `problem` for `2n` steps straight, and for `n` steps with a checkpoint then
-/// restarted to `2n`; the final fields and histories must be the same bytes.
+/// restarted to `2n`; the final fields must be the same bytes, and so must the residual
+/// history — except on CUDA Jacobi, whose fused two-sweep kernel reduces a sweep's
+/// residual over other blocks than the single-sweep kernel, and which kernel takes a
+/// sweep depends on where the run stops (there the history agrees to 1e-12).
 fn restart_equals_straight(problem: &str, steps_key: &str, n: u64, extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -56,15 +59,35 @@ fn restart_equals_straight(problem: &str, steps_key: &str, n: u64, extra: &[&str
         &full,
         &["--restart", "first/checkpoint.keisan"],
     ));
-    for f in ["u.npy", "residuals.csv"] {
-        let (a, b) = (d.join("straight").join(f), d.join("second").join(f));
-        if a.exists() || b.exists() {
-            assert_eq!(
-                std::fs::read(&a).unwrap(),
-                std::fs::read(&b).unwrap(),
-                "{f} differs after a restart ({extra:?})"
-            );
+    let read = |run: &str, f: &str| std::fs::read(d.join(run).join(f)).ok();
+    assert_eq!(
+        read("straight", "u.npy").unwrap(),
+        read("second", "u.npy").unwrap(),
+        "u.npy differs after a restart ({extra:?})"
+    );
+    let cuda_jacobi = steps_key.starts_with("jacobi") && extra.contains(&"cuda");
+    match (
+        read("straight", "residuals.csv"),
+        read("second", "residuals.csv"),
+    ) {
+        (Some(a), Some(b)) if cuda_jacobi => {
+            let values = |v: &[u8]| -> Vec<f64> {
+                String::from_utf8_lossy(v)
+                    .lines()
+                    .skip(1)
+                    .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+                    .collect()
+            };
+            let (a, b) = (values(&a), values(&b));
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(&b) {
+                assert!(
+                    (x - y).abs() <= 1e-12 * x.abs(),
+                    "residual {x} vs {y} ({extra:?})"
+                );
+            }
         }
+        (a, b) => assert_eq!(a, b, "residuals.csv differs after a restart ({extra:?})"),
     }
     let s: serde_json::Value =
         serde_json::from_slice(&std::fs::read(d.join("second/summary.json")).unwrap()).unwrap();

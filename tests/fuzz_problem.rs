@@ -10,23 +10,76 @@ use keisan::problem::{Overrides, parse};
 use proptest::prelude::*;
 
 const KEYS: &[&str] = &[
-    "n", "m", "alpha", "relax", "tolerance", "max_iterations", "exact", "shape", "dt", "steps",
-    "diffusivity", "spacing", "strategy", "decomposition", "pyramid_height", "device_memory",
-    "pin_host_grid", "temporal_block", "bogus",
+    "n",
+    "m",
+    "alpha",
+    "relax",
+    "tolerance",
+    "max_iterations",
+    "exact",
+    "shape",
+    "dt",
+    "steps",
+    "diffusivity",
+    "spacing",
+    "strategy",
+    "decomposition",
+    "pyramid_height",
+    "device_memory",
+    "pin_host_grid",
+    "temporal_block",
+    "bogus",
 ];
 
 const VALUES: &[&str] = &[
-    "0", "1", "-1", "3", "7", "12", "64", "9223372036854775807", "-9223372036854775808",
-    "1e19", "0.5", "64.0", "1.5", "nan", "inf", "-inf", "1e308", "1e-320", "1e39", "\"\"",
-    "\"x\"", "\"8GiB\"", "\"lots\"", "\"1d\"", "\"2d\"", "\"pyramid\"", "\"auto\"",
-    "\"trivial\"", "\"polynomial\"", "true", "[]", "[5]", "[9, 9]", "[6, 7, 8]", "[3, 3, 3, 3]",
-    "[1048576, 4194304, 4194304]", "[\"a\"]", "[0.1, 0.2]", "{preset = \"sine\", modes = [100]}",
-    "{preset = \"hot_box\", value = nan}", "{preset = \"gaussian\", width = 1e-200}",
-    "{preset = \"file\", path = \"nope.npy\"}", "{preset = \"sine\", amplitude = 1e300}",
+    "0",
+    "1",
+    "-1",
+    "3",
+    "7",
+    "12",
+    "64",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "1e19",
+    "0.5",
+    "64.0",
+    "1.5",
+    "nan",
+    "inf",
+    "-inf",
+    "1e308",
+    "1e-320",
+    "1e39",
+    "\"\"",
+    "\"x\"",
+    "\"8GiB\"",
+    "\"lots\"",
+    "\"1d\"",
+    "\"2d\"",
+    "\"pyramid\"",
+    "\"auto\"",
+    "\"trivial\"",
+    "\"polynomial\"",
+    "true",
+    "[]",
+    "[5]",
+    "[9, 9]",
+    "[6, 7, 8]",
+    "[3, 3, 3, 3]",
+    "[1048576, 4194304, 4194304]",
+    "[\"a\"]",
+    "[0.1, 0.2]",
+    "{preset = \"sine\", modes = [100]}",
+    "{preset = \"hot_box\", value = nan}",
+    "{preset = \"gaussian\", width = 1e-200}",
+    "{preset = \"file\", path = \"nope.npy\"}",
+    "{preset = \"sine\", amplitude = 1e300}",
 ];
 
 fn line() -> impl Strategy<Value = String> {
-    (prop::sample::select(KEYS), prop::sample::select(VALUES)).prop_map(|(k, v)| format!("{k} = {v}"))
+    (prop::sample::select(KEYS), prop::sample::select(VALUES))
+        .prop_map(|(k, v)| format!("{k} = {v}"))
 }
 
 fn document() -> impl Strategy<Value = String> {
@@ -50,8 +103,19 @@ fn document() -> impl Strategy<Value = String> {
 
 fn overrides() -> impl Strategy<Value = Vec<String>> {
     let key = prop::sample::select(vec![
-        "jacobi.n", "jacobi.m", "jacobi.max_iterations", "heat.shape", "heat.steps", "heat.dt",
-        "heat.initial", "output.every", "precision", "solver", "title", "x.y", "jacobi..n",
+        "jacobi.n",
+        "jacobi.m",
+        "jacobi.max_iterations",
+        "heat.shape",
+        "heat.steps",
+        "heat.dt",
+        "heat.initial",
+        "output.every",
+        "precision",
+        "solver",
+        "title",
+        "x.y",
+        "jacobi..n",
     ]);
     let value = prop_oneof![
         prop::sample::select(VALUES).prop_map(String::from),
@@ -64,7 +128,10 @@ fn overrides() -> impl Strategy<Value = Vec<String>> {
 fn run_small(problem: &keisan::problem::Problem) {
     use keisan::solvers::heat::HeatProblem;
     use keisan::solvers::jacobi::JacobiProblem;
-    let small = match (problem.spec_as::<JacobiProblem>(), problem.spec_as::<HeatProblem>()) {
+    let small = match (
+        problem.spec_as::<JacobiProblem>(),
+        problem.spec_as::<HeatProblem>(),
+    ) {
         (Some(j), _) => j.cells() <= 4096 && j.max_iterations <= 200,
         (_, Some(h)) => h.cells() <= 4096 && h.steps <= 200,
         _ => false,
@@ -118,7 +185,10 @@ fn table_overrides() -> impl Strategy<Value = Vec<String>> {
     let key = prop::sample::select(KEYS);
     let table = prop::sample::select(vec!["jacobi", "heat", "heat.initial", "output"]);
     let value = prop::sample::select(VALUES);
-    prop::collection::vec((table, key, value).prop_map(|(t, k, v)| format!("{t}.{k}={v}")), 1..4)
+    prop::collection::vec(
+        (table, key, value).prop_map(|(t, k, v)| format!("{t}.{k}={v}")),
+        1..4,
+    )
 }
 
 proptest! {

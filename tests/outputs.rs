@@ -28,6 +28,14 @@ fn names(dir: &Path) -> Vec<String> {
     v
 }
 
+/// Every file of a folder with its bytes, by name.
+fn contents(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    names(dir)
+        .into_iter()
+        .map(|n| (n.clone(), std::fs::read(dir.join(&n)).unwrap()))
+        .collect()
+}
+
 const HEAT: &str = "solver = \"heat\"\n[heat]\nshape = [30, 40]\ndt = 1e-4\nsteps = 10\n\
                     [heat.initial]\npreset = \"sine\"\n[output]\ndir = \"res\"\n";
 
@@ -130,10 +138,7 @@ fn a_failed_write_leaves_the_previous_set_untouched() {
     let o = keisan(d, &["run", "p.toml", "-q", "--backend", "cpu"], &[]);
     assert!(o.status.success());
     let res = d.join("res");
-    let before: Vec<(String, Vec<u8>)> = names(&res)
-        .into_iter()
-        .map(|n| (n.clone(), std::fs::read(res.join(&n)).unwrap()))
-        .collect();
+    let before = contents(&res);
     for fail in ["u.npy", "summary.json"] {
         let o = keisan(
             d,
@@ -151,10 +156,7 @@ fn a_failed_write_leaves_the_previous_set_untouched() {
         assert_eq!(o.status.code(), Some(1));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("injected write failure"), "{err}");
-        let after: Vec<(String, Vec<u8>)> = names(&res)
-            .into_iter()
-            .map(|n| (n.clone(), std::fs::read(res.join(&n)).unwrap()))
-            .collect();
+        let after = contents(&res);
         assert!(
             after == before,
             "the previous set changed or gained files ({fail})"

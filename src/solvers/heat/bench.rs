@@ -153,9 +153,8 @@ pub fn model(
         "{:>4} {:>6} {:>6} {:>12} {:>12} {:>9}  bound\n",
         "dec", "n", "tasks", "predicted", "measured", "deviation"
     );
-    let show = |m: &ModelPoint| {
-        // Rows appear as they are measured (a sweep takes a while).
-        eprintln!(
+    let row = |m: &ModelPoint| {
+        format!(
             "{:>4} {:>6} {:>6} {:>12} {:>12} {:>8.1}%  {}",
             m.decomposition.label(),
             m.pyramid_height,
@@ -164,8 +163,10 @@ pub fn model(
             crate::units::seconds(m.measured_s),
             100.0 * m.deviation,
             m.bound
-        );
+        )
     };
+    // Rows also appear on stderr as they are measured (a sweep takes a while).
+    let show = |m: &ModelPoint| eprintln!("{}", row(m));
     let points = match precision {
         Precision::F32 => model_sweep::<f32>(device, p, &a.heights, &show)?,
         Precision::F64 => model_sweep::<f64>(device, p, &a.heights, &show)?,
@@ -179,16 +180,8 @@ pub fn model(
     }
     let mean = points.iter().map(|m| m.deviation.abs()).sum::<f64>() / points.len() as f64;
     for m in &points {
-        human += &format!(
-            "{:>4} {:>6} {:>6} {:>12} {:>12} {:>8.1}%  {}\n",
-            m.decomposition.label(),
-            m.pyramid_height,
-            m.tasks,
-            crate::units::seconds(m.predicted_s),
-            crate::units::seconds(m.measured_s),
-            100.0 * m.deviation,
-            m.bound
-        );
+        human += &row(m);
+        human.push('\n');
     }
     human += &format!(
         "mean |deviation| {:.1} % over {} runs\n",

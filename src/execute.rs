@@ -3,6 +3,7 @@
 //! on the output schedule, checkpoints on theirs, a checkpoint and a clean exit on
 //! SIGINT/SIGTERM — then writes the final outputs as one set and fills in the summary.
 
+use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::checkpoint::{self, Checkpoint, History};
@@ -95,7 +96,7 @@ struct Writer<'a> {
     history: History,
     /// Digits of the step in numbered file names.
     width: usize,
-    written: Vec<std::path::PathBuf>,
+    written: Vec<PathBuf>,
 }
 
 impl Writer<'_> {
@@ -142,7 +143,6 @@ impl Writer<'_> {
             &self.history.diagnostics_header,
             &self.history.diagnostics,
         )?;
-        stop_if_signalled(step, None)?;
         self.written.extend(set.commit()?);
         Ok(())
     }
@@ -153,7 +153,7 @@ impl Writer<'_> {
         step: u64,
         status: run::Status,
         residuals: &[f64],
-    ) -> Result<std::path::PathBuf> {
+    ) -> Result<PathBuf> {
         let dir = self
             .dir
             .as_ref()
@@ -166,14 +166,15 @@ impl Writer<'_> {
     }
 }
 
-/// An error for a pending SIGINT/SIGTERM at `step`, saying what was kept.
-fn stop_if_signalled(step: u64, checkpoint: Option<&std::path::Path>) -> Result<()> {
+/// An error for a pending SIGINT/SIGTERM at `step`, saying what was kept: the latest
+/// checkpoint (its path and step), if any.
+fn stop_if_signalled(step: u64, checkpoint: Option<&(PathBuf, u64)>) -> Result<()> {
     let Some(sig) = crate::signals::pending() else {
         return Ok(());
     };
     let kept = match checkpoint {
-        Some(p) => format!(
-            "checkpoint written to {0} (continue with keisan run --restart {0})",
+        Some((p, k)) => format!(
+            "checkpoint of step {k} written to {0} (continue with keisan run --restart {0})",
             p.display()
         ),
         None => "no checkpoint (none configured)".to_string(),
@@ -249,18 +250,17 @@ pub fn run_case<C: Case>(
             w.series(&mut case, step, &lp.residuals)?;
         }
         if next_checkpoint == Some(step) && step > 0 {
-            last_checkpoint = Some(w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?);
+            let path = w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?;
+            last_checkpoint = Some((path, step));
         }
         if crate::signals::pending().is_some() {
-            let path = match (&last_checkpoint, out.checkpoint_every) {
-                (Some(_), _) if next_checkpoint == Some(step) => last_checkpoint.clone(),
-                (_, Some(_)) => {
-                    Some(w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?)
-                }
-                _ => None,
-            };
+            let current = last_checkpoint.as_ref().is_some_and(|(_, k)| *k == step);
+            if out.checkpoint_every.is_some() && !current {
+                let path = w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?;
+                last_checkpoint = Some((path, step));
+            }
             bar.finish_and_clear();
-            stop_if_signalled(step, path.as_deref())?;
+            stop_if_signalled(step, last_checkpoint.as_ref())?;
         }
         lp.paused_s += lap.elapsed().as_secs_f64();
         if finished {
@@ -286,7 +286,7 @@ pub fn run_case<C: Case>(
         outputs: Vec::new(),
         layout: case.layout(),
         restarted_at_step: restarted_at,
-        checkpoint: last_checkpoint,
+        checkpoint: last_checkpoint.as_ref().map(|(p, _)| p.clone()),
     };
     // The host copy serves both the checks and the outputs; an out-of-core engine hands
     // over its grid instead of copying it.
@@ -328,7 +328,7 @@ pub fn run_case<C: Case>(
         summary.timings = t;
         let text = serde_json::to_string_pretty(&summary).expect("summary serialises");
         output::write_atomic(&json, |f| writeln!(f, "{text}"))?;
-        stop_if_signalled(outcome.steps, summary.checkpoint.as_deref())?;
+        stop_if_signalled(outcome.steps, last_checkpoint.as_ref())?;
         set.commit()?;
     } else {
         t.total_s = opts

@@ -324,10 +324,7 @@ fn stopped_by(signal: &str, code: i32) {
         err.contains(&format!("interrupted by SIG{signal} at step")),
         "{err}"
     );
-    assert!(
-        err.contains("checkpoint written to res/checkpoint.keisan"),
-        "{err}"
-    );
+    assert!(err.contains("written to res/checkpoint.keisan"), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     let names: Vec<String> = std::fs::read_dir(d.join("res"))
         .unwrap()

@@ -47,6 +47,8 @@ struct ArrayInfo {
     shape: Vec<usize>,
     spacing: Vec<f64>,
     origin: Vec<f64>,
+    #[serde(default)]
+    coords: Option<Vec<Vec<f64>>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -103,6 +105,7 @@ pub fn write<T: Real>(
             shape: f.shape.clone(),
             spacing: f.spacing.clone(),
             origin: f.origin.clone(),
+            coords: f.coords.clone(),
         })
         .collect();
     arrays.push(ArrayInfo {
@@ -111,6 +114,7 @@ pub fn write<T: Real>(
         shape: vec![history.residuals.len()],
         spacing: vec![1.0],
         origin: vec![1.0],
+        coords: None,
     });
     let header = Header {
         format: FORMAT,
@@ -274,6 +278,7 @@ impl Checkpoint {
                     shape: a.shape.clone(),
                     spacing: a.spacing.clone(),
                     origin: a.origin.clone(),
+                    coords: a.coords.clone(),
                     data: read_values::<T>(&mut r, len, &self.path)?,
                 });
             }

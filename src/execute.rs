@@ -87,6 +87,11 @@ pub trait Case {
     fn layout(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Files of the solver's own beside the final field (derived fields, tables), written
+    /// into the final set; `u` is the final field on the host.
+    fn extra_outputs(&mut self, _u: &Field<Self::Real>, _set: &mut OutputSet) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Outputs of a run in progress: the folder, what the series holds so far.
@@ -130,12 +135,9 @@ impl Writer<'_> {
         let mut set = OutputSet::begin(dir)?;
         set.field(&stem, &u)?;
         if u.shape.len() >= 2 {
-            self.history
-                .series
-                .retain(|(_, f)| f != &format!("{stem}.vti"));
-            self.history
-                .series
-                .push((self.time(step), format!("{stem}.vti")));
+            let vtk = format!("{stem}.{}", output::vtk_extension(&u));
+            self.history.series.retain(|(_, f)| f != &vtk);
+            self.history.series.push((self.time(step), vtk));
             output::pvd::write(&set.file(&format!("{}.pvd", u.name)), &self.history.series)?;
         }
         output::csv::write_table(
@@ -285,6 +287,7 @@ pub fn run_case<C: Case>(
         timings: Timings::default(),
         outputs: Vec::new(),
         layout: case.layout(),
+        results: None,
         restarted_at_step: restarted_at,
         checkpoint: last_checkpoint.as_ref().map(|(p, _)| p.clone()),
     };
@@ -308,6 +311,7 @@ pub fn run_case<C: Case>(
         let lap = Instant::now();
         let mut set = OutputSet::begin(dir)?;
         set.field(u.name, u)?;
+        case.extra_outputs(u, &mut set)?;
         if !outcome.residuals.is_empty() {
             output::csv::write_residuals(&set.file("residuals.csv"), &outcome.residuals)?;
         }

@@ -48,6 +48,9 @@ pub struct Field<T> {
     pub spacing: Vec<f64>,
     /// Coordinates of element 0 per axis, in the order of `shape`.
     pub origin: Vec<f64>,
+    /// Node coordinates per axis (order of `shape`) of a rectilinear, nonuniform grid;
+    /// None for a uniform one (`origin` + `spacing`). Writers then give .vtr, not .vti.
+    pub coords: Option<Vec<Vec<f64>>>,
     pub data: Vec<T>,
 }
 

@@ -45,6 +45,9 @@ pub struct Summary {
     /// How the grid met the device (heat: in-core or the pyramid plan).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<serde_json::Value>,
+    /// What the solver computed beyond the field (electrostatics: charges, capacitance).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub results: Option<serde_json::Value>,
     /// The step a restart continued from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarted_at_step: Option<u64>,

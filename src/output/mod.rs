@@ -9,6 +9,7 @@ pub mod npy;
 pub mod png;
 pub mod pvd;
 pub mod vti;
+pub mod vtr;
 
 use std::path::{Path, PathBuf};
 
@@ -78,6 +79,11 @@ impl OutputDir {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The VTK file a 2D/3D field is written as: ImageData (uniform) or RectilinearGrid.
+pub fn vtk_extension<T>(u: &Field<T>) -> &'static str {
+    if u.coords.is_some() { "vtr" } else { "vti" }
 }
 
 /// Files that appear together or not at all: written into a staging folder inside the
@@ -174,7 +180,13 @@ impl<'a> OutputSet<'a> {
     pub fn field<T: Real>(&mut self, stem: &str, u: &Field<T>) -> Result<()> {
         npy::write(&self.file(&format!("{stem}.npy")), &u.shape, &u.data)?;
         if u.shape.len() >= 2 {
-            vti::write(&self.file(&format!("{stem}.vti")), u)?;
+            let name = format!("{stem}.{}", vtk_extension(u));
+            match &u.coords {
+                Some(c) => {
+                    vtr::write(&self.file(&name), c, &[vtr::Array::scalar(u.name, &u.data)])?
+                }
+                None => vti::write(&self.file(&name), u)?,
+            }
         }
         if png::applies(u) {
             png::write(&self.file(&format!("{stem}.png")), u)?;

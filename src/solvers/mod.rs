@@ -2,6 +2,7 @@
 //! kernels, bench cases and model — and the registry through which the rest of keisan
 //! reaches them. Adding a solver: a folder, one line in [`REGISTRY`], examples and tests.
 
+pub mod electrostatics;
 pub mod heat;
 pub mod jacobi;
 
@@ -9,7 +10,11 @@ use crate::device::cuda::KernelSource;
 use crate::solver::Solver;
 
 /// Every solver keisan offers, in the order `keisan --help` lists them.
-pub static REGISTRY: &[&dyn Solver] = &[&jacobi::JACOBI, &heat::HEAT];
+pub static REGISTRY: &[&dyn Solver] = &[
+    &jacobi::JACOBI,
+    &heat::HEAT,
+    &electrostatics::ELECTROSTATICS,
+];
 
 /// The solver called `name` (`solver = "…"` in a problem file).
 pub fn find(name: &str) -> Option<&'static dyn Solver> {

@@ -329,6 +329,7 @@ pub(crate) fn field_of<T>(p: &HeatProblem, data: Vec<T>) -> crate::run::Field<T>
         shape: p.user_shape(),
         spacing: p.user_spacing(),
         origin: vec![0.0; p.dims],
+        coords: None,
         data,
     }
 }

@@ -144,6 +144,7 @@ pub(super) fn field_of<T>(p: &JacobiProblem, data: Vec<T>) -> Field<T> {
         shape: vec![p.m, p.n],
         spacing: vec![c.dy, c.dx],
         origin: vec![-1.0, -1.0],
+        coords: None,
         data,
     }
 }

@@ -1,0 +1,150 @@
+//! `keisan bench electrostatics`: red-black iterations on a cube with a dielectric sphere
+//! between two electrodes, against the copy bandwidth measured in the same run.
+
+use clap::FromArgMatches;
+use serde::Serialize;
+
+use super::{ElectrostaticsProblem, Geometry, Shape, cpu, geometry::Body};
+use crate::bench::{Timer, ceilings_for};
+use crate::device::Device;
+use crate::device::ceilings::Ceilings;
+use crate::error::{Error, Result};
+use crate::precision::{Precision, Real};
+use crate::run::Engine;
+use crate::solver::Report;
+
+#[derive(clap::Args, Debug)]
+pub struct ElectrostaticsBenchArgs {
+    /// Cells per axis of the cube.
+    #[arg(long, default_value_t = 128)]
+    cells: usize,
+    #[arg(long, default_value_t = 20)]
+    iterations: u64,
+    #[arg(long, default_value_t = 3)]
+    repetitions: usize,
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ElectrostaticsBench {
+    pub device: String,
+    pub precision: String,
+    pub nodes: usize,
+    pub iterations: u64,
+    pub seconds: f64,
+    pub gnodes_per_s: f64,
+    /// Bytes one red-black iteration must move per node in the study's layout: each colour
+    /// reads V and both id arrays whole, and every node is written once.
+    pub bytes_per_node: usize,
+    pub fraction_of_copy_bandwidth: f64,
+    pub ceilings: Ceilings,
+}
+
+/// The bench problem: a unit cube, a dielectric sphere (εr 4) between two plate
+/// electrodes (1 V and 0 V) on the x faces.
+pub fn problem(cells: usize, iterations: u64) -> ElectrostaticsProblem {
+    let axis: Vec<f64> = (0..=cells).map(|i| i as f64 / cells as f64).collect();
+    let plate = |x0: f64, x1: f64, e: u8| Shape {
+        body: Body::Box {
+            min: [x0, 0.0, 0.0],
+            max: [x1, 1.0, 1.0],
+        },
+        electrode: Some(e),
+        dielectric: None,
+    };
+    let nodes = [axis.clone(), axis.clone(), axis];
+    ElectrostaticsProblem {
+        omega: super::optimal_omega(&nodes, &[None; 6]),
+        nodes,
+        voltages: vec![1.0, 0.0],
+        permittivities: vec![4.0],
+        shapes: vec![
+            Shape {
+                body: Body::Sphere {
+                    center: [0.5, 0.5, 0.5],
+                    radius: 0.25,
+                },
+                electrode: None,
+                dielectric: Some(1),
+            },
+            plate(0.0, 0.05, 1),
+            plate(0.95, 1.0, 2),
+        ],
+        faces: [None; 6],
+        charge_density: 0.0,
+        omega_auto: true,
+        tolerance: 0.0,
+        max_iterations: iterations,
+        capacitance: false,
+    }
+}
+
+pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+    let a =
+        ElectrostaticsBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if !(2..=4096).contains(&a.cells) || a.iterations == 0 || a.repetitions == 0 {
+        return Err(Error::invalid(
+            "--cells/--iterations/--repetitions",
+            format!("{}/{}/{}", a.cells, a.iterations, a.repetitions),
+            "cells in [2, 4096], at least 1 iteration and 1 repetition",
+        ));
+    }
+    if matches!(device, Device::Cuda(_)) {
+        return Err(Error::Parse(
+            "electrostatics has no CUDA engine yet: use --backend cpu".into(),
+        ));
+    }
+    let p = problem(a.cells, a.iterations);
+    let b = match a.precision {
+        Precision::F32 => case::<f32>(device, &p, a.repetitions)?,
+        Precision::F64 => case::<f64>(device, &p, a.repetitions)?,
+    };
+    let human = format!(
+        "electrostatics bench on {}\n{}  {}³ nodes {}, {} red-black iterations, median of {}: {}\n  {:.3} Gnode/s, {} B/node/iteration, {:.1} % of copy bandwidth\n",
+        b.device,
+        b.ceilings.human(),
+        a.cells + 1,
+        b.precision,
+        b.iterations,
+        a.repetitions,
+        crate::units::seconds(b.seconds),
+        b.gnodes_per_s,
+        b.bytes_per_node,
+        100.0 * b.fraction_of_copy_bandwidth
+    );
+    Ok(Report {
+        human,
+        json: serde_json::to_value(&b).expect("serialises"),
+    })
+}
+
+fn case<T: Real>(
+    device: &Device,
+    p: &ElectrostaticsProblem,
+    reps: usize,
+) -> Result<ElectrostaticsBench> {
+    let ceilings = ceilings_for(device)?;
+    let mut e = cpu::CpuElectrostatics::<T>::new(p, Geometry::build(p), None)?;
+    e.advance(1)?;
+    let timer = Timer::new(device)?;
+    let mut times = (0..reps)
+        .map(|_| timer.time(|| e.advance(p.max_iterations)))
+        .collect::<Result<Vec<f64>>>()?;
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+    let nodes = p.points();
+    let bytes_per_node = 3 * std::mem::size_of::<T>() + 4;
+    let rate = nodes as f64 * p.max_iterations as f64 / seconds;
+    Ok(ElectrostaticsBench {
+        device: device.describe(),
+        precision: T::PRECISION.to_string(),
+        nodes,
+        iterations: p.max_iterations,
+        seconds,
+        gnodes_per_s: rate * 1e-9,
+        bytes_per_node,
+        fraction_of_copy_bandwidth: rate * bytes_per_node as f64 / ceilings.copy_bandwidth,
+        ceilings,
+    })
+}

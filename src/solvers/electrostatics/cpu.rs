@@ -1,0 +1,223 @@
+//! CPU reference engine: red-black SOR over z-planes with rayon. Within one colour every
+//! update reads only nodes of the other colour (and its own), so planes run in parallel
+//! and the result does not depend on the thread count; residual sums are added plane by
+//! plane in order.
+
+use rayon::prelude::*;
+
+use super::{EPSILON_0, ElectrostaticsProblem, Geometry};
+use crate::error::Result;
+use crate::memory::try_filled;
+use crate::precision::Real;
+use crate::run::{Diagnostics, Engine, Field, Restart, Status};
+
+/// RXp[i] = 1/(Δ⁺·(Δ⁺+Δ⁻)/2), RXm[i] = 1/(Δ⁻·(Δ⁺+Δ⁻)/2) at interior nodes (0 on faces).
+pub fn axis_coefficients(nodes: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let n = nodes.len();
+    let (mut rp, mut rm) = (vec![0.0; n], vec![0.0; n]);
+    for i in 1..n - 1 {
+        let (dp, dm) = (nodes[i + 1] - nodes[i], nodes[i] - nodes[i - 1]);
+        rp[i] = 1.0 / (dp * (dp + dm) / 2.0);
+        rm[i] = 1.0 / (dm * (dp + dm) / 2.0);
+    }
+    (rp, rm)
+}
+
+/// The potential with every electrode at its voltage and every free node at 0.
+pub fn initial_potential<T: Real>(g: &Geometry) -> Result<Vec<T>> {
+    let mut v = try_filled(g.id_volt.len(), T::zero(), "the potential")?;
+    v.par_iter_mut()
+        .zip(&g.id_volt)
+        .for_each(|(v, &id)| *v = T::lit(g.volts[id as usize]));
+    Ok(v)
+}
+
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+// SAFETY: red-black colouring keeps the writes of one sweep (nodes of its colour) apart
+// from its reads of other nodes (see `sweep`).
+unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    // A method, so closures capture the Send + Sync wrapper, not its raw field.
+    fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+
+pub struct CpuElectrostatics<T> {
+    p: ElectrostaticsProblem,
+    g: Geometry,
+    v: Vec<T>,
+    rp: [Vec<T>; 3],
+    rm: [Vec<T>; 3],
+    epsr: Vec<T>,
+    /// 2ρ/ε0: the charge term of the node equation.
+    q: T,
+    steps: u64,
+    status: Status,
+    pending: Vec<f64>,
+}
+
+impl<T: Real> CpuElectrostatics<T> {
+    pub fn new(
+        p: &ElectrostaticsProblem,
+        g: Geometry,
+        restart: Option<Restart<T>>,
+    ) -> Result<Self> {
+        crate::memory::ensure_host_fits(
+            (p.points() * (std::mem::size_of::<T>() + 2)) as u128,
+            "the potential and the id arrays",
+        )?;
+        let coefficients = |a: usize| {
+            let (rp, rm) = axis_coefficients(&p.nodes[a]);
+            (
+                rp.iter().map(|&x| T::lit(x)).collect::<Vec<T>>(),
+                rm.iter().map(|&x| T::lit(x)).collect::<Vec<T>>(),
+            )
+        };
+        let [(xp, xm), (yp, ym), (zp, zm)] = [coefficients(0), coefficients(1), coefficients(2)];
+        let (mut v, mut steps, mut status) = (initial_potential(&g)?, 0, Status::Running);
+        if let Some(mut r) = restart {
+            v = r.take("V")?;
+            steps = r.step;
+            status = r.status;
+        }
+        Ok(Self {
+            epsr: g.epsr.iter().map(|&e| T::lit(e)).collect(),
+            q: T::lit(2.0 * p.charge_density / EPSILON_0),
+            p: p.clone(),
+            g,
+            v,
+            rp: [xp, yp, zp],
+            rm: [xm, ym, zm],
+            steps,
+            status,
+            pending: Vec::new(),
+        })
+    }
+
+    /// One colour's sweep (`oe` = (i + j + k) mod 2); returns (Σ res², Σ V² of the
+    /// updated interior nodes).
+    fn sweep(&mut self, oe: usize) -> (f64, f64) {
+        let [nx, ny, nz] = self.g.counts;
+        let (ni, nj, nk) = (1usize, nx, nx * ny);
+        let v = Shared(self.v.as_mut_ptr());
+        let (idv, ide, epsr) = (&self.g.id_volt, &self.g.id_epsr, &self.epsr);
+        let (rp, rm, q) = (&self.rp, &self.rm, self.q);
+        let omega = T::lit(self.p.omega);
+        let sums: Vec<(f64, f64)> = (0..nz)
+            .into_par_iter()
+            .map(|k| {
+                // SAFETY (every access below): this closure writes only nodes of colour
+                // `oe` in plane k and reads nodes of the other colour (any plane) or the
+                // node it writes; no other thread writes those during this sweep.
+                let at = |n: usize| unsafe { *v.ptr().add(n) };
+                let set = |n: usize, x: T| unsafe { *v.ptr().add(n) = x };
+                let (mut res2, mut v2) = (0.0f64, 0.0f64);
+                for j in 0..ny {
+                    let i0 = (oe + j + k) % 2;
+                    for i in (i0..nx).step_by(2) {
+                        let n = k * nk + j * nj + i;
+                        if idv[n] != 0 {
+                            continue;
+                        }
+                        // Zero normal field on the box faces: copy the inner neighbour
+                        // (the study's order: x faces, then y, then z).
+                        if i == 0 {
+                            set(n, at(n + ni));
+                        } else if i == nx - 1 {
+                            set(n, at(n - ni));
+                        } else if j == 0 {
+                            set(n, at(n + nj));
+                        } else if j == ny - 1 {
+                            set(n, at(n - nj));
+                        } else if k == 0 {
+                            set(n, at(n + nk));
+                        } else if k == nz - 1 {
+                            set(n, at(n - nk));
+                        } else {
+                            let e = epsr[ide[n] as usize];
+                            let axp = (e + epsr[ide[n + ni] as usize]) * rp[0][i];
+                            let axm = (e + epsr[ide[n - ni] as usize]) * rm[0][i];
+                            let ayp = (e + epsr[ide[n + nj] as usize]) * rp[1][j];
+                            let aym = (e + epsr[ide[n - nj] as usize]) * rm[1][j];
+                            let azp = (e + epsr[ide[n + nk] as usize]) * rp[2][k];
+                            let azm = (e + epsr[ide[n - nk] as usize]) * rm[2][k];
+                            let sum = axp * at(n + ni)
+                                + axm * at(n - ni)
+                                + ayp * at(n + nj)
+                                + aym * at(n - nj)
+                                + azp * at(n + nk)
+                                + azm * at(n - nk);
+                            let den = axp + axm + ayp + aym + azp + azm;
+                            let old = at(n);
+                            let res = omega * ((sum + q) / den - old);
+                            let new = old + res;
+                            set(n, new);
+                            res2 += res.as_f64() * res.as_f64();
+                            v2 += new.as_f64() * new.as_f64();
+                        }
+                    }
+                }
+                (res2, v2)
+            })
+            .collect();
+        sums.iter()
+            .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d))
+    }
+
+    pub fn geometry(&self) -> &Geometry {
+        &self.g
+    }
+}
+
+impl<T: Real> Engine for CpuElectrostatics<T> {
+    type Real = T;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        for _ in 0..steps {
+            if self.status != Status::Running {
+                break;
+            }
+            let (r0, v0) = self.sweep(0);
+            let (r1, v1) = self.sweep(1);
+            let (res, norm) = ((r0 + r1).sqrt(), (v0 + v1).sqrt());
+            let rel = if norm > 0.0 { res / norm } else { res };
+            self.steps += 1;
+            self.pending.push(rel);
+            if !rel.is_finite() {
+                self.status = Status::NonFinite;
+            } else if rel <= self.p.tolerance {
+                self.status = Status::Converged;
+            }
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<Diagnostics> {
+        Ok(Diagnostics {
+            steps: self.steps,
+            new_residuals: std::mem::take(&mut self.pending),
+            status: self.status,
+        })
+    }
+
+    fn snapshot(&mut self) -> Result<Field<T>> {
+        Ok(field_of(&self.p, "V", self.v.clone()))
+    }
+}
+
+/// A field on the problem's mesh.
+pub fn field_of<T>(p: &ElectrostaticsProblem, name: &'static str, data: Vec<T>) -> Field<T> {
+    let coords = p.coords();
+    Field {
+        name,
+        shape: p.shape(),
+        spacing: coords.iter().map(|c| c[1] - c[0]).collect(),
+        origin: coords.iter().map(|c| c[0]).collect(),
+        coords: Some(coords),
+        data,
+    }
+}

@@ -1,0 +1,390 @@
+//! Shapes → the study's per-node indirection: `id_volt` (0 free, k an electrode of known
+//! voltage) and `id_epsr` (0 vacuum, k a dielectric). Shapes apply in order, later ones
+//! over earlier ones: an electrode shape marks its nodes as that electrode (keeping their
+//! εr for the face averages: put dielectrics first), a dielectric shape makes its nodes
+//! free with that εr. Box faces with a fixed voltage become electrodes of their own,
+//! applied last.
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::{ElectrostaticsProblem, FACE_NAMES};
+use crate::error::{Error, Result};
+
+/// A shape as written in `[[electrostatics.shapes]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeConfig {
+    /// "box", "sphere" or "cylinder".
+    pub kind: String,
+    #[serde(default)]
+    pub min: Option<[f64; 3]>,
+    #[serde(default)]
+    pub max: Option<[f64; 3]>,
+    /// Sphere: [x, y, z]; cylinder: the two coordinates across its axis.
+    #[serde(default)]
+    pub center: Option<Vec<f64>>,
+    #[serde(default)]
+    pub radius: Option<f64>,
+    /// Cylinder: "x", "y" or "z".
+    #[serde(default)]
+    pub axis: Option<String>,
+    /// Cylinder: its extent along the axis.
+    #[serde(default)]
+    pub range: Option<[f64; 2]>,
+    #[serde(default)]
+    pub electrode: Option<i64>,
+    #[serde(default)]
+    pub dielectric: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Body {
+    Box {
+        min: [f64; 3],
+        max: [f64; 3],
+    },
+    Sphere {
+        center: [f64; 3],
+        radius: f64,
+    },
+    Cylinder {
+        axis: usize,
+        center: [f64; 2],
+        radius: f64,
+        range: [f64; 2],
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Shape {
+    pub body: Body,
+    pub electrode: Option<u8>,
+    pub dielectric: Option<u8>,
+}
+
+impl ShapeConfig {
+    pub fn validate(
+        &self,
+        index: usize,
+        nodes: &[Vec<f64>; 3],
+        electrodes: usize,
+        dielectrics: usize,
+    ) -> Result<Shape> {
+        let at = |key: &str| format!("electrostatics.shapes[{index}].{key}");
+        let need = |key: &str| {
+            Error::invalid(
+                &at(key),
+                "missing",
+                format!("a {} needs `{key}`", self.kind),
+            )
+        };
+        let finite = |key: &str, v: &[f64]| {
+            if v.iter().all(|x| x.is_finite()) {
+                Ok(())
+            } else {
+                Err(Error::invalid(&at(key), format!("{v:?}"), "must be finite"))
+            }
+        };
+        let body = match self.kind.as_str() {
+            "box" => {
+                let (min, max) = (
+                    self.min.ok_or_else(|| need("min"))?,
+                    self.max.ok_or_else(|| need("max"))?,
+                );
+                finite("min", &min)?;
+                finite("max", &max)?;
+                if (0..3).any(|a| min[a] > max[a]) {
+                    return Err(Error::invalid(
+                        &at("max"),
+                        format!("{max:?}"),
+                        format!("each max must be ≥ the min {min:?}"),
+                    ));
+                }
+                Body::Box { min, max }
+            }
+            "sphere" => {
+                let c = self.center.clone().ok_or_else(|| need("center"))?;
+                let r = self.radius.ok_or_else(|| need("radius"))?;
+                finite("center", &c)?;
+                if c.len() != 3 {
+                    return Err(Error::invalid(
+                        &at("center"),
+                        format!("{c:?}"),
+                        "give [x, y, z]",
+                    ));
+                }
+                if !(r.is_finite() && r > 0.0) {
+                    return Err(Error::invalid(
+                        &at("radius"),
+                        crate::units::num(r),
+                        "must be finite and > 0",
+                    ));
+                }
+                Body::Sphere {
+                    center: [c[0], c[1], c[2]],
+                    radius: r,
+                }
+            }
+            "cylinder" => {
+                let axis = match self.axis.as_deref() {
+                    Some("x") => 0,
+                    Some("y") => 1,
+                    Some("z") => 2,
+                    Some(a) => {
+                        return Err(Error::invalid(&at("axis"), a, "\"x\", \"y\" or \"z\""));
+                    }
+                    None => return Err(need("axis")),
+                };
+                let c = self.center.clone().ok_or_else(|| need("center"))?;
+                let r = self.radius.ok_or_else(|| need("radius"))?;
+                let range = self.range.ok_or_else(|| need("range"))?;
+                finite("center", &c)?;
+                finite("range", &range)?;
+                if c.len() != 2 {
+                    return Err(Error::invalid(
+                        &at("center"),
+                        format!("{c:?}"),
+                        "give the two coordinates across the axis (for axis z: [x, y])",
+                    ));
+                }
+                if !(r.is_finite() && r > 0.0) {
+                    return Err(Error::invalid(
+                        &at("radius"),
+                        crate::units::num(r),
+                        "must be finite and > 0",
+                    ));
+                }
+                if range[0] > range[1] {
+                    return Err(Error::invalid(
+                        &at("range"),
+                        format!("{range:?}"),
+                        "give [lo, hi], lo ≤ hi",
+                    ));
+                }
+                Body::Cylinder {
+                    axis,
+                    center: [c[0], c[1]],
+                    radius: r,
+                    range,
+                }
+            }
+            k => {
+                return Err(Error::invalid(
+                    &at("kind"),
+                    k,
+                    "\"box\", \"sphere\" or \"cylinder\"",
+                ));
+            }
+        };
+        let (lo, hi) = body.bounds();
+        let tol = |a: usize| 1e-9 * (nodes[a][nodes[a].len() - 1] - nodes[a][0]);
+        if let Some(a) = (0..3).find(|&a| {
+            lo[a] < nodes[a][0] - tol(a) || hi[a] > nodes[a][nodes[a].len() - 1] + tol(a)
+        }) {
+            return Err(Error::invalid(
+                &at("kind"),
+                &self.kind,
+                format!(
+                    "the {} reaches {:?}..{:?} along {}, outside the box [{}, {}]",
+                    self.kind,
+                    lo[a],
+                    hi[a],
+                    ["x", "y", "z"][a],
+                    nodes[a][0],
+                    nodes[a][nodes[a].len() - 1]
+                ),
+            ));
+        }
+        let (electrode, dielectric) = match (self.electrode, self.dielectric) {
+            (Some(e), None) if (1..=electrodes as i64).contains(&e) => (Some(e as u8), None),
+            (Some(e), None) => {
+                return Err(Error::invalid(
+                    &at("electrode"),
+                    e,
+                    format!(
+                        "electrode ids run from 1 to the number of voltages given ({electrodes}); \
+                         add its voltage to electrostatics.voltages"
+                    ),
+                ));
+            }
+            (None, Some(d)) if (0..=dielectrics as i64).contains(&d) => (None, Some(d as u8)),
+            (None, Some(d)) => {
+                return Err(Error::invalid(
+                    &at("dielectric"),
+                    d,
+                    format!(
+                        "dielectric ids run from 0 (vacuum) to the number of permittivities \
+                         given ({dielectrics})"
+                    ),
+                ));
+            }
+            _ => {
+                return Err(Error::invalid(
+                    &at("electrode"),
+                    "as given",
+                    "mark the shape with exactly one of electrode = k or dielectric = k",
+                ));
+            }
+        };
+        Ok(Shape {
+            body,
+            electrode,
+            dielectric,
+        })
+    }
+}
+
+impl Body {
+    /// Bounding box (lo, hi) in x, y, z.
+    fn bounds(&self) -> ([f64; 3], [f64; 3]) {
+        match *self {
+            Body::Box { min, max } => (min, max),
+            Body::Sphere {
+                center: c,
+                radius: r,
+            } => (
+                [c[0] - r, c[1] - r, c[2] - r],
+                [c[0] + r, c[1] + r, c[2] + r],
+            ),
+            Body::Cylinder {
+                axis,
+                center,
+                radius,
+                range,
+            } => {
+                let (mut lo, mut hi) = ([0.0; 3], [0.0; 3]);
+                let across: Vec<usize> = (0..3).filter(|&a| a != axis).collect();
+                lo[axis] = range[0];
+                hi[axis] = range[1];
+                for (k, &a) in across.iter().enumerate() {
+                    lo[a] = center[k] - radius;
+                    hi[a] = center[k] + radius;
+                }
+                (lo, hi)
+            }
+        }
+    }
+
+    /// Whether point p lies inside (boundary included, to a relative 1e-12).
+    fn contains(&self, p: [f64; 3]) -> bool {
+        const REL: f64 = 1e-12;
+        match *self {
+            Body::Box { min, max } => (0..3).all(|a| {
+                let t = REL * (max[a] - min[a]).abs().max(p[a].abs());
+                p[a] >= min[a] - t && p[a] <= max[a] + t
+            }),
+            Body::Sphere {
+                center: c,
+                radius: r,
+            } => {
+                let d2: f64 = (0..3).map(|a| (p[a] - c[a]).powi(2)).sum();
+                d2 <= r * r * (1.0 + REL)
+            }
+            Body::Cylinder {
+                axis,
+                center,
+                radius,
+                range,
+            } => {
+                let across: Vec<usize> = (0..3).filter(|&a| a != axis).collect();
+                let d2 = (p[across[0]] - center[0]).powi(2) + (p[across[1]] - center[1]).powi(2);
+                let t = REL * (range[1] - range[0]).abs().max(p[axis].abs());
+                d2 <= radius * radius * (1.0 + REL)
+                    && p[axis] >= range[0] - t
+                    && p[axis] <= range[1] + t
+            }
+        }
+    }
+}
+
+/// The per-node tables the engines read.
+#[derive(Debug, Clone)]
+pub struct Geometry {
+    pub counts: [usize; 3],
+    /// 0: free; k: electrode k, at `volts[k]`.
+    pub id_volt: Vec<u8>,
+    /// 0: vacuum (εr 1); k: `epsr[k]`.
+    pub id_epsr: Vec<u8>,
+    /// Index 0 unused; the problem's electrodes, then the fixed faces.
+    pub volts: Vec<f64>,
+    pub epsr: Vec<f64>,
+    /// What each electrode id is, for reports: "electrode 1", "face z_min".
+    pub labels: Vec<String>,
+}
+
+impl Geometry {
+    pub fn build(p: &ElectrostaticsProblem) -> Self {
+        let counts = p.counts();
+        let [nx, ny, _] = counts;
+        let points = p.points();
+        let mut volts = vec![0.0];
+        volts.extend(&p.voltages);
+        let mut labels = vec![String::new()];
+        labels.extend((1..=p.voltages.len()).map(|k| format!("electrode {k}")));
+        let mut face_ids = [0u8; 6];
+        for (f, v) in p.faces.iter().enumerate() {
+            if let Some(v) = v {
+                volts.push(*v);
+                labels.push(format!("face {}", FACE_NAMES[f]));
+                face_ids[f] = (volts.len() - 1) as u8;
+            }
+        }
+        let mut epsr = vec![1.0];
+        epsr.extend(&p.permittivities);
+        let mut id_volt = vec![0u8; points];
+        let mut id_epsr = vec![0u8; points];
+        id_volt
+            .par_chunks_mut(nx * ny)
+            .zip(id_epsr.par_chunks_mut(nx * ny))
+            .enumerate()
+            .for_each(|(k, (volt, eps))| {
+                for j in 0..ny {
+                    for i in 0..nx {
+                        let at = [p.nodes[0][i], p.nodes[1][j], p.nodes[2][k]];
+                        let ijk = [i, j, k];
+                        let n = j * nx + i;
+                        for s in &p.shapes {
+                            if s.body.contains(at) {
+                                match (s.electrode, s.dielectric) {
+                                    (Some(e), _) => volt[n] = e,
+                                    (_, Some(d)) => {
+                                        volt[n] = 0;
+                                        eps[n] = d;
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        for (f, &id) in face_ids.iter().enumerate() {
+                            let (a, high) = (f / 2, f % 2 == 1);
+                            let edge = if high { counts[a] - 1 } else { 0 };
+                            if id != 0 && ijk[a] == edge {
+                                volt[n] = id;
+                            }
+                        }
+                    }
+                }
+            });
+        Self {
+            counts,
+            id_volt,
+            id_epsr,
+            volts,
+            epsr,
+            labels,
+        }
+    }
+
+    /// Electrode ids that mark at least one node.
+    pub fn electrodes(&self) -> Vec<u8> {
+        let mut seen = vec![false; self.volts.len()];
+        for &v in &self.id_volt {
+            seen[v as usize] = true;
+        }
+        (1..self.volts.len() as u8)
+            .filter(|&k| seen[k as usize])
+            .collect()
+    }
+}

@@ -1,0 +1,390 @@
+//! Electrostatics in 3D by red-black SOR (seed 003): ∇·(ε0 εr ∇V) = −ρ on a box, on a
+//! rectilinear (possibly nonuniform) mesh of nodes. Electrodes are nodes of known
+//! voltage; dielectrics set εr per node; the face between two nodes takes the mean of
+//! their εr (the study's `e + ε(neighbour)`), so an interface between two materials is
+//! one cell of the mean value. Box faces hold zero normal field (a free face node copies
+//! its inner neighbour, as in the study) unless a face is given a fixed voltage.
+//!
+//! Fields are stored x fastest: `V[(k·(Ny+1) + j)·(Nx+1) + i]`, a NumPy array of shape
+//! (Nz+1, Ny+1, Nx+1).
+
+pub mod bench;
+pub mod cpu;
+mod gauss;
+mod geometry;
+mod solver;
+
+use serde::{Deserialize, Serialize};
+
+pub use geometry::{Geometry, Shape};
+pub use solver::ELECTROSTATICS;
+
+use crate::error::{Error, Result};
+use crate::precision::Precision;
+
+/// ε0 in F/m.
+pub const EPSILON_0: f64 = 8.854_187_812_8e-12;
+
+/// One axis of the mesh as written: uniform (`range` + `cells`) or nonuniform
+/// (`breakpoints` + `divisions`, each segment divided evenly).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AxisConfig {
+    #[serde(default)]
+    pub range: Option<[f64; 2]>,
+    #[serde(default)]
+    pub cells: Option<i64>,
+    #[serde(default)]
+    pub breakpoints: Option<Vec<f64>>,
+    #[serde(default)]
+    pub divisions: Option<Vec<i64>>,
+}
+
+/// The most cells along one axis (kernels index a plane with 32-bit ints).
+pub const MAX_CELLS: i64 = 1 << 20;
+
+impl AxisConfig {
+    /// The node coordinates, ascending.
+    pub fn nodes(&self, field: &str) -> Result<Vec<f64>> {
+        let (breaks, divisions): (Vec<f64>, Vec<i64>) = match self {
+            AxisConfig {
+                range: Some(r),
+                cells: Some(c),
+                breakpoints: None,
+                divisions: None,
+            } => (r.to_vec(), vec![*c]),
+            AxisConfig {
+                range: None,
+                cells: None,
+                breakpoints: Some(b),
+                divisions: Some(d),
+            } => (b.clone(), d.clone()),
+            _ => {
+                return Err(Error::invalid(
+                    field,
+                    "as given",
+                    "give range = [lo, hi] with cells = N, or breakpoints = [...] with \
+                     divisions = [...] (one per segment)",
+                ));
+            }
+        };
+        if breaks.len() < 2 || divisions.len() != breaks.len() - 1 {
+            return Err(Error::invalid(
+                &format!("{field}.divisions"),
+                format!("{divisions:?}"),
+                format!(
+                    "give one division count per segment ({})",
+                    breaks.len().saturating_sub(1)
+                ),
+            ));
+        }
+        if breaks
+            .windows(2)
+            .any(|w| !(w[0].is_finite() && w[1].is_finite() && w[0] < w[1]))
+        {
+            return Err(Error::invalid(
+                &format!("{field}.breakpoints"),
+                format!("{breaks:?}"),
+                "must be finite and strictly increasing",
+            ));
+        }
+        if let Some(d) = divisions.iter().find(|&&d| !(1..=MAX_CELLS).contains(&d)) {
+            return Err(Error::invalid(
+                &format!("{field}.divisions"),
+                d,
+                format!("cells per segment must be in [1, {MAX_CELLS}]"),
+            ));
+        }
+        let total: i64 = divisions.iter().sum();
+        if !(2..=MAX_CELLS).contains(&total) {
+            return Err(Error::invalid(
+                field,
+                format!("{total} cells"),
+                format!("an axis needs at least 3 nodes (2 cells) and at most {MAX_CELLS} cells"),
+            ));
+        }
+        let mut nodes = vec![breaks[0]];
+        for (s, &d) in divisions.iter().enumerate() {
+            let (a, b) = (breaks[s], breaks[s + 1]);
+            for c in 1..=d {
+                nodes.push(if c == d {
+                    b
+                } else {
+                    a + (b - a) * c as f64 / d as f64
+                });
+            }
+        }
+        Ok(nodes)
+    }
+}
+
+/// What holds on a box face: zero normal field (default) or a fixed voltage.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Face {
+    Voltage(f64),
+    Named(FaceKind),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FaceKind {
+    ZeroField,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FacesConfig {
+    pub x_min: Option<Face>,
+    pub x_max: Option<Face>,
+    pub y_min: Option<Face>,
+    pub y_max: Option<Face>,
+    pub z_min: Option<Face>,
+    pub z_max: Option<Face>,
+}
+
+/// The relaxation factor: given, or estimated from the mesh.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Omega {
+    Given(f64),
+    Auto(AutoWord),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AutoWord {
+    Auto,
+}
+
+/// The `[electrostatics]` table as written.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ElectrostaticsConfig {
+    pub x: AxisConfig,
+    pub y: AxisConfig,
+    pub z: AxisConfig,
+    /// Volts of electrodes 1, 2, … (`electrode = k` in a shape).
+    #[serde(default)]
+    pub voltages: Vec<f64>,
+    /// εr of dielectrics 1, 2, … (`dielectric = k`; 0 is vacuum).
+    #[serde(default)]
+    pub permittivities: Vec<f64>,
+    #[serde(default)]
+    pub shapes: Vec<geometry::ShapeConfig>,
+    #[serde(default)]
+    pub faces: FacesConfig,
+    /// Uniform volume charge density in C/m³ over the free nodes (0: none).
+    #[serde(default)]
+    pub charge_density: f64,
+    #[serde(default = "auto_omega")]
+    pub omega: Omega,
+    /// Stop when ‖ΔV‖₂/‖V‖₂ of an iteration is at most this.
+    #[serde(default = "default_tolerance")]
+    pub tolerance: f64,
+    pub max_iterations: i64,
+    /// Also solve once per electrode at 1 V (others 0 V): the capacitance matrix.
+    #[serde(default)]
+    pub capacitance: bool,
+}
+
+fn auto_omega() -> Omega {
+    Omega::Auto(AutoWord::Auto)
+}
+fn default_tolerance() -> f64 {
+    1e-8
+}
+
+/// A validated electrostatics problem.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ElectrostaticsProblem {
+    /// Node coordinates per axis, x, y, z.
+    pub nodes: [Vec<f64>; 3],
+    pub voltages: Vec<f64>,
+    pub permittivities: Vec<f64>,
+    pub shapes: Vec<Shape>,
+    /// x_min, x_max, y_min, y_max, z_min, z_max.
+    pub faces: [Option<f64>; 6],
+    pub charge_density: f64,
+    pub omega: f64,
+    /// Whether ω was estimated from the mesh.
+    pub omega_auto: bool,
+    pub tolerance: f64,
+    pub max_iterations: u64,
+    pub capacitance: bool,
+}
+
+pub const FACE_NAMES: [&str; 6] = ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"];
+
+impl ElectrostaticsConfig {
+    pub fn validate(self, precision: Precision) -> Result<ElectrostaticsProblem> {
+        let nodes = [
+            self.x.nodes("electrostatics.x")?,
+            self.y.nodes("electrostatics.y")?,
+            self.z.nodes("electrostatics.z")?,
+        ];
+        let dims: Vec<usize> = nodes.iter().rev().map(|n| n.len()).collect();
+        // V, and the two id arrays of a byte each.
+        crate::units::checked_cells("electrostatics mesh", &dims, precision.bytes() + 2)?;
+        let limit = match precision {
+            Precision::F32 => f32::MAX as f64 / 16.0,
+            Precision::F64 => f64::MAX / 16.0,
+        };
+        for (k, v) in self.voltages.iter().enumerate() {
+            if !(v.is_finite() && v.abs() <= limit) {
+                return Err(Error::invalid(
+                    &format!("electrostatics.voltages[{k}]"),
+                    crate::units::num(*v),
+                    format!("must be finite and representable in {precision}"),
+                ));
+            }
+        }
+        for (k, e) in self.permittivities.iter().enumerate() {
+            if !(e.is_finite() && *e > 0.0 && *e <= 1e6) {
+                return Err(Error::invalid(
+                    &format!("electrostatics.permittivities[{k}]"),
+                    crate::units::num(*e),
+                    "εr must be finite and in (0, 1e6]",
+                ));
+            }
+        }
+        if self.voltages.len() > 200 || self.permittivities.len() > 255 {
+            return Err(Error::invalid(
+                "electrostatics.voltages",
+                self.voltages.len(),
+                "at most 200 electrodes and 255 dielectrics (ids are bytes)",
+            ));
+        }
+        let f = &self.faces;
+        let faces = [f.x_min, f.x_max, f.y_min, f.y_max, f.z_min, f.z_max].map(|f| match f {
+            Some(Face::Voltage(v)) => Some(v),
+            _ => None,
+        });
+        for (name, v) in FACE_NAMES.iter().zip(faces) {
+            if let Some(v) = v.filter(|v| !(v.is_finite() && v.abs() <= limit)) {
+                return Err(Error::invalid(
+                    &format!("electrostatics.faces.{name}"),
+                    crate::units::num(v),
+                    "a fixed face voltage must be finite",
+                ));
+            }
+        }
+        let shapes = self
+            .shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| s.validate(i, &nodes, self.voltages.len(), self.permittivities.len()))
+            .collect::<Result<Vec<_>>>()?;
+        if !(self.charge_density.is_finite() && self.charge_density.abs() <= 1e30) {
+            return Err(Error::invalid(
+                "electrostatics.charge_density",
+                crate::units::num(self.charge_density),
+                "must be finite (C/m³)",
+            ));
+        }
+        let has_electrode =
+            shapes.iter().any(|s| s.electrode.is_some()) || faces.iter().any(|f| f.is_some());
+        if !has_electrode && self.charge_density == 0.0 {
+            return Err(Error::invalid(
+                "electrostatics.shapes",
+                "no electrode and no charge",
+                "nothing to solve: mark a shape `electrode = k`, fix a face's voltage, or give \
+                 a charge_density",
+            ));
+        }
+        if !has_electrode {
+            return Err(Error::invalid(
+                "electrostatics.faces",
+                "no fixed voltage anywhere",
+                "with zero normal field on every face and no electrode the potential is not \
+                 determined: fix at least one face (e.g. faces.z_min = 0.0) or add an electrode",
+            ));
+        }
+        let (omega, omega_auto) = match self.omega {
+            Omega::Given(w) if !(w > 0.0 && w < 2.0) => {
+                return Err(Error::invalid(
+                    "electrostatics.omega",
+                    crate::units::num(w),
+                    "the relaxation factor ω must lie in (0, 2), or be \"auto\"",
+                ));
+            }
+            Omega::Given(w) => (w, false),
+            Omega::Auto(_) => (optimal_omega(&nodes, &faces), true),
+        };
+        if !(self.tolerance.is_finite() && self.tolerance >= 0.0) {
+            return Err(Error::invalid(
+                "electrostatics.tolerance",
+                crate::units::num(self.tolerance),
+                "must be finite and ≥ 0",
+            ));
+        }
+        if self.max_iterations < 1 {
+            return Err(Error::invalid(
+                "electrostatics.max_iterations",
+                self.max_iterations,
+                "at least 1 iteration",
+            ));
+        }
+        Ok(ElectrostaticsProblem {
+            nodes,
+            voltages: self.voltages,
+            permittivities: self.permittivities,
+            shapes,
+            faces,
+            charge_density: self.charge_density,
+            omega,
+            omega_auto,
+            tolerance: self.tolerance,
+            max_iterations: self.max_iterations as u64,
+            capacitance: self.capacitance,
+        })
+    }
+}
+
+/// ω = 2/(1 + sqrt(1 − ρ²)) with ρ the Jacobi spectral radius of the Laplacian on a
+/// uniform mesh of the same node counts and mean spacings h_a (ρ = Σ cos(π/N_a)/h_a² /
+/// Σ 1/h_a²), the classical optimum for red-black SOR; an estimate for nonuniform meshes.
+/// An axis whose faces both hold zero normal field behaves like one twice as long
+/// (its lowest mode is a quarter wave), so it counts 2N cells.
+pub fn optimal_omega(nodes: &[Vec<f64>; 3], faces: &[Option<f64>; 6]) -> f64 {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (a, n) in nodes.iter().enumerate() {
+        let free = faces[2 * a].is_none() && faces[2 * a + 1].is_none();
+        let h = (n[n.len() - 1] - n[0]) / (n.len() - 1) as f64;
+        let cells = (n.len() - 1) as f64 * if free { 2.0 } else { 1.0 };
+        num += (std::f64::consts::PI / cells).cos() / (h * h);
+        den += 1.0 / (h * h);
+    }
+    let rho = num / den;
+    2.0 / (1.0 + (1.0 - rho * rho).sqrt())
+}
+
+impl ElectrostaticsProblem {
+    /// Nodes per axis, x, y, z.
+    pub fn counts(&self) -> [usize; 3] {
+        [
+            self.nodes[0].len(),
+            self.nodes[1].len(),
+            self.nodes[2].len(),
+        ]
+    }
+
+    pub fn points(&self) -> usize {
+        self.counts().iter().product()
+    }
+
+    /// The NumPy shape (z, y, x).
+    pub fn shape(&self) -> Vec<usize> {
+        let [nx, ny, nz] = self.counts();
+        vec![nz, ny, nx]
+    }
+
+    /// Node coordinates in the order of [`ElectrostaticsProblem::shape`].
+    pub fn coords(&self) -> Vec<Vec<f64>> {
+        vec![
+            self.nodes[2].clone(),
+            self.nodes[1].clone(),
+            self.nodes[0].clone(),
+        ]
+    }
+}

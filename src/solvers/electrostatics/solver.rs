@@ -1,0 +1,252 @@
+//! The electrostatics solver's entry in the registry: its table, its run (charges and the
+//! capacitance matrix after the solve), its bench.
+
+use std::any::Any;
+
+use super::{ElectrostaticsConfig, ElectrostaticsProblem, Geometry, bench, cpu, gauss};
+use crate::device::{Device, cuda::KernelSource};
+use crate::error::Result;
+use crate::execute::{Case, Execution, run_case};
+use crate::output::{OutputSet, csv, npy, png, vtr};
+use crate::precision::{Precision, Real};
+use crate::problem::Source;
+use crate::run::{self, Engine, Field, LoopOutcome};
+use crate::solver::{Report, Solver, SolverProblem};
+use crate::summary::Summary;
+
+pub struct Electrostatics;
+pub static ELECTROSTATICS: Electrostatics = Electrostatics;
+
+impl Solver for Electrostatics {
+    fn name(&self) -> &'static str {
+        "electrostatics"
+    }
+    fn table_hint(&self) -> &'static str {
+        "x, y, z meshes, voltages, permittivities, [[electrostatics.shapes]], max_iterations"
+    }
+    fn kernels(&self) -> Vec<KernelSource> {
+        Vec::new()
+    }
+    fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
+        let cfg: ElectrostaticsConfig = src.deserialize("electrostatics", table)?;
+        Ok(Box::new(cfg.validate(src.precision)?))
+    }
+    fn bench_args(&self, cmd: clap::Command) -> clap::Command {
+        <bench::ElectrostaticsBenchArgs as clap::Args>::augment_args(cmd)
+    }
+    fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+        bench::run(device, args)
+    }
+}
+
+impl SolverProblem for ElectrostaticsProblem {
+    fn max_steps(&self) -> u64 {
+        self.max_iterations
+    }
+    fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("serialises")
+    }
+    fn restart_may_change(&self) -> &'static [&'static str] {
+        &["max_iterations", "tolerance", "capacitance"]
+    }
+    fn execute(&self, cx: &Execution) -> Result<Summary> {
+        if matches!(cx.device, Device::Cuda(_)) {
+            cx.notice("electrostatics has no CUDA engine yet; running on the CPU");
+        }
+        match cx.problem.precision {
+            Precision::F32 => run::<f32>(self, cx),
+            Precision::F64 => run::<f64>(self, cx),
+        }
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
+    if p.omega_auto {
+        cx.notice(&format!(
+            "ω = {:.4} (estimated from the mesh; set electrostatics.omega to choose)",
+            p.omega
+        ));
+    }
+    run_case(cx, |restart| {
+        let g = Geometry::build(p);
+        Ok(ElectrostaticsCase {
+            p,
+            engine: cpu::CpuElectrostatics::<T>::new(p, g, restart)?,
+        })
+    })
+}
+
+struct ElectrostaticsCase<'a, T: Real> {
+    p: &'a ElectrostaticsProblem,
+    engine: cpu::CpuElectrostatics<T>,
+}
+
+/// Charges and capacitance for the summary and the CSVs.
+fn charge_table(g: &Geometry, q: &[f64]) -> Vec<serde_json::Value> {
+    g.electrodes()
+        .iter()
+        .map(|&k| {
+            serde_json::json!({
+                "id": k, "label": g.labels[k as usize], "voltage": g.volts[k as usize],
+                "charge_c": q[k as usize],
+            })
+        })
+        .collect()
+}
+
+impl<T: Real> ElectrostaticsCase<'_, T> {
+    /// One solve per electrode at 1 V, the others at 0 V: C[i][j] = Q_i with j at 1 V.
+    fn capacitance(&self) -> Result<Vec<Vec<f64>>> {
+        let base = Geometry::build(self.p);
+        let electrodes = base.electrodes();
+        let mut c = Vec::new();
+        for &j in &electrodes {
+            let mut g = base.clone();
+            g.volts
+                .iter_mut()
+                .enumerate()
+                .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
+            let mut e = cpu::CpuElectrostatics::<T>::new(self.p, g.clone(), None)?;
+            let out = run::drive(&mut e, self.p.max_iterations, &run::progress_bar(0, true))?;
+            if out.status != run::Status::Converged {
+                return Err(crate::error::Error::Diverged(format!(
+                    "the capacitance solve with electrode {j} at 1 V did not converge in {} \
+                     iterations (residual {:.3e}); raise max_iterations",
+                    out.steps,
+                    out.residuals.last().copied().unwrap_or(f64::NAN)
+                )));
+            }
+            let q = gauss::charges(self.p, &g, &e.snapshot()?.data);
+            c.push(
+                electrodes
+                    .iter()
+                    .map(|&i| q[i as usize])
+                    .collect::<Vec<f64>>(),
+            );
+        }
+        // Rows were solves; the matrix is C[i][j] = charge on i with j at 1 V.
+        let n = electrodes.len();
+        Ok((0..n).map(|i| (0..n).map(|j| c[j][i]).collect()).collect())
+    }
+}
+
+impl<T: Real> Case for ElectrostaticsCase<'_, T> {
+    type Real = T;
+    fn engine(&mut self) -> &mut dyn Engine<Real = T> {
+        &mut self.engine
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.p.shape()
+    }
+    fn scalars(&self, step: u64, u: &Field<T>, residuals: &[f64]) -> Vec<(&'static str, f64)> {
+        let r = step
+            .checked_sub(1)
+            .and_then(|k| residuals.get(k as usize))
+            .copied();
+        let (lo, hi) = u
+            .data
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+                (a.min(v.as_f64()), b.max(v.as_f64()))
+            });
+        vec![
+            ("residual", r.unwrap_or(f64::NAN)),
+            ("v_min", lo),
+            ("v_max", hi),
+        ]
+    }
+    fn finish(&mut self, o: &LoopOutcome, _: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
+        let v = self.engine.snapshot()?;
+        let g = self.engine.geometry();
+        let q = gauss::charges(self.p, g, &v.data);
+        let mut results = serde_json::json!({
+            "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
+            "converged": o.status == run::Status::Converged,
+            "relative_residual": o.residuals.last(),
+            "charges": charge_table(g, &q),
+            "field_centring": "node",
+        });
+        if self.p.capacitance {
+            let c = self.capacitance()?;
+            results["capacitance_f"] = serde_json::json!(c);
+            results["capacitance_electrodes"] = serde_json::json!(
+                g.electrodes()
+                    .iter()
+                    .map(|&k| g.labels[k as usize].clone())
+                    .collect::<Vec<_>>()
+            );
+        }
+        s.results = Some(results);
+        Ok(())
+    }
+    fn extra_outputs(&mut self, u: &Field<T>, set: &mut OutputSet) -> Result<()> {
+        let g = self.engine.geometry().clone();
+        let coords = self.p.coords();
+        let shape = self.p.shape();
+        let (e, mag) = gauss::field(self.p, &u.data);
+        let ids: Vec<T> = g.id_volt.iter().map(|&v| T::lit(v as f64)).collect();
+        let eps: Vec<T> = g
+            .id_epsr
+            .iter()
+            .map(|&d| T::lit(g.epsr[d as usize]))
+            .collect();
+        vtr::write(
+            &set.file("E.vtr"),
+            &coords,
+            &[
+                vtr::Array {
+                    name: "E",
+                    components: 3,
+                    data: &e,
+                },
+                vtr::Array::scalar("E_magnitude", &mag),
+            ],
+        )?;
+        vtr::write(
+            &set.file("geometry.vtr"),
+            &coords,
+            &[
+                vtr::Array::scalar("electrode_id", &ids),
+                vtr::Array::scalar("epsilon_r", &eps),
+            ],
+        )?;
+        npy::write_any(&set.file("electrode_id.npy"), &shape, &g.id_volt)?;
+        npy::write_any(&set.file("dielectric_id.npy"), &shape, &g.id_epsr)?;
+        let mut e_shape = shape.clone();
+        e_shape.push(3);
+        npy::write(&set.file("E.npy"), &e_shape, &e)?;
+        png::write(
+            &set.file("E_magnitude.png"),
+            &cpu::field_of(self.p, "E_magnitude", mag),
+        )?;
+        let q = gauss::charges(self.p, &g, &u.data);
+        let rows: Vec<Vec<f64>> = g
+            .electrodes()
+            .iter()
+            .map(|&k| vec![k as f64, g.volts[k as usize], q[k as usize]])
+            .collect();
+        let header = ["electrode", "voltage", "charge_c"].map(String::from);
+        csv::write_table(&set.file("charges.csv"), &header, &rows)?;
+        if self.p.capacitance {
+            let c = self.capacitance()?;
+            let header: Vec<String> = std::iter::once("electrode".to_string())
+                .chain(g.electrodes().iter().map(|k| format!("c_{k}_f")))
+                .collect();
+            let rows: Vec<Vec<f64>> = g
+                .electrodes()
+                .iter()
+                .zip(&c)
+                .map(|(&k, row)| {
+                    std::iter::once(k as f64)
+                        .chain(row.iter().copied())
+                        .collect()
+                })
+                .collect();
+            csv::write_table(&set.file("capacitance.csv"), &header, &rows)?;
+        }
+        Ok(())
+    }
+}

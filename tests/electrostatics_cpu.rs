@@ -1,0 +1,243 @@
+//! Electrostatics on the CPU: parallel plates with a dielectric layer (exact on any
+//! mesh), the concentric-sphere capacitance under refinement, thread-count independence,
+//! and bad input.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::keisan_bin;
+
+const EPS0: f64 = 8.854_187_812_8e-12;
+
+fn run(dir: &Path, file: &str, args: &[&str]) -> serde_json::Value {
+    let o = Command::new(keisan_bin())
+        .current_dir(dir)
+        .args(["run", file, "--backend", "cpu", "-q", "--json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn example(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(name),
+    )
+    .unwrap()
+}
+
+#[test]
+fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("p.toml"), example("electrostatics-plates.toml")).unwrap();
+    let s = run(
+        d,
+        "p.toml",
+        &["--out", "res", "--set", "electrostatics.tolerance=1e-15"],
+    );
+    assert_eq!(s["status"], "converged", "{s}");
+    // The discrete solution: constant flux εf·ΔV/Δ through every x face, εf the mean of
+    // the two nodes' εr (4 inside [0.4, 0.7] mm, 1 outside).
+    let mut x = vec![0.0];
+    for (a, b, n) in [(0.0, 0.4e-3, 8), (0.4e-3, 0.7e-3, 12), (0.7e-3, 1.0e-3, 6)] {
+        for c in 1..=n {
+            x.push(if c == n {
+                b
+            } else {
+                a + (b - a) * c as f64 / n as f64
+            });
+        }
+    }
+    let eps = |xv: f64| {
+        if (0.4e-3 - 1e-15..=0.7e-3 + 1e-15).contains(&xv) {
+            4.0
+        } else {
+            1.0
+        }
+    };
+    let resistance: Vec<f64> = x
+        .windows(2)
+        .map(|w| (w[1] - w[0]) / ((eps(w[0]) + eps(w[1])) / 2.0))
+        .collect();
+    let total: f64 = resistance.iter().sum();
+    let mut exact = vec![1.0];
+    for r in &resistance {
+        exact.push(exact.last().unwrap() - r / total);
+    }
+    let v: Vec<f64> = npyz::NpyFile::new(std::fs::File::open(d.join("res/V.npy")).unwrap())
+        .unwrap()
+        .into_vec()
+        .unwrap();
+    assert_eq!(v.len(), 5 * 5 * 27);
+    for (n, got) in v.iter().enumerate() {
+        let want = exact[n % 27];
+        assert!((got - want).abs() < 1e-12, "node {n}: {got} vs {want}");
+    }
+    // Gauss's law on the plates: Q = ε0·A·ΔV/Σ(Δ/εf), equal and opposite.
+    let q = &s["results"]["charges"];
+    let area = 0.5e-3 * 0.5e-3;
+    let c = EPS0 * area / total;
+    let (q1, q2) = (
+        q[0]["charge_c"].as_f64().unwrap(),
+        q[1]["charge_c"].as_f64().unwrap(),
+    );
+    assert!((q1 - c).abs() < 1e-10 * c, "{q1} vs {c}");
+    assert!((q2 + c).abs() < 1e-10 * c, "{q2} vs {}", -c);
+    for f in [
+        "V.vtr",
+        "E.vtr",
+        "E.npy",
+        "geometry.vtr",
+        "electrode_id.npy",
+        "charges.csv",
+        "V.png",
+        "E_magnitude.png",
+    ] {
+        assert!(d.join("res").join(f).exists(), "{f}");
+    }
+}
+
+#[test]
+fn concentric_sphere_capacitance_converges_under_refinement() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("s.toml"), example("electrostatics-spheres.toml")).unwrap();
+    let exact = 4.0 * std::f64::consts::PI * EPS0 * 0.4 * 0.8 / (0.8 - 0.4);
+    let error = |cells: u32| {
+        let c = cells.to_string();
+        let set = |a: &str| format!("electrostatics.{a}.cells={c}");
+        let (sx, sy, sz) = (set("x"), set("y"), set("z"));
+        let s = run(
+            d,
+            "s.toml",
+            &[
+                "--set",
+                &sx,
+                "--set",
+                &sy,
+                "--set",
+                &sz,
+                "--set",
+                "electrostatics.capacitance=true",
+            ],
+        );
+        let c11 = s["results"]["capacitance_f"][0][0].as_f64().unwrap();
+        let c12 = s["results"]["capacitance_f"][0][1].as_f64().unwrap();
+        // The inner sphere's charge at 1 V, and the matrix's symmetry.
+        let c21 = s["results"]["capacitance_f"][1][0].as_f64().unwrap();
+        assert!((c12 - c21).abs() < 1e-3 * c11, "C12 {c12} vs C21 {c21}");
+        (c11 - exact) / exact
+    };
+    // Observed (docs/VALIDATION.md): −15.7 % at 24 cells, −6.9 % at 48, −6.2 % at 64; the
+    // staircase spheres converge at first order.
+    let (coarse, fine) = (error(24), error(48));
+    assert!(fine.abs() < 0.08, "48 cells: {fine}");
+    assert!(fine.abs() < coarse.abs() / 2.0, "24: {coarse}, 48: {fine}");
+}
+
+#[test]
+fn the_result_does_not_depend_on_the_thread_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("s.toml"), example("electrostatics-spheres.toml")).unwrap();
+    let mut files = Vec::new();
+    for t in ["1", "2"] {
+        let o = Command::new(keisan_bin())
+            .current_dir(d)
+            .args(["--threads", t, "run", "s.toml", "--backend", "cpu", "-q"])
+            .args([
+                "--set",
+                "electrostatics.max_iterations=40",
+                "--set",
+                "electrostatics.capacitance=false",
+            ])
+            .args(["--out", &format!("t{t}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        files.push(std::fs::read(d.join(format!("t{t}/V.npy"))).unwrap());
+    }
+    assert!(files[0] == files[1]);
+}
+
+fn rejects(body: &str, needles: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    // A body that gives its own x axis (first line) replaces the default one.
+    let x = if body.starts_with("x = ") {
+        ""
+    } else {
+        "x = { range = [0.0, 1.0], cells = 8 }\n"
+    };
+    let toml = format!(
+        "solver = \"electrostatics\"\n[electrostatics]\n{x}\
+         y = {{ range = [0.0, 1.0], cells = 8 }}\nz = {{ range = [0.0, 1.0], cells = 8 }}\n\
+         max_iterations = 10\n{body}"
+    );
+    std::fs::write(dir.path().join("p.toml"), toml).unwrap();
+    let o = Command::new(keisan_bin())
+        .current_dir(dir.path())
+        .args(["run", "p.toml", "--backend", "cpu", "-q", "--out", "res"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{body}: {err}");
+    assert!(!err.contains("panicked"));
+    for n in needles {
+        assert!(err.contains(n), "lacks `{n}`: {err}");
+    }
+    assert!(!dir.path().join("res").exists(), "outputs were created");
+}
+
+const SPHERE: &str =
+    "[[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [0.5, 0.5, 0.5]\nradius = 0.2\n";
+
+#[test]
+fn bad_input_names_the_shape_and_field() {
+    rejects(
+        &format!("{SPHERE}electrode = 1\n"),
+        &["electrostatics.shapes[0].electrode = 1", "voltages"],
+    );
+    rejects(
+        &format!(
+            "voltages = [1.0]\n{}electrode = 1\n",
+            SPHERE.replace("radius = 0.2", "radius = 0.7")
+        ),
+        &["electrostatics.shapes[0]", "outside the box"],
+    );
+    rejects(
+        &format!("voltages = [1.0]\npermittivities = [0.0]\n{SPHERE}electrode = 1\n"),
+        &["electrostatics.permittivities[0] = 0", "(0, 1e6]"],
+    );
+    rejects(
+        &format!("voltages = [1.0]\nomega = 2.0\n{SPHERE}electrode = 1\n"),
+        &["electrostatics.omega = 2", "(0, 2)"],
+    );
+    rejects("", &["nothing to solve"]);
+    rejects(
+        &format!(
+            "x = {{ breakpoints = [0.0, 0.6, 0.5, 1.0], divisions = [2, 2, 2] }}\n\
+             voltages = [1.0]\n{SPHERE}electrode = 1\n"
+        ),
+        &["electrostatics.x.breakpoints", "strictly increasing"],
+    );
+    rejects(
+        &format!(
+            "x = {{ range = [0.0, 1.0], cells = 1 }}\nvoltages = [1.0]\n{SPHERE}electrode = 1\n"
+        ),
+        &["electrostatics.x", "at least 3 nodes"],
+    );
+    rejects(
+        &format!("charge_density = 1e-6\n{SPHERE}dielectric = 0\n"),
+        &["electrostatics.faces", "not determined"],
+    );
+    rejects(
+        &format!("voltages = [1.0]\n{SPHERE}electrode = 1\ndielectric = 0\n"),
+        &["exactly one of electrode = k or dielectric = k"],
+    );
+}

@@ -39,6 +39,49 @@ impl Diagnostics {
     }
 }
 
+/// The bookkeeping of an iterative engine on the host: iterations done, status, and the
+/// residuals the run loop has not read yet.
+#[derive(Debug, Clone)]
+pub struct Iterations {
+    pub steps: u64,
+    pub status: Status,
+    pending: Vec<f64>,
+}
+
+impl Iterations {
+    pub fn new(steps: u64, status: Status) -> Self {
+        Self {
+            steps,
+            status,
+            pending: Vec::new(),
+        }
+    }
+
+    pub fn running(&self) -> bool {
+        self.status == Status::Running
+    }
+
+    /// One iteration done with `residual`: converged at or below `tolerance`, stopped on
+    /// a non-finite value.
+    pub fn record(&mut self, residual: f64, tolerance: f64) {
+        self.steps += 1;
+        self.pending.push(residual);
+        if !residual.is_finite() {
+            self.status = Status::NonFinite;
+        } else if residual <= tolerance {
+            self.status = Status::Converged;
+        }
+    }
+
+    pub fn diagnostics(&mut self) -> Diagnostics {
+        Diagnostics {
+            steps: self.steps,
+            new_residuals: std::mem::take(&mut self.pending),
+            status: self.status,
+        }
+    }
+}
+
 /// A field copied to the host, row-major with the last axis fastest.
 #[derive(Debug, Clone)]
 pub struct Field<T> {

@@ -9,7 +9,7 @@ use super::{EPSILON_0, ElectrostaticsProblem, Geometry};
 use crate::error::Result;
 use crate::memory::try_filled;
 use crate::precision::Real;
-use crate::run::{Diagnostics, Engine, Field, Restart, Status};
+use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 
 /// RXp[i] = 1/(Δ⁺·(Δ⁺+Δ⁻)/2), RXm[i] = 1/(Δ⁻·(Δ⁺+Δ⁻)/2) at interior nodes (0 on faces).
 pub fn axis_coefficients(nodes: &[f64]) -> (Vec<f64>, Vec<f64>) {
@@ -55,9 +55,7 @@ pub struct CpuElectrostatics<T> {
     epsr: Vec<T>,
     /// 2ρ/ε0: the charge term of the node equation.
     q: T,
-    steps: u64,
-    status: Status,
-    pending: Vec<f64>,
+    it: Iterations,
 }
 
 impl<T: Real> CpuElectrostatics<T> {
@@ -92,9 +90,7 @@ impl<T: Real> CpuElectrostatics<T> {
             v,
             rp: [xp, yp, zp],
             rm: [xm, ym, zm],
-            steps,
-            status,
-            pending: Vec::new(),
+            it: Iterations::new(steps, status),
         })
     }
 
@@ -178,30 +174,20 @@ impl<T: Real> Engine for CpuElectrostatics<T> {
 
     fn advance(&mut self, steps: u64) -> Result<()> {
         for _ in 0..steps {
-            if self.status != Status::Running {
+            if !self.it.running() {
                 break;
             }
             let (r0, v0) = self.sweep(0);
             let (r1, v1) = self.sweep(1);
             let (res, norm) = ((r0 + r1).sqrt(), (v0 + v1).sqrt());
-            let rel = if norm > 0.0 { res / norm } else { res };
-            self.steps += 1;
-            self.pending.push(rel);
-            if !rel.is_finite() {
-                self.status = Status::NonFinite;
-            } else if rel <= self.p.tolerance {
-                self.status = Status::Converged;
-            }
+            self.it
+                .record(if norm > 0.0 { res / norm } else { res }, self.p.tolerance);
         }
         Ok(())
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        Ok(Diagnostics {
-            steps: self.steps,
-            new_residuals: std::mem::take(&mut self.pending),
-            status: self.status,
-        })
+        Ok(self.it.diagnostics())
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

@@ -7,7 +7,7 @@ use super::{Coefficients, Fields, JacobiEngine, JacobiProblem, Manufactured};
 use crate::error::Result;
 use crate::memory::{ensure_host_fits, try_filled};
 use crate::precision::Real;
-use crate::run::{Diagnostics, Engine, Field, Status};
+use crate::run::{Diagnostics, Engine, Field, Iterations, Status};
 
 pub struct CpuJacobi<T> {
     problem: JacobiProblem,
@@ -15,9 +15,7 @@ pub struct CpuJacobi<T> {
     u: Vec<T>,
     unew: Vec<T>,
     f: Vec<T>,
-    steps: u64,
-    status: Status,
-    pending: Vec<f64>,
+    it: Iterations,
 }
 
 impl<T: Real> CpuJacobi<T> {
@@ -41,9 +39,7 @@ impl<T: Real> CpuJacobi<T> {
             u,
             unew,
             f,
-            steps: 0,
-            status: Status::Running,
-            pending: Vec::new(),
+            it: Iterations::new(0, Status::Running),
         })
     }
 
@@ -108,27 +104,17 @@ impl<T: Real> Engine for CpuJacobi<T> {
     fn advance(&mut self, steps: u64) -> Result<()> {
         let norm = self.problem.cells() as f64;
         for _ in 0..steps {
-            if self.status != Status::Running {
+            if !self.it.running() {
                 break;
             }
             let err = self.sweep().sqrt() / norm;
-            self.steps += 1;
-            self.pending.push(err);
-            if !err.is_finite() {
-                self.status = Status::NonFinite;
-            } else if err <= self.problem.tolerance {
-                self.status = Status::Converged;
-            }
+            self.it.record(err, self.problem.tolerance);
         }
         Ok(())
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        Ok(Diagnostics {
-            steps: self.steps,
-            new_residuals: std::mem::take(&mut self.pending),
-            status: self.status,
-        })
+        Ok(self.it.diagnostics())
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
@@ -157,8 +143,7 @@ impl<T: Real> JacobiEngine for CpuJacobi<T> {
     fn resume(&mut self, step: u64, status: Status, u: &[T]) -> Result<()> {
         self.u.copy_from_slice(u);
         self.unew.copy_from_slice(u);
-        self.steps = step;
-        self.status = status;
+        self.it = Iterations::new(step, status);
         Ok(())
     }
 }

@@ -163,10 +163,6 @@ impl<T: Real> CpuElectrostatics<T> {
         sums.iter()
             .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d))
     }
-
-    pub fn geometry(&self) -> &Geometry {
-        &self.g
-    }
 }
 
 impl<T: Real> Engine for CpuElectrostatics<T> {

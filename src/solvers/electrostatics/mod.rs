@@ -10,6 +10,7 @@
 
 pub mod bench;
 pub mod cpu;
+pub mod cuda;
 mod gauss;
 mod geometry;
 mod solver;
@@ -19,8 +20,32 @@ use serde::{Deserialize, Serialize};
 pub use geometry::{Geometry, Shape};
 pub use solver::ELECTROSTATICS;
 
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::precision::Precision;
+use crate::precision::{Precision, Real};
+use crate::run::{Engine, Restart};
+
+/// Threads per block of the CUDA sweep: colour pairs in x, rows in y.
+pub const DEFAULT_BLOCK: (u32, u32) = (32, 8);
+
+/// The engine for `device`, from the geometry's voltages (or a checkpoint's state).
+pub fn engine<T: Real>(
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+    device: &Device,
+    restart: Option<Restart<T>>,
+) -> Result<Box<dyn Engine<Real = T>>> {
+    Ok(match device {
+        Device::Cpu { .. } => Box::new(cpu::CpuElectrostatics::new(p, g.clone(), restart)?),
+        Device::Cuda(gpu) => Box::new(cuda::CudaElectrostatics::new(
+            gpu.clone(),
+            p,
+            g,
+            restart,
+            DEFAULT_BLOCK,
+        )?),
+    })
+}
 
 /// ε0 in F/m.
 pub const EPSILON_0: f64 = 8.854_187_812_8e-12;

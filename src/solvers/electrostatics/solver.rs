@@ -25,7 +25,7 @@ impl Solver for Electrostatics {
         "x, y, z meshes, voltages, permittivities, [[electrostatics.shapes]], max_iterations"
     }
     fn kernels(&self) -> Vec<KernelSource> {
-        Vec::new()
+        vec![super::cuda::KERNELS]
     }
     fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
         let cfg: ElectrostaticsConfig = src.deserialize("electrostatics", table)?;
@@ -50,9 +50,6 @@ impl SolverProblem for ElectrostaticsProblem {
         &["max_iterations", "tolerance", "capacitance"]
     }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
-        if matches!(cx.device, Device::Cuda(_)) {
-            cx.notice("electrostatics has no CUDA engine yet; running on the CPU");
-        }
         match cx.problem.precision {
             Precision::F32 => run::<f32>(self, cx),
             Precision::F64 => run::<f64>(self, cx),
@@ -74,14 +71,18 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
         let g = Geometry::build(p);
         Ok(ElectrostaticsCase {
             p,
-            engine: cpu::CpuElectrostatics::<T>::new(p, g, restart)?,
+            engine: super::engine::<T>(p, &g, cx.device, restart)?,
+            g,
+            device: cx.device,
         })
     })
 }
 
 struct ElectrostaticsCase<'a, T: Real> {
     p: &'a ElectrostaticsProblem,
-    engine: cpu::CpuElectrostatics<T>,
+    engine: Box<dyn Engine<Real = T>>,
+    g: Geometry,
+    device: &'a Device,
 }
 
 /// Charges and capacitance for the summary and the CSVs.
@@ -109,8 +110,12 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                 .iter_mut()
                 .enumerate()
                 .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
-            let mut e = cpu::CpuElectrostatics::<T>::new(self.p, g.clone(), None)?;
-            let out = run::drive(&mut e, self.p.max_iterations, &run::progress_bar(0, true))?;
+            let mut e = super::engine::<T>(self.p, &g, self.device, None)?;
+            let out = run::drive(
+                e.as_mut(),
+                self.p.max_iterations,
+                &run::progress_bar(0, true),
+            )?;
             if out.status != run::Status::Converged {
                 return Err(crate::error::Error::Diverged(format!(
                     "the capacitance solve with electrode {j} at 1 V did not converge in {} \
@@ -136,7 +141,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
 impl<T: Real> Case for ElectrostaticsCase<'_, T> {
     type Real = T;
     fn engine(&mut self) -> &mut dyn Engine<Real = T> {
-        &mut self.engine
+        self.engine.as_mut()
     }
     fn shape(&self) -> Vec<usize> {
         self.p.shape()
@@ -160,7 +165,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
     }
     fn finish(&mut self, o: &LoopOutcome, _: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         let v = self.engine.snapshot()?;
-        let g = self.engine.geometry();
+        let g = &self.g;
         let q = gauss::charges(self.p, g, &v.data);
         let mut results = serde_json::json!({
             "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
@@ -183,7 +188,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         Ok(())
     }
     fn extra_outputs(&mut self, u: &Field<T>, set: &mut OutputSet) -> Result<()> {
-        let g = self.engine.geometry().clone();
+        let g = self.g.clone();
         let coords = self.p.coords();
         let shape = self.p.shape();
         let (e, mag) = gauss::field(self.p, &u.data);

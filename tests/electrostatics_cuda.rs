@@ -1,0 +1,151 @@
+//! The CUDA electrostatics engine against the CPU reference on random geometries, and
+//! its independence from the launch shape. Skips with a message without a device.
+
+mod common;
+
+use keisan::precision::Real;
+use keisan::run::{self, Engine};
+use keisan::solvers::electrostatics::{self, ElectrostaticsProblem, Geometry, cpu, cuda};
+use rand::Rng;
+
+/// A random problem: two electrodes (random voltages), a dielectric sphere of random εr
+/// and place, a nonuniform x mesh, a fixed z_min face.
+fn random_problem(
+    rng: &mut rand::rngs::StdRng,
+    iterations: u64,
+    tolerance: f64,
+) -> ElectrostaticsProblem {
+    let (v1, v2): (f64, f64) = (rng.random_range(-2.0..2.0), rng.random_range(-2.0..2.0));
+    let eps: f64 = rng.random_range(1.5..9.0);
+    let c: Vec<f64> = (0..3).map(|_| rng.random_range(0.35..0.65)).collect();
+    let toml = format!(
+        "solver = \"electrostatics\"\n[electrostatics]\n\
+         x = {{ breakpoints = [0.0, 0.3, 1.0], divisions = [13, 20] }}\n\
+         y = {{ range = [0.0, 1.0], cells = 27 }}\nz = {{ range = [0.0, 1.0], cells = 22 }}\n\
+         voltages = [{v1}, {v2}]\npermittivities = [{eps}]\nmax_iterations = {iterations}\n\
+         tolerance = {tolerance}\ncharge_density = 3e-11\n\
+         [electrostatics.faces]\nz_min = 0.25\n\
+         [[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [{}, {}, {}]\nradius = 0.2\ndielectric = 1\n\
+         [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.1, 0.1, 0.5]\nmax = [0.3, 0.9, 0.6]\nelectrode = 1\n\
+         [[electrostatics.shapes]]\nkind = \"cylinder\"\naxis = \"y\"\ncenter = [0.8, 0.7]\nradius = 0.1\nrange = [0.0, 1.0]\nelectrode = 2\n",
+        c[0], c[1], c[2]
+    );
+    keisan::problem::parse(&toml, "test", None, &Default::default())
+        .unwrap()
+        .spec_as::<ElectrostaticsProblem>()
+        .unwrap()
+        .clone()
+}
+
+fn solve<T: Real>(e: &mut dyn Engine<Real = T>, p: &ElectrostaticsProblem) -> (Vec<f64>, u64) {
+    let out = run::drive(e, p.max_iterations, &run::progress_bar(0, true)).unwrap();
+    (
+        e.snapshot()
+            .unwrap()
+            .data
+            .iter()
+            .map(|v| v.as_f64())
+            .collect(),
+        out.steps,
+    )
+}
+
+#[test]
+fn cuda_matches_cpu_on_random_geometries() {
+    let Some(keisan::device::Device::Cuda(gpu)) =
+        common::gpu_or_skip("electrostatics cuda_matches_cpu")
+    else {
+        return;
+    };
+    let mut rng = common::rng();
+    for _ in 0..3 {
+        let p = random_problem(&mut rng, 60, 0.0);
+        let g = Geometry::build(&p);
+        let (a, _) = solve(
+            &mut cpu::CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap(),
+            &p,
+        );
+        let (b, _) = solve(
+            &mut cuda::CudaElectrostatics::<f64>::new(
+                gpu.clone(),
+                &p,
+                &g,
+                None,
+                electrostatics::DEFAULT_BLOCK,
+            )
+            .unwrap(),
+            &p,
+        );
+        // Same operations in the same order per node: f64 within 1e-12 of the largest value.
+        let d = common::rel_max_diff(&b, &a);
+        assert!(d <= 1e-12, "f64 CUDA vs CPU: {d:e}");
+        let (a32, _) = solve(
+            &mut cpu::CpuElectrostatics::<f32>::new(&p, g.clone(), None).unwrap(),
+            &p,
+        );
+        let (b32, _) = solve(
+            &mut cuda::CudaElectrostatics::<f32>::new(
+                gpu.clone(),
+                &p,
+                &g,
+                None,
+                electrostatics::DEFAULT_BLOCK,
+            )
+            .unwrap(),
+            &p,
+        );
+        // f32: the same arithmetic too; 1e-6 of the largest value bounds a rounding
+        // difference carried through 60 iterations.
+        let d32 = common::rel_max_diff(&b32, &a32);
+        assert!(d32 <= 1e-6, "f32 CUDA vs CPU: {d32:e}");
+    }
+    // To a tolerance: the same iteration count.
+    let p = random_problem(&mut rng, 5000, 1e-9);
+    let g = Geometry::build(&p);
+    let (_, na) = solve(
+        &mut cpu::CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap(),
+        &p,
+    );
+    let (_, nb) = solve(
+        &mut cuda::CudaElectrostatics::<f64>::new(
+            gpu.clone(),
+            &p,
+            &g,
+            None,
+            electrostatics::DEFAULT_BLOCK,
+        )
+        .unwrap(),
+        &p,
+    );
+    assert_eq!(na, nb, "iterations to 1e-9");
+    assert!(na < 5000);
+}
+
+#[test]
+fn the_cuda_result_does_not_depend_on_the_launch_shape() {
+    let Some(keisan::device::Device::Cuda(gpu)) =
+        common::gpu_or_skip("electrostatics launch shape")
+    else {
+        return;
+    };
+    let mut rng = common::rng();
+    let p = random_problem(&mut rng, 40, 0.0);
+    let g = Geometry::build(&p);
+    let runs: Vec<Vec<f64>> = [(32, 8), (64, 4), (16, 16), (128, 1)]
+        .iter()
+        .map(|&b| {
+            solve(
+                &mut cuda::CudaElectrostatics::<f64>::new(gpu.clone(), &p, &g, None, b).unwrap(),
+                &p,
+            )
+            .0
+        })
+        .collect();
+    for r in &runs[1..] {
+        assert!(
+            r.iter()
+                .zip(&runs[0])
+                .all(|(x, y)| x.to_bits() == y.to_bits())
+        );
+    }
+}

@@ -60,7 +60,11 @@ fn restart_equals_straight(problem: &str, steps_key: &str, n: u64, extra: &[&str
         &["--restart", "first/checkpoint.keisan"],
     ));
     let read = |run: &str, f: &str| std::fs::read(d.join(run).join(f)).ok();
-    let field = if steps_key.starts_with("electrostatics") { "V.npy" } else { "u.npy" };
+    let field = if steps_key.starts_with("electrostatics") {
+        "V.npy"
+    } else {
+        "u.npy"
+    };
     assert_eq!(
         read("straight", field).unwrap(),
         read("second", field).unwrap(),

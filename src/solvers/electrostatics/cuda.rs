@@ -59,12 +59,14 @@ impl<T: Real> CudaElectrostatics<T> {
             ("ES_BY", block.1.to_string()),
         ];
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
+        let (gx, gy) = (
+            nx.div_ceil(2).div_ceil(block.0 as usize),
+            ny.div_ceil(block.1 as usize),
+        );
+        // About 32 blocks per multiprocessor in all; each walks several z-planes.
+        let gz = (gpu.multiprocessors * 32).div_ceil(gx * gy).clamp(1, nz);
         let cfg = LaunchConfig {
-            grid_dim: (
-                nx.div_ceil(2).div_ceil(block.0 as usize) as u32,
-                ny.div_ceil(block.1 as usize) as u32,
-                nz as u32,
-            ),
+            grid_dim: (gx as u32, gy as u32, gz as u32),
             block_dim: (block.0, block.1, 1),
             shared_mem_bytes: 0,
         };
@@ -117,6 +119,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let tol = self.p.tolerance;
         let hist_len = HISTORY as u32;
         let c = &self.coefficients;
+        let nepsr = self.epsr.len() as i32;
         let mut l = self.gpu.stream.launch_builder(&self.sweep);
         l.arg(&mut self.v)
             .arg(&self.idv)
@@ -128,7 +131,8 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&c[3])
             .arg(&c[4])
             .arg(&c[5]);
-        l.arg(&nx)
+        l.arg(&nepsr)
+            .arg(&nx)
             .arg(&ny)
             .arg(&nz)
             .arg(&oe)

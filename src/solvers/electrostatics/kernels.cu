@@ -25,15 +25,22 @@ es_sweep(real* __restrict__ v, const unsigned char* __restrict__ idv,
          const real* __restrict__ rxp, const real* __restrict__ rxm,
          const real* __restrict__ ryp, const real* __restrict__ rym,
          const real* __restrict__ rzp, const real* __restrict__ rzm,
-         int nx, int ny, int nz, int oe, real omega, real q, double tol, u64 iteration,
+         int nepsr, int nx, int ny, int nz, int oe, real omega, real q, double tol, u64 iteration,
          double* __restrict__ partials, unsigned int* __restrict__ ticket,
          u64* __restrict__ ctl, double* __restrict__ acc, double* __restrict__ hist,
          unsigned hist_len) {
     if (((volatile u64*)ctl)[1] != 0) return;
+    // The εr table (at most 256 entries) in shared memory: one lookup per face.
+    __shared__ real se[256];
+    const int tid = threadIdx.x + ES_BX * threadIdx.y;
+    for (int t = tid; t < nepsr; t += ES_BX * ES_BY) se[t] = epsr[t];
+    __syncthreads();
     const int j = blockIdx.y * ES_BY + threadIdx.y;
-    const int k = blockIdx.z;
-    const int i = 2 * (blockIdx.x * ES_BX + threadIdx.x) + ((j + k + oe) & 1);
     double res2 = 0.0, v2 = 0.0;
+    // Each block walks z-planes blockIdx.z, + gridDim.z, …: few blocks, so the grid-wide
+    // reduction at the end costs little.
+    for (int k = blockIdx.z; k < nz; k += gridDim.z) {
+    const int i = 2 * (blockIdx.x * ES_BX + threadIdx.x) + ((j + k + oe) & 1);
     if (i < nx && j < ny) {
         const size_t ni = 1, nj = (size_t)nx, nk = (size_t)nx * ny;
         const size_t n = (size_t)k * nk + (size_t)j * nj + i;
@@ -45,13 +52,13 @@ es_sweep(real* __restrict__ v, const unsigned char* __restrict__ idv,
             else if (k == 0) v[n] = v[n + nk];
             else if (k == nz - 1) v[n] = v[n - nk];
             else {
-                const real e = epsr[ide[n]];
-                const real axp = (e + epsr[ide[n + ni]]) * rxp[i];
-                const real axm = (e + epsr[ide[n - ni]]) * rxm[i];
-                const real ayp = (e + epsr[ide[n + nj]]) * ryp[j];
-                const real aym = (e + epsr[ide[n - nj]]) * rym[j];
-                const real azp = (e + epsr[ide[n + nk]]) * rzp[k];
-                const real azm = (e + epsr[ide[n - nk]]) * rzm[k];
+                const real e = se[ide[n]];
+                const real axp = (e + se[ide[n + ni]]) * rxp[i];
+                const real axm = (e + se[ide[n - ni]]) * rxm[i];
+                const real ayp = (e + se[ide[n + nj]]) * ryp[j];
+                const real aym = (e + se[ide[n - nj]]) * rym[j];
+                const real azp = (e + se[ide[n + nk]]) * rzp[k];
+                const real azm = (e + se[ide[n - nk]]) * rzm[k];
                 const real sum = axp * v[n + ni] + axm * v[n - ni] + ayp * v[n + nj] +
                                  aym * v[n - nj] + azp * v[n + nk] + azm * v[n - nk];
                 const real den = axp + axm + ayp + aym + azp + azm;
@@ -59,10 +66,11 @@ es_sweep(real* __restrict__ v, const unsigned char* __restrict__ idv,
                 const real res = omega * ((sum + q) / den - old);
                 const real nv = old + res;
                 v[n] = nv;
-                res2 = (double)res * (double)res;
-                v2 = (double)nv * (double)nv;
+                res2 += (double)res * (double)res;
+                v2 += (double)nv * (double)nv;
             }
         }
+    }
     }
     double sums[2] = {res2, v2};
     double block[2];

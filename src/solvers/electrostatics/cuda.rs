@@ -17,6 +17,9 @@ pub const KERNELS: KernelSource = KernelSource {
     code: include_str!("kernels.cu"),
 };
 
+/// Blocks per multiprocessor a launch aims for (each block walks several z-planes).
+const BLOCKS_PER_SM: usize = 32;
+
 /// Residual history slots on the device; the run loop reads them at least this often.
 const HISTORY: usize = 4096;
 
@@ -63,8 +66,14 @@ impl<T: Real> CudaElectrostatics<T> {
             nx.div_ceil(2).div_ceil(block.0 as usize),
             ny.div_ceil(block.1 as usize),
         );
-        // About 32 blocks per multiprocessor in all; each walks several z-planes.
-        let gz = (gpu.multiprocessors * 32).div_ceil(gx * gy).clamp(1, nz);
+        // About BLOCKS_PER_SM blocks per multiprocessor in all; each walks several
+        // z-planes. KEISAN_ES_BLOCKS_PER_SM overrides it for tuning runs.
+        let per_sm = std::env::var("KEISAN_ES_BLOCKS_PER_SM")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&v| v >= 1)
+            .unwrap_or(BLOCKS_PER_SM);
+        let gz = (gpu.multiprocessors * per_sm).div_ceil(gx * gy).clamp(1, nz);
         let cfg = LaunchConfig {
             grid_dim: (gx as u32, gy as u32, gz as u32),
             block_dim: (block.0, block.1, 1),

@@ -28,6 +28,18 @@ use crate::run::{Engine, Restart};
 /// Threads per block of the CUDA sweep: colour pairs in x, rows in y.
 pub const DEFAULT_BLOCK: (u32, u32) = (32, 8);
 
+/// The block shape: DEFAULT_BLOCK, or KEISAN_ES_BLOCK=BXxBY for tuning runs.
+fn block_shape() -> (u32, u32) {
+    std::env::var("KEISAN_ES_BLOCK")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once('x')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .filter(|&(x, y): &(u32, u32)| x >= 1 && y >= 1 && x * y <= 1024 && (x * y) % 32 == 0)
+        .unwrap_or(DEFAULT_BLOCK)
+}
+
 /// The engine for `device`, from the geometry's voltages (or a checkpoint's state).
 pub fn engine<T: Real>(
     p: &ElectrostaticsProblem,
@@ -42,7 +54,7 @@ pub fn engine<T: Real>(
             p,
             g,
             restart,
-            DEFAULT_BLOCK,
+            block_shape(),
         )?),
     })
 }

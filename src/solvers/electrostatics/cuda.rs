@@ -73,7 +73,9 @@ impl<T: Real> CudaElectrostatics<T> {
             .and_then(|v| v.parse::<usize>().ok())
             .filter(|&v| v >= 1)
             .unwrap_or(BLOCKS_PER_SM);
-        let gz = (gpu.multiprocessors * per_sm).div_ceil(gx * gy).clamp(1, nz);
+        let gz = (gpu.multiprocessors * per_sm)
+            .div_ceil(gx * gy)
+            .clamp(1, nz);
         let cfg = LaunchConfig {
             grid_dim: (gx as u32, gy as u32, gz as u32),
             block_dim: (block.0, block.1, 1),

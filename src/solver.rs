@@ -42,8 +42,25 @@ pub trait Solver: Sync {
     }
 }
 
+/// What every validated problem offers by being `Serialize`: the whole problem as JSON
+/// and a way back to its own type. Implemented for all such types at once.
+pub trait Described {
+    /// The validated problem, for checkpoints: a restart compares it key by key.
+    fn describe(&self) -> serde_json::Value;
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl<P: serde::Serialize + Any> Described for P {
+    fn describe(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("a validated problem serialises")
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
 /// A validated problem of one solver, ready to run on any device.
-pub trait SolverProblem: std::fmt::Debug + Send + Sync {
+pub trait SolverProblem: Described + std::fmt::Debug + Send + Sync {
     /// The most steps (iterations) the run takes.
     fn max_steps(&self) -> u64;
     /// Model time per step, for time-dependent solvers (`output.times`, the CSV's time).
@@ -59,14 +76,11 @@ pub trait SolverProblem: std::fmt::Debug + Send + Sync {
              solvers (heat)",
         ))
     }
-    /// The validated problem, for checkpoints: a restart compares it key by key.
-    fn describe(&self) -> serde_json::Value;
-    /// Keys of [`SolverProblem::describe`] a restart may change: step limits and
+    /// Keys of [`Described::describe`] a restart may change: step limits and
     /// placement, which leave every step's arithmetic as it was.
     fn restart_may_change(&self) -> &'static [&'static str];
     /// Build the engine on the execution's device and drive it (see [`crate::execute`]).
     fn execute(&self, cx: &Execution) -> Result<Summary>;
-    fn as_any(&self) -> &dyn Any;
 }
 
 /// What `keisan bench` and `keisan model` print: a table for people, JSON for programs.

@@ -1,8 +1,6 @@
 //! The electrostatics solver's entry in the registry: its table, its run (charges and the
 //! capacitance matrix after the solve), its bench.
 
-use std::any::Any;
-
 use super::{ElectrostaticsConfig, ElectrostaticsProblem, Geometry, bench, cpu, gauss};
 use crate::device::{Device, cuda::KernelSource};
 use crate::error::Result;
@@ -43,9 +41,6 @@ impl SolverProblem for ElectrostaticsProblem {
     fn max_steps(&self) -> u64 {
         self.max_iterations
     }
-    fn describe(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("serialises")
-    }
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["max_iterations", "tolerance", "capacitance"]
     }
@@ -54,9 +49,6 @@ impl SolverProblem for ElectrostaticsProblem {
             Precision::F32 => run::<f32>(self, cx),
             Precision::F64 => run::<f64>(self, cx),
         }
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -1,7 +1,5 @@
 //! The heat solver's entry in the registry: its table, its run, its bench and model.
 
-use std::any::Any;
-
 use super::{HeatConfig, HeatProblem, Initial, Layout, Strategy, bench};
 use crate::device::Device;
 use crate::device::cuda::KernelSource;
@@ -63,9 +61,6 @@ impl SolverProblem for HeatProblem {
         self.ooc.device_memory_from = "--device-memory";
         Ok(())
     }
-    fn describe(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("serialises")
-    }
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["steps", "ooc", "temporal_block"]
     }
@@ -74,9 +69,6 @@ impl SolverProblem for HeatProblem {
             Precision::F32 => run::<f32>(self, cx),
             Precision::F64 => run::<f64>(self, cx),
         }
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

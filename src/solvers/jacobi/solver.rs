@@ -1,7 +1,5 @@
 //! The Jacobi solver's entry in the registry: its table, its run, its bench.
 
-use std::any::Any;
-
 use super::{JacobiConfig, JacobiEngine, JacobiProblem, bench, cpu};
 use crate::device::Device;
 use crate::device::cuda::KernelSource;
@@ -42,9 +40,6 @@ impl SolverProblem for JacobiProblem {
     fn max_steps(&self) -> u64 {
         self.max_iterations
     }
-    fn describe(&self) -> serde_json::Value {
-        serde_json::to_value(self).expect("serialises")
-    }
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["max_iterations", "tolerance"]
     }
@@ -53,9 +48,6 @@ impl SolverProblem for JacobiProblem {
             Precision::F32 => run::<f32>(self, cx),
             Precision::F64 => run::<f64>(self, cx),
         }
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

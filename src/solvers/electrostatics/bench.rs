@@ -38,6 +38,10 @@ pub struct ElectrostaticsBench {
     /// reads V and both id arrays whole, and every node is written once.
     pub bytes_per_node: usize,
     pub fraction_of_copy_bandwidth: f64,
+    /// The performance model: seconds per iteration if the layout's bytes moved at the
+    /// copy bandwidth measured in this run (the single-pass floor).
+    pub predicted_s_per_iteration: f64,
+    pub measured_s_per_iteration: f64,
     pub ceilings: Ceilings,
 }
 
@@ -99,7 +103,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         Precision::F64 => case::<f64>(device, &p, a.repetitions)?,
     };
     let human = format!(
-        "electrostatics bench on {}\n{}  {}³ nodes {}, {} red-black iterations, median of {}: {}\n  {:.3} Gnode/s, {} B/node/iteration, {:.1} % of copy bandwidth\n",
+        "electrostatics bench on {}\n{}  {}³ nodes {}, {} red-black iterations, median of {}: {}\n  {:.3} Gnode/s, {} B/node/iteration, {:.1} % of copy bandwidth\n  model: {} per iteration at the copy bandwidth (nodes × B/node ÷ copy); measured {} ({:.2}× the model)\n",
         b.device,
         b.ceilings.human(),
         cells + 1,
@@ -109,7 +113,10 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         crate::units::seconds(b.seconds),
         b.gnodes_per_s,
         b.bytes_per_node,
-        100.0 * b.fraction_of_copy_bandwidth
+        100.0 * b.fraction_of_copy_bandwidth,
+        crate::units::seconds(b.predicted_s_per_iteration),
+        crate::units::seconds(b.measured_s_per_iteration),
+        b.measured_s_per_iteration / b.predicted_s_per_iteration
     );
     Ok(Report {
         human,
@@ -146,6 +153,8 @@ fn case<T: Real>(
         gnodes_per_s: rate * 1e-9,
         bytes_per_node,
         fraction_of_copy_bandwidth: rate * bytes_per_node as f64 / ceilings.copy_bandwidth,
+        predicted_s_per_iteration: nodes as f64 * bytes_per_node as f64 / ceilings.copy_bandwidth,
+        measured_s_per_iteration: seconds / p.max_iterations as f64,
         ceilings,
     })
 }

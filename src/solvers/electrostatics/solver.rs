@@ -66,6 +66,8 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
             engine: super::engine::<T>(p, &g, cx.device, restart)?,
             g,
             device: cx.device,
+            charges: Vec::new(),
+            capacitance: None,
         })
     })
 }
@@ -75,6 +77,9 @@ struct ElectrostaticsCase<'a, T: Real> {
     engine: Box<dyn Engine<Real = T>>,
     g: Geometry,
     device: &'a Device,
+    /// Computed once in `finish`, for the summary and the CSVs.
+    charges: Vec<f64>,
+    capacitance: Option<Vec<Vec<f64>>>,
 }
 
 /// Charges and capacitance for the summary and the CSVs.
@@ -93,11 +98,10 @@ fn charge_table(g: &Geometry, q: &[f64]) -> Vec<serde_json::Value> {
 impl<T: Real> ElectrostaticsCase<'_, T> {
     /// One solve per electrode at 1 V, the others at 0 V: C[i][j] = Q_i with j at 1 V.
     fn capacitance(&self) -> Result<Vec<Vec<f64>>> {
-        let base = Geometry::build(self.p);
-        let electrodes = base.electrodes();
+        let electrodes = self.g.electrodes();
         let mut c = Vec::new();
         for &j in &electrodes {
-            let mut g = base.clone();
+            let mut g = self.g.clone();
             g.volts
                 .iter_mut()
                 .enumerate()
@@ -155,19 +159,24 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             ("v_max", hi),
         ]
     }
-    fn finish(&mut self, o: &LoopOutcome, _: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
-        let v = self.engine.snapshot()?;
+    fn needs_final_field(&self) -> bool {
+        true // the charges are summed on the host
+    }
+    fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
+        let v = u.expect("needs_final_field: the runner hands over V");
+        self.charges = gauss::charges(self.p, &self.g, &v.data);
+        if self.p.capacitance {
+            self.capacitance = Some(self.capacitance()?);
+        }
         let g = &self.g;
-        let q = gauss::charges(self.p, g, &v.data);
         let mut results = serde_json::json!({
             "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
             "converged": o.status == run::Status::Converged,
             "relative_residual": o.residuals.last(),
-            "charges": charge_table(g, &q),
+            "charges": charge_table(g, &self.charges),
             "field_centring": "node",
         });
-        if self.p.capacitance {
-            let c = self.capacitance()?;
+        if let Some(c) = &self.capacitance {
             results["capacitance_f"] = serde_json::json!(c);
             results["capacitance_electrodes"] = serde_json::json!(
                 g.electrodes()
@@ -180,7 +189,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         Ok(())
     }
     fn extra_outputs(&mut self, u: &Field<T>, set: &mut OutputSet) -> Result<()> {
-        let g = self.g.clone();
+        let g = &self.g;
         let coords = self.p.coords();
         let shape = self.p.shape();
         let (e, mag) = gauss::field(self.p, &u.data);
@@ -219,7 +228,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             &set.file("E_magnitude.png"),
             &cpu::field_of(self.p, "E_magnitude", mag),
         )?;
-        let q = gauss::charges(self.p, &g, &u.data);
+        let q = &self.charges;
         let rows: Vec<Vec<f64>> = g
             .electrodes()
             .iter()
@@ -227,15 +236,14 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             .collect();
         let header = ["electrode", "voltage", "charge_c"].map(String::from);
         csv::write_table(&set.file("charges.csv"), &header, &rows)?;
-        if self.p.capacitance {
-            let c = self.capacitance()?;
+        if let Some(c) = &self.capacitance {
             let header: Vec<String> = std::iter::once("electrode".to_string())
                 .chain(g.electrodes().iter().map(|k| format!("c_{k}_f")))
                 .collect();
             let rows: Vec<Vec<f64>> = g
                 .electrodes()
                 .iter()
-                .zip(&c)
+                .zip(c)
                 .map(|(&k, row)| {
                     std::iter::once(k as f64)
                         .chain(row.iter().copied())

@@ -87,6 +87,23 @@ impl ShapeConfig {
                 Err(Error::invalid(&at(key), format!("{v:?}"), "must be finite"))
             }
         };
+        // A sphere's or cylinder's centre (`dims` coordinates) and radius.
+        let center_and_radius = |dims: usize, hint: &str| -> Result<(Vec<f64>, f64)> {
+            let c = self.center.clone().ok_or_else(|| need("center"))?;
+            let r = self.radius.ok_or_else(|| need("radius"))?;
+            finite("center", &c)?;
+            if c.len() != dims {
+                return Err(Error::invalid(&at("center"), format!("{c:?}"), hint));
+            }
+            if !(r.is_finite() && r > 0.0) {
+                return Err(Error::invalid(
+                    &at("radius"),
+                    crate::units::num(r),
+                    "must be finite and > 0",
+                ));
+            }
+            Ok((c, r))
+        };
         let body = match self.kind.as_str() {
             "box" => {
                 let (min, max) = (
@@ -105,23 +122,7 @@ impl ShapeConfig {
                 Body::Box { min, max }
             }
             "sphere" => {
-                let c = self.center.clone().ok_or_else(|| need("center"))?;
-                let r = self.radius.ok_or_else(|| need("radius"))?;
-                finite("center", &c)?;
-                if c.len() != 3 {
-                    return Err(Error::invalid(
-                        &at("center"),
-                        format!("{c:?}"),
-                        "give [x, y, z]",
-                    ));
-                }
-                if !(r.is_finite() && r > 0.0) {
-                    return Err(Error::invalid(
-                        &at("radius"),
-                        crate::units::num(r),
-                        "must be finite and > 0",
-                    ));
-                }
+                let (c, r) = center_and_radius(3, "give [x, y, z]")?;
                 Body::Sphere {
                     center: [c[0], c[1], c[2]],
                     radius: r,
@@ -137,25 +138,12 @@ impl ShapeConfig {
                     }
                     None => return Err(need("axis")),
                 };
-                let c = self.center.clone().ok_or_else(|| need("center"))?;
-                let r = self.radius.ok_or_else(|| need("radius"))?;
+                let (c, r) = center_and_radius(
+                    2,
+                    "give the two coordinates across the axis (for axis z: [x, y])",
+                )?;
                 let range = self.range.ok_or_else(|| need("range"))?;
-                finite("center", &c)?;
                 finite("range", &range)?;
-                if c.len() != 2 {
-                    return Err(Error::invalid(
-                        &at("center"),
-                        format!("{c:?}"),
-                        "give the two coordinates across the axis (for axis z: [x, y])",
-                    ));
-                }
-                if !(r.is_finite() && r > 0.0) {
-                    return Err(Error::invalid(
-                        &at("radius"),
-                        crate::units::num(r),
-                        "must be finite and > 0",
-                    ));
-                }
                 if range[0] > range[1] {
                     return Err(Error::invalid(
                         &at("range"),

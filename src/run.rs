@@ -18,6 +18,26 @@ pub enum Status {
     NonFinite,
 }
 
+impl Status {
+    /// The stop flag the CUDA kernels keep on the device: 0 running, 1 converged,
+    /// 2 non-finite.
+    pub fn device_flag(self) -> u64 {
+        match self {
+            Status::Running => 0,
+            Status::Converged => 1,
+            Status::NonFinite => 2,
+        }
+    }
+
+    pub fn from_device_flag(flag: u64) -> Self {
+        match flag {
+            0 => Status::Running,
+            1 => Status::Converged,
+            _ => Status::NonFinite,
+        }
+    }
+}
+
 /// What an engine reports between chunks: cheap to get (a few scalars over the bus).
 #[derive(Debug, Clone)]
 pub struct Diagnostics {

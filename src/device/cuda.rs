@@ -244,6 +244,21 @@ impl Gpu {
         })
     }
 
+    /// Entries `from..to` of a device ring of values (slot k % len), e.g. the residual
+    /// history an iterative kernel fills; empty without a copy when `from >= to`.
+    pub fn ring_range(
+        &self,
+        ring: &cudarc::driver::CudaSlice<f64>,
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<f64>> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        let all = self.stream.clone_dtoh(ring)?;
+        Ok((from..to).map(|k| all[k as usize % all.len()]).collect())
+    }
+
     /// A CUDA event that records time.
     pub fn timing_event(&self) -> Result<cudarc::driver::CudaEvent> {
         Ok(self

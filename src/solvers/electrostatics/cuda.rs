@@ -96,11 +96,7 @@ impl<T: Real> CudaElectrostatics<T> {
             }
         }
         let epsr: Vec<T> = g.epsr.iter().map(|&e| T::lit(e)).collect();
-        let flag = match status {
-            Status::Running => 0u64,
-            Status::Converged => 1,
-            Status::NonFinite => 2,
-        };
+        let flag = status.device_flag();
         Ok(Self {
             v: s.clone_htod(&v0)?,
             idv: s.clone_htod(&g.id_volt)?,
@@ -178,22 +174,14 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
         let (steps, flag) = (ctl[0], ctl[1]);
-        let mut new_residuals = Vec::new();
-        if steps > self.reported {
-            let hist = self.gpu.stream.clone_dtoh(&self.hist)?;
-            new_residuals.extend((self.reported..steps).map(|k| hist[k as usize % HISTORY]));
-            self.reported = steps;
-        }
+        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
+        self.reported = self.reported.max(steps);
         // Launches queued after a stop returned at once: the device count is the truth.
         self.launched = steps;
         Ok(Diagnostics {
             steps,
             new_residuals,
-            status: match flag {
-                0 => Status::Running,
-                1 => Status::Converged,
-                _ => Status::NonFinite,
-            },
+            status: Status::from_device_flag(flag),
         })
     }
 

@@ -277,20 +277,12 @@ impl<T: Real> Engine for CudaJacobi<T> {
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let (steps, flag) = self.resolve()?;
-        let mut new_residuals = Vec::new();
-        if steps > self.reported {
-            let hist = self.gpu.stream.clone_dtoh(&self.hist)?;
-            new_residuals.extend((self.reported..steps).map(|k| hist[k as usize % HISTORY]));
-            self.reported = steps;
-        }
+        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
+        self.reported = self.reported.max(steps);
         Ok(Diagnostics {
             steps,
             new_residuals,
-            status: match flag {
-                0 => Status::Running,
-                1 => Status::Converged,
-                _ => Status::NonFinite,
-            },
+            status: Status::from_device_flag(flag),
         })
     }
 
@@ -312,11 +304,7 @@ impl<T: Real> JacobiEngine for CudaJacobi<T> {
         let [b0, b1] = &mut self.buf;
         s.memcpy_htod(u, b0)?;
         s.memcpy_htod(u, b1)?;
-        let flag = match status {
-            Status::Running => 0u64,
-            Status::Converged => 1,
-            Status::NonFinite => 2,
-        };
+        let flag = status.device_flag();
         s.memcpy_htod(&[step, flag, 0u64], &mut self.ctl)?;
         self.head = 0;
         self.launched = step;

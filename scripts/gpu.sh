@@ -7,6 +7,8 @@
 #   gpu/gpu.sh bench            # there: info --probe, bench jacobi (f64, f32), bench heat (f32, f64),
 #                               #   model heat, the seed run and the study-size heat examples
 #   gpu/gpu.sh tune             # there: heat kernel launch shapes and tiles (KEISAN_HEAT_* overrides)
+#   gpu/gpu.sh es               # there: bench electrostatics (f32, f64, time to solution)
+#   gpu/gpu.sh es-tune          # there: electrostatics launch shapes (KEISAN_ES_* overrides)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -30,6 +32,7 @@ for line in sys.stdin:
         name = m["target"]["name"] if m["target"]["kind"] != ["lib"] else "lib"
         shutil.copy(exe, "gpu/tests/" + name)
 '
+  strip gpu/keisan gpu/tests/*  # the device call carries at most 64 MiB
   cp scripts/gpu.sh gpu/
   ls -la gpu gpu/tests
 }
@@ -79,6 +82,29 @@ PY
   done
 }
 
+es() {
+  device; mkdir -p "$OUT"
+  echo "== bench electrostatics f32"; $K bench electrostatics --json > "$OUT/bench-es-f32.json"; $K bench electrostatics
+  echo "== bench electrostatics f64"; $K bench electrostatics --precision f64
+  echo "== electrostatics time to solution f64"; $K bench electrostatics --poisson --precision f64 --repetitions 5
+  $K bench electrostatics --poisson --precision f64 --repetitions 5 --json > "$OUT/bench-es-poisson.json"
+  echo "== electrostatics CPU, 1 and 2 threads (96^3 cells)"
+  for t in 1 2; do $K --threads $t bench electrostatics --backend cpu | grep Gnode; done
+}
+
+es_tune() {
+  device
+  for prec in f32 f64; do
+    for minb in 4 6 8; do
+      for blk in 32x8 32x4 64x4; do
+        for planes in 16 64; do
+          echo "$prec minb $minb block $blk planes $planes: $(KEISAN_ES_MINB=$minb KEISAN_ES_BLOCK=$blk KEISAN_ES_PLANES=$planes $K bench electrostatics --precision $prec --repetitions 3 --iterations 100 | grep Gnode)"
+        done
+      done
+    done
+  done
+}
+
 tune() {
   device
   b() { # label, then bench arguments; one line per case
@@ -102,6 +128,8 @@ case "${1:-}" in
   test) tests ;;
   bench) bench ;;
   tune) tune ;;
+  es) es ;;
+  es-tune) es_tune ;;
   all) tests; s=$?; bench; exit $s ;;
   *) sed -n '2,13p' "$0"; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod device;
 pub mod error;
 pub mod execute;
+pub mod input;
 pub mod memory;
 pub mod output;
 pub mod precision;

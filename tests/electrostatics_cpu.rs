@@ -241,3 +241,218 @@ fn bad_input_names_the_shape_and_field() {
         &["exactly one of electrode = k or dielectric = k"],
     );
 }
+
+/// Solve `toml` on the CPU in f64 with the library API; V and the iterations.
+fn solve_cpu(
+    toml: &str,
+) -> (
+    keisan::solvers::electrostatics::ElectrostaticsProblem,
+    Vec<f64>,
+) {
+    use keisan::solvers::electrostatics::{ElectrostaticsProblem, Geometry, cpu};
+    let problem = keisan::problem::parse(toml, "test", None, &Default::default()).unwrap();
+    let p = problem.spec_as::<ElectrostaticsProblem>().unwrap().clone();
+    let g = Geometry::build(&p).unwrap();
+    let mut e = cpu::CpuElectrostatics::<f64>::new(&p, g, None).unwrap();
+    let out = keisan::run::drive(
+        &mut e,
+        p.max_iterations,
+        &keisan::run::progress_bar(0, true),
+    )
+    .unwrap();
+    assert_eq!(out.status, keisan::run::Status::Converged, "{toml}");
+    use keisan::run::Engine;
+    (p, e.snapshot().unwrap().data)
+}
+
+#[test]
+fn a_manufactured_solution_converges_at_second_order_on_a_nonuniform_mesh() {
+    // V = sin(πx)·sin(πy)·sin(πz) on the unit cube, every face grounded, with the charge
+    // ρ = 3π²ε0·V given per node from a .npy; the mesh is split at 0.3 with unequal
+    // spacings on each side (the truncation error is first order at the kink nodes, the
+    // global error second order).
+    use std::f64::consts::PI;
+    let dir = tempfile::tempdir().unwrap();
+    let exact = |x: f64, y: f64, z: f64| (PI * x).sin() * (PI * y).sin() * (PI * z).sin();
+    let error = |n: usize| {
+        let axis = format!(
+            "{{ breakpoints = [0.0, 0.3, 1.0], divisions = [{n}, {}] }}",
+            n * 3 / 2
+        );
+        let head = format!(
+            "solver = \"electrostatics\"\nprecision = \"f64\"\n[electrostatics]\nx = {axis}\ny = {axis}\nz = {axis}\n\
+             tolerance = 1e-13\nmax_iterations = 100000\n"
+        );
+        let faces = "[electrostatics.faces]\nx_min = 0.0\nx_max = 0.0\ny_min = 0.0\ny_max = 0.0\nz_min = 0.0\nz_max = 0.0\n";
+        // The mesh first, then ρ at its nodes.
+        let mesh =
+            keisan::problem::parse(&format!("{head}{faces}"), "mesh", None, &Default::default())
+                .unwrap();
+        let p = mesh
+            .spec_as::<keisan::solvers::electrostatics::ElectrostaticsProblem>()
+            .unwrap();
+        let [xs, ys, zs] = &p.nodes;
+        let mut rho = Vec::new();
+        for &z in zs {
+            for &y in ys {
+                for &x in xs {
+                    rho.push(3.0 * PI * PI * EPS0 * exact(x, y, z));
+                }
+            }
+        }
+        let file = dir.path().join(format!("rho{n}.npy"));
+        keisan::output::npy::write(&file, &[zs.len(), ys.len(), xs.len()], &rho).unwrap();
+        let toml = format!(
+            "{head}charge_density = {{ file = \"{}\" }}\n{faces}",
+            file.display()
+        );
+        let (p, v) = solve_cpu(&toml);
+        let [xs, ys, zs] = &p.nodes;
+        let mut worst: f64 = 0.0;
+        for (k, &z) in zs.iter().enumerate() {
+            for (j, &y) in ys.iter().enumerate() {
+                for (i, &x) in xs.iter().enumerate() {
+                    let n = (k * ys.len() + j) * xs.len() + i;
+                    worst = worst.max((v[n] - exact(x, y, z)).abs());
+                }
+            }
+        }
+        worst
+    };
+    let e = [error(4), error(8), error(16)];
+    let orders = [(e[0] / e[1]).log2(), (e[1] / e[2]).log2()];
+    eprintln!("manufactured solution: max errors {e:?}, observed orders {orders:?}");
+    // Observed (docs/VALIDATION.md): 7.9e-3, 2.0e-3, … : order 2.0.
+    for o in orders {
+        assert!(
+            (1.8..2.3).contains(&o),
+            "max errors {e:?}: orders {orders:?}"
+        );
+    }
+}
+
+#[test]
+fn coax_capacitance_per_length_converges_under_refinement() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("c.toml"), example("electrostatics-coax.toml")).unwrap();
+    let per_length = 2.0 * std::f64::consts::PI * EPS0 * 2.1 / (1.75f64 / 0.5).ln();
+    let error = |cells: u32| {
+        let c = cells.to_string();
+        let (sx, sy) = (
+            format!("electrostatics.x.cells={c}"),
+            format!("electrostatics.y.cells={c}"),
+        );
+        let s = run(d, "c.toml", &["--set", &sx, "--set", &sy]);
+        let q = s["results"]["charges"][0]["charge_c"].as_f64().unwrap();
+        // 1 V on the inner conductor, over a line of 1 mm.
+        (q / 1e-3 - per_length) / per_length
+    };
+    // Observed (docs/VALIDATION.md): −9.6 % at 32 cells, −6.0 % at 48, −5.4 % at 64,
+    // −4.2 % at 96, −2.9 % at 128; the staircase conductors converge at about first
+    // order, not monotonically.
+    let (coarse, fine) = (error(32), error(128));
+    assert!(fine.abs() < 0.035, "128 cells: {fine}");
+    assert!(fine.abs() < coarse.abs() / 2.5, "32: {coarse}, 128: {fine}");
+}
+
+#[test]
+fn a_random_charge_is_the_same_for_any_thread_count_and_is_reported_with_its_true_residual() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toml = example("electrostatics-poisson-128.toml");
+    std::fs::write(d.join("p.toml"), toml).unwrap();
+    let mut files = Vec::new();
+    for t in ["1", "2"] {
+        let o = Command::new(keisan_bin())
+            .current_dir(d)
+            .args([
+                "--threads",
+                t,
+                "run",
+                "p.toml",
+                "--backend",
+                "cpu",
+                "-q",
+                "--json",
+            ])
+            .args([
+                "--set",
+                "electrostatics.x.cells=17",
+                "--set",
+                "electrostatics.y.cells=17",
+            ])
+            .args(["--set", "electrostatics.z.cells=17"])
+            .args(["--out", &format!("t{t}")])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let r = s["results"]["true_relative_residual"].as_f64().unwrap();
+        assert!(r > 0.0 && r < 1e-7, "true residual {r}");
+        files.push(std::fs::read(d.join(format!("t{t}/V.npy"))).unwrap());
+    }
+    assert!(files[0] == files[1]);
+}
+
+#[test]
+fn bad_charge_and_id_files_are_named() {
+    // 9 nodes per axis in `rejects`.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let wrong_shape = d.join("rho-wrong.npy");
+    keisan::output::npy::write(&wrong_shape, &[9, 9, 8], &vec![0.0f64; 9 * 9 * 8]).unwrap();
+    let ids = d.join("ids.npy");
+    let mut id = vec![0u8; 729];
+    id[100] = 3;
+    keisan::output::npy::write_any(&ids, &[9, 9, 9], &id).unwrap();
+    let floats = d.join("floats.npy");
+    keisan::output::npy::write(&floats, &[9, 9, 9], &vec![0.0f32; 729]).unwrap();
+    let faces = "[electrostatics.faces]\nz_min = 0.0\n";
+    for (body, needles) in [
+        (
+            format!(
+                "charge_density = {{ file = \"{}\" }}\n",
+                wrong_shape.display()
+            ),
+            vec![
+                "electrostatics.charge_density.file",
+                "shape [9, 9, 8]",
+                "[9, 9, 9]",
+            ],
+        ),
+        (
+            "charge_density = { file = \"missing.npy\" }\n".to_string(),
+            vec!["electrostatics.charge_density.file", "missing.npy"],
+        ),
+        (
+            "charge_density = { random = 1e-9, seed = -1 }\n".to_string(),
+            vec!["electrostatics.charge_density.seed", "≥ 0"],
+        ),
+        (
+            "charge_density = { random = 1e-9, colour = 1 }\n".to_string(),
+            vec!["electrostatics.charge_density", "random = A"],
+        ),
+        (
+            "charge_density = \"lots\"\n".to_string(),
+            vec!["electrostatics.charge_density", "give a number"],
+        ),
+        (
+            format!(
+                "voltages = [1.0]\nelectrode_ids = \"{}\"\n{faces}",
+                ids.display()
+            ),
+            vec![
+                "electrostatics.electrode_ids",
+                "names electrode 3",
+                "only 1",
+            ],
+        ),
+        (
+            format!("dielectric_ids = \"{}\"\n{faces}", floats.display()),
+            vec!["electrostatics.dielectric_ids", "uint8"],
+        ),
+    ] {
+        rejects(&body, &needles);
+    }
+}

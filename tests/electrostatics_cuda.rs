@@ -1,5 +1,6 @@
-//! The CUDA electrostatics engine against the CPU reference on random geometries, and
-//! its independence from the launch shape. Skips with a message without a device.
+//! The CUDA electrostatics engine against the CPU reference on random geometries (the
+//! same bits: same operations per node, no contraction), and its independence from the
+//! launch shape. Skips with a message without a device.
 
 mod common;
 
@@ -14,16 +15,17 @@ fn random_problem(
     rng: &mut rand::rngs::StdRng,
     iterations: u64,
     tolerance: f64,
+    charge: &str,
 ) -> ElectrostaticsProblem {
     let (v1, v2): (f64, f64) = (rng.random_range(-2.0..2.0), rng.random_range(-2.0..2.0));
     let eps: f64 = rng.random_range(1.5..9.0);
     let c: Vec<f64> = (0..3).map(|_| rng.random_range(0.35..0.65)).collect();
     let toml = format!(
         "solver = \"electrostatics\"\n[electrostatics]\n\
-         x = {{ breakpoints = [0.0, 0.3, 1.0], divisions = [13, 20] }}\n\
+         x = {{ breakpoints = [0.0, 0.3, 1.0], divisions = [13, 21] }}\n\
          y = {{ range = [0.0, 1.0], cells = 27 }}\nz = {{ range = [0.0, 1.0], cells = 22 }}\n\
          voltages = [{v1}, {v2}]\npermittivities = [{eps}]\nmax_iterations = {iterations}\n\
-         tolerance = {tolerance}\ncharge_density = 3e-11\n\
+         tolerance = {tolerance}\ncharge_density = {charge}\n\
          [electrostatics.faces]\nz_min = 0.25\n\
          [[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [{}, {}, {}]\nradius = 0.2\ndielectric = 1\n\
          [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.1, 0.1, 0.5]\nmax = [0.3, 0.9, 0.6]\nelectrode = 1\n\
@@ -50,6 +52,10 @@ fn solve<T: Real>(e: &mut dyn Engine<Real = T>, p: &ElectrostaticsProblem) -> (V
     )
 }
 
+fn same_bits(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 #[test]
 fn cuda_matches_cpu_on_random_geometries() {
     let Some(keisan::device::Device::Cuda(gpu)) =
@@ -58,9 +64,9 @@ fn cuda_matches_cpu_on_random_geometries() {
         return;
     };
     let mut rng = common::rng();
-    for _ in 0..3 {
-        let p = random_problem(&mut rng, 60, 0.0);
-        let g = Geometry::build(&p);
+    for charge in ["3e-11", "{ random = 5e-11, seed = 7 }", "0.0"] {
+        let p = random_problem(&mut rng, 60, 0.0, charge);
+        let g = Geometry::build(&p).unwrap();
         let (a, _) = solve(
             &mut cpu::CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap(),
             &p,
@@ -71,14 +77,14 @@ fn cuda_matches_cpu_on_random_geometries() {
                 &p,
                 &g,
                 None,
-                electrostatics::DEFAULT_BLOCK,
+                electrostatics::DEFAULT_LAUNCH,
             )
             .unwrap(),
             &p,
         );
-        // Same operations in the same order per node: f64 within 1e-12 of the largest value.
+        // Same operations in the same order per node, no contraction: the same bits.
         let d = common::rel_max_diff(&b, &a);
-        assert!(d <= 1e-12, "f64 CUDA vs CPU: {d:e}");
+        assert!(same_bits(&a, &b), "f64 CUDA vs CPU ({charge}): {d:e}");
         let (a32, _) = solve(
             &mut cpu::CpuElectrostatics::<f32>::new(&p, g.clone(), None).unwrap(),
             &p,
@@ -89,19 +95,17 @@ fn cuda_matches_cpu_on_random_geometries() {
                 &p,
                 &g,
                 None,
-                electrostatics::DEFAULT_BLOCK,
+                electrostatics::DEFAULT_LAUNCH,
             )
             .unwrap(),
             &p,
         );
-        // f32: the same arithmetic too; 1e-6 of the largest value bounds a rounding
-        // difference carried through 60 iterations.
         let d32 = common::rel_max_diff(&b32, &a32);
-        assert!(d32 <= 1e-6, "f32 CUDA vs CPU: {d32:e}");
+        assert!(same_bits(&a32, &b32), "f32 CUDA vs CPU ({charge}): {d32:e}");
     }
     // To a tolerance: the same iteration count.
-    let p = random_problem(&mut rng, 5000, 1e-9);
-    let g = Geometry::build(&p);
+    let p = random_problem(&mut rng, 5000, 1e-9, "3e-11");
+    let g = Geometry::build(&p).unwrap();
     let (_, na) = solve(
         &mut cpu::CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap(),
         &p,
@@ -112,7 +116,7 @@ fn cuda_matches_cpu_on_random_geometries() {
             &p,
             &g,
             None,
-            electrostatics::DEFAULT_BLOCK,
+            electrostatics::DEFAULT_LAUNCH,
         )
         .unwrap(),
         &p,
@@ -129,23 +133,32 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
         return;
     };
     let mut rng = common::rng();
-    let p = random_problem(&mut rng, 40, 0.0);
-    let g = Geometry::build(&p);
-    let runs: Vec<Vec<f64>> = [(32, 8), (64, 4), (16, 16), (128, 1)]
+    let p = random_problem(&mut rng, 40, 0.0, "{ random = 5e-11, seed = 3 }");
+    let g = Geometry::build(&p).unwrap();
+    let shapes = [
+        ((32, 8), None),
+        ((64, 4), Some(1)),
+        ((16, 16), Some(7)),
+        ((128, 1), Some(100)),
+        ((32, 1), Some(3)),
+    ];
+    let runs: Vec<Vec<f64>> = shapes
         .iter()
-        .map(|&b| {
+        .map(|&(block, planes)| {
+            let launch = electrostatics::Launch {
+                block,
+                planes,
+                ..electrostatics::DEFAULT_LAUNCH
+            };
             solve(
-                &mut cuda::CudaElectrostatics::<f64>::new(gpu.clone(), &p, &g, None, b).unwrap(),
+                &mut cuda::CudaElectrostatics::<f64>::new(gpu.clone(), &p, &g, None, launch)
+                    .unwrap(),
                 &p,
             )
             .0
         })
         .collect();
-    for r in &runs[1..] {
-        assert!(
-            r.iter()
-                .zip(&runs[0])
-                .all(|(x, y)| x.to_bits() == y.to_bits())
-        );
+    for (r, shape) in runs[1..].iter().zip(&shapes[1..]) {
+        assert!(same_bits(r, &runs[0]), "launch {shape:?}");
     }
 }

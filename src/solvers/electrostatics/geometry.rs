@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use super::{ElectrostaticsProblem, FACE_NAMES};
+use super::{Charge, ElectrostaticsProblem, FACE_NAMES};
 use crate::error::{Error, Result};
 
 /// A shape as written in `[[electrostatics.shapes]]`.
@@ -300,10 +300,41 @@ pub struct Geometry {
     pub epsr: Vec<f64>,
     /// What each electrode id is, for reports: "electrode 1", "face z_min".
     pub labels: Vec<String>,
+    /// The charge term of the node equation, 2ρ/ε0: uniform, or per node (then
+    /// `q_uniform` is 0).
+    pub q_uniform: f64,
+    pub q_node: Option<Vec<f64>>,
+}
+
+/// A counter-based uniform value in [−1, 1) for node `n` (splitmix64 of seed and index):
+/// independent of the order nodes are visited in.
+fn unit_random(seed: u64, n: u64) -> f64 {
+    let mut z = seed
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .wrapping_add(n.wrapping_add(1).wrapping_mul(0xBF58_476D_1CE4_E5B9));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+}
+
+/// Ids from a file must name a voltage or a permittivity the problem gives.
+fn check_ids(field: &str, ids: &[u8], most: usize, what: &str) -> Result<()> {
+    match ids.iter().position(|&v| v as usize > most) {
+        None => Ok(()),
+        Some(n) => Err(Error::invalid(
+            field,
+            ids[n],
+            format!(
+                "at node {n} (flat index) names {what} {}, but only {most} are given",
+                ids[n]
+            ),
+        )),
+    }
 }
 
 impl Geometry {
-    pub fn build(p: &ElectrostaticsProblem) -> Self {
+    pub fn build(p: &ElectrostaticsProblem) -> Result<Self> {
         let counts = p.counts();
         let [nx, ny, _] = counts;
         let points = p.points();
@@ -321,8 +352,26 @@ impl Geometry {
         }
         let mut epsr = vec![1.0];
         epsr.extend(&p.permittivities);
-        let mut id_volt = vec![0u8; points];
-        let mut id_epsr = vec![0u8; points];
+        let grid = "the mesh's nodes (z, y, x)";
+        let shape = p.shape();
+        let mut id_volt = match &p.electrode_ids {
+            Some(path) => {
+                let f = "electrostatics.electrode_ids";
+                let ids = crate::input::read_bytes(f, path, &shape, grid)?;
+                check_ids(f, &ids, p.voltages.len(), "electrode")?;
+                ids
+            }
+            None => vec![0u8; points],
+        };
+        let mut id_epsr = match &p.dielectric_ids {
+            Some(path) => {
+                let f = "electrostatics.dielectric_ids";
+                let ids = crate::input::read_bytes(f, path, &shape, grid)?;
+                check_ids(f, &ids, p.permittivities.len(), "dielectric")?;
+                ids
+            }
+            None => vec![0u8; points],
+        };
         id_volt
             .par_chunks_mut(nx * ny)
             .zip(id_epsr.par_chunks_mut(nx * ny))
@@ -355,13 +404,60 @@ impl Geometry {
                     }
                 }
             });
-        Self {
+        let scale = 2.0 / super::EPSILON_0;
+        let (q_uniform, q_node) = match &p.charge {
+            Charge::None => (0.0, None),
+            Charge::Uniform { density } => (scale * density, None),
+            Charge::Random { amplitude, seed } => {
+                let mut q = crate::memory::try_filled(points, 0.0, "the charge density")?;
+                q.par_iter_mut().enumerate().for_each(|(n, q)| {
+                    *q = scale * amplitude * unit_random(*seed, n as u64);
+                });
+                (0.0, Some(q))
+            }
+            Charge::File { path } => {
+                let field = "electrostatics.charge_density.file";
+                let f = crate::input::open(field, path, &shape, grid, crate::input::Kind::Float)?;
+                let mut q = crate::memory::try_filled(points, 0.0f64, "the charge density")?;
+                crate::input::fill_floats(field, path, f, &mut q)?;
+                if let Some(n) = q.iter().position(|r| !(r.is_finite() && r.abs() <= 1e30)) {
+                    return Err(Error::invalid(
+                        field,
+                        path.display(),
+                        format!(
+                            "holds {} at node {n} (flat index); ρ must be finite and at most \
+                             1e30 C/m³ in magnitude",
+                            crate::units::num(q[n])
+                        ),
+                    ));
+                }
+                q.par_iter_mut().for_each(|q| *q *= scale);
+                (0.0, Some(q))
+            }
+        };
+        Ok(Self {
             counts,
             id_volt,
             id_epsr,
             volts,
             epsr,
             labels,
+            q_uniform,
+            q_node,
+        })
+    }
+
+    /// The same mesh and materials with no charge (capacitance solves).
+    pub fn without_charge(&self) -> Self {
+        Self {
+            counts: self.counts,
+            id_volt: self.id_volt.clone(),
+            id_epsr: self.id_epsr.clone(),
+            volts: self.volts.clone(),
+            epsr: self.epsr.clone(),
+            labels: self.labels.clone(),
+            q_uniform: 0.0,
+            q_node: None,
         }
     }
 

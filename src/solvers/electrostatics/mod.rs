@@ -15,6 +15,8 @@ mod gauss;
 mod geometry;
 mod solver;
 
+use std::path::{Path, PathBuf};
+
 use serde::{Deserialize, Serialize};
 
 pub use geometry::{Geometry, Shape};
@@ -25,19 +27,50 @@ use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Restart};
 
-/// Threads per block of the CUDA sweep: colour pairs in x, rows in y.
-pub const DEFAULT_BLOCK: (u32, u32) = (32, 8);
+/// The CUDA sweep's launch shape: threads per block in x (node pairs) and y (rows), and
+/// z-planes each block walks (None: enough blocks for a few waves). The result does not
+/// depend on it (tested).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    pub block: (u32, u32),
+    pub planes: Option<usize>,
+    /// Blocks per multiprocessor the compiler must fit (caps registers per thread).
+    pub min_blocks: u32,
+}
 
-/// The block shape: DEFAULT_BLOCK, or KEISAN_ES_BLOCK=BXxBY for tuning runs.
-fn block_shape() -> (u32, u32) {
-    std::env::var("KEISAN_ES_BLOCK")
-        .ok()
-        .and_then(|v| {
-            let (a, b) = v.split_once('x')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        })
-        .filter(|&(x, y): &(u32, u32)| x >= 1 && y >= 1 && x * y <= 1024 && (x * y) % 32 == 0)
-        .unwrap_or(DEFAULT_BLOCK)
+pub const DEFAULT_LAUNCH: Launch = Launch {
+    block: (32, 8),
+    planes: None,
+    min_blocks: 4,
+};
+
+impl Launch {
+    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K and
+    /// KEISAN_ES_MINB=M for tuning runs.
+    pub fn from_env() -> Self {
+        let block = std::env::var("KEISAN_ES_BLOCK")
+            .ok()
+            .and_then(|v| {
+                let (a, b) = v.split_once('x')?;
+                Some((a.parse().ok()?, b.parse().ok()?))
+            })
+            .filter(|&(x, y): &(u32, u32)| x >= 1 && y >= 1 && x * y <= 1024 && (x * y) % 32 == 0)
+            .unwrap_or(DEFAULT_LAUNCH.block);
+        let planes = std::env::var("KEISAN_ES_PLANES")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&v| v >= 1);
+        let min_blocks = std::env::var("KEISAN_ES_MINB")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|&v| (1..=32).contains(&v))
+            .unwrap_or(DEFAULT_LAUNCH.min_blocks);
+        Self {
+            block,
+            planes,
+            min_blocks,
+        }
+    }
 }
 
 /// The engine for `device`, from the geometry's voltages (or a checkpoint's state).
@@ -54,7 +87,7 @@ pub fn engine<T: Real>(
             p,
             g,
             restart,
-            block_shape(),
+            Launch::from_env(),
         )?),
     })
 }
@@ -211,9 +244,18 @@ pub struct ElectrostaticsConfig {
     pub shapes: Vec<geometry::ShapeConfig>,
     #[serde(default)]
     pub faces: FacesConfig,
-    /// Uniform volume charge density in C/m³ over the free nodes (0: none).
+    /// Volume charge density ρ in C/m³: a number (uniform), `{ random = A, seed = S }`
+    /// (per node, uniform in [−A, A]) or `{ file = "rho.npy" }` (per node, shape
+    /// (Nz+1, Ny+1, Nx+1), float64 or float32).
     #[serde(default)]
-    pub charge_density: f64,
+    pub charge_density: Option<toml::Value>,
+    /// The study's idVolt as a uint8 .npy of the node shape (0 free, k electrode k),
+    /// applied before the shapes.
+    #[serde(default)]
+    pub electrode_ids: Option<PathBuf>,
+    /// The study's idEpsr as a uint8 .npy of the node shape (0 vacuum, k dielectric k).
+    #[serde(default)]
+    pub dielectric_ids: Option<PathBuf>,
     #[serde(default = "auto_omega")]
     pub omega: Omega,
     /// Stop when ‖ΔV‖₂/‖V‖₂ of an iteration is at most this.
@@ -242,7 +284,10 @@ pub struct ElectrostaticsProblem {
     pub shapes: Vec<Shape>,
     /// x_min, x_max, y_min, y_max, z_min, z_max.
     pub faces: [Option<f64>; 6],
-    pub charge_density: f64,
+    pub charge: Charge,
+    /// Id arrays from .npy files (paths resolved), applied before the shapes.
+    pub electrode_ids: Option<PathBuf>,
+    pub dielectric_ids: Option<PathBuf>,
     pub omega: f64,
     /// Whether ω was estimated from the mesh.
     pub omega_auto: bool,
@@ -251,10 +296,119 @@ pub struct ElectrostaticsProblem {
     pub capacitance: bool,
 }
 
+/// The volume charge density ρ.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Charge {
+    None,
+    /// ρ in C/m³ at every free node.
+    Uniform {
+        density: f64,
+    },
+    /// Per node, uniform in [−amplitude, amplitude] from a counter-based generator:
+    /// the same values on every device and thread count.
+    Random {
+        amplitude: f64,
+        seed: u64,
+    },
+    /// Per node from a .npy of the node shape.
+    File {
+        path: PathBuf,
+    },
+}
+
+const CHARGE_FIELD: &str = "electrostatics.charge_density";
+
+/// The largest |ρ| accepted (C/m³): far above any physical density, far below overflow.
+const MAX_DENSITY: f64 = 1e30;
+
+fn density(field: &str, v: f64) -> Result<f64> {
+    if v.is_finite() && v.abs() <= MAX_DENSITY {
+        Ok(v)
+    } else {
+        Err(Error::invalid(
+            field,
+            crate::units::num(v),
+            format!("must be finite and at most {MAX_DENSITY:e} C/m³ in magnitude"),
+        ))
+    }
+}
+
+impl Charge {
+    /// From the value of `charge_density`; `resolve` turns a file name into a path.
+    fn parse(v: Option<toml::Value>, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Self> {
+        use toml::Value;
+        let number = |v: &Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+        let hint = "give a number (C/m³), { random = A, seed = S } or { file = \"rho.npy\" }";
+        Ok(match v {
+            None => Charge::None,
+            Some(ref x) if number(x).is_some() => {
+                match density(CHARGE_FIELD, number(x).unwrap())? {
+                    0.0 => Charge::None,
+                    d => Charge::Uniform { density: d },
+                }
+            }
+            Some(Value::Table(t)) => {
+                let keys: Vec<&str> = t.keys().map(|k| k.as_str()).collect();
+                match keys.as_slice() {
+                    ["random"] | ["random", "seed"] | ["seed", "random"] => {
+                        let field = format!("{CHARGE_FIELD}.random");
+                        let a = number(&t["random"]).ok_or_else(|| {
+                            Error::invalid(&field, &t["random"], "must be a number")
+                        })?;
+                        let amplitude = density(&field, a)?;
+                        let seed = match t.get("seed") {
+                            None => 0,
+                            Some(s) => s.as_integer().filter(|&s| s >= 0).ok_or_else(|| {
+                                Error::invalid(
+                                    &format!("{CHARGE_FIELD}.seed"),
+                                    s,
+                                    "must be an integer ≥ 0",
+                                )
+                            })? as u64,
+                        };
+                        Charge::Random { amplitude, seed }
+                    }
+                    ["file"] => {
+                        let f = t["file"].as_str().ok_or_else(|| {
+                            Error::invalid(
+                                &format!("{CHARGE_FIELD}.file"),
+                                &t["file"],
+                                "must be a path",
+                            )
+                        })?;
+                        Charge::File {
+                            path: resolve(Path::new(f)),
+                        }
+                    }
+                    _ => {
+                        return Err(Error::invalid(
+                            CHARGE_FIELD,
+                            format!("{{ {} }}", keys.join(", ")),
+                            hint,
+                        ));
+                    }
+                }
+            }
+            Some(other) => return Err(Error::invalid(CHARGE_FIELD, other, hint)),
+        })
+    }
+
+    pub fn is_none(&self) -> bool {
+        matches!(self, Charge::None)
+    }
+}
+
 pub const FACE_NAMES: [&str; 6] = ["x_min", "x_max", "y_min", "y_max", "z_min", "z_max"];
 
 impl ElectrostaticsConfig {
-    pub fn validate(self, precision: Precision) -> Result<ElectrostaticsProblem> {
+    /// `resolve(key, path)`: a file named at `key` as a path (relative to the problem
+    /// file's folder, see [`crate::problem::Source::path`]).
+    pub fn validate(
+        self,
+        precision: Precision,
+        resolve: &dyn Fn(&str, &Path) -> PathBuf,
+    ) -> Result<ElectrostaticsProblem> {
         let nodes = [
             self.x.nodes("electrostatics.x")?,
             self.y.nodes("electrostatics.y")?,
@@ -312,16 +466,38 @@ impl ElectrostaticsConfig {
             .enumerate()
             .map(|(i, s)| s.validate(i, &nodes, self.voltages.len(), self.permittivities.len()))
             .collect::<Result<Vec<_>>>()?;
-        if !(self.charge_density.is_finite() && self.charge_density.abs() <= 1e30) {
-            return Err(Error::invalid(
-                "electrostatics.charge_density",
-                crate::units::num(self.charge_density),
-                "must be finite (C/m³)",
-            ));
+        let charge = Charge::parse(self.charge_density, &|p| {
+            resolve("electrostatics.charge_density.file", p)
+        })?;
+        let grid = "the mesh's nodes (z, y, x)";
+        let shape: Vec<usize> = nodes.iter().rev().map(|n| n.len()).collect();
+        if let Charge::File { path } = &charge {
+            crate::input::open(
+                &format!("{CHARGE_FIELD}.file"),
+                path,
+                &shape,
+                grid,
+                crate::input::Kind::Float,
+            )?;
         }
-        let has_electrode =
-            shapes.iter().any(|s| s.electrode.is_some()) || faces.iter().any(|f| f.is_some());
-        if !has_electrode && self.charge_density == 0.0 {
+        let electrode_ids = self
+            .electrode_ids
+            .map(|p| resolve("electrostatics.electrode_ids", &p));
+        let dielectric_ids = self
+            .dielectric_ids
+            .map(|p| resolve("electrostatics.dielectric_ids", &p));
+        for (field, path) in [
+            ("electrostatics.electrode_ids", &electrode_ids),
+            ("electrostatics.dielectric_ids", &dielectric_ids),
+        ] {
+            if let Some(path) = path {
+                crate::input::open(field, path, &shape, grid, crate::input::Kind::Byte)?;
+            }
+        }
+        let has_electrode = electrode_ids.is_some()
+            || shapes.iter().any(|s| s.electrode.is_some())
+            || faces.iter().any(|f| f.is_some());
+        if !has_electrode && charge.is_none() {
             return Err(Error::invalid(
                 "electrostatics.shapes",
                 "no electrode and no charge",
@@ -368,7 +544,9 @@ impl ElectrostaticsConfig {
             permittivities: self.permittivities,
             shapes,
             faces,
-            charge_density: self.charge_density,
+            charge,
+            electrode_ids,
+            dielectric_ids,
             omega,
             omega_auto,
             tolerance: self.tolerance,

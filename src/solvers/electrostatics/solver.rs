@@ -27,7 +27,9 @@ impl Solver for Electrostatics {
     }
     fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
         let cfg: ElectrostaticsConfig = src.deserialize("electrostatics", table)?;
-        Ok(Box::new(cfg.validate(src.precision)?))
+        Ok(Box::new(
+            cfg.validate(src.precision, &|key, p| src.path(key, p))?,
+        ))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
         <bench::ElectrostaticsBenchArgs as clap::Args>::augment_args(cmd)
@@ -60,7 +62,7 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
         ));
     }
     run_case(cx, |restart| {
-        let g = Geometry::build(p);
+        let g = Geometry::build(p)?;
         Ok(ElectrostaticsCase {
             p,
             engine: super::engine::<T>(p, &g, cx.device, restart)?,
@@ -101,7 +103,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
         let electrodes = self.g.electrodes();
         let mut c = Vec::new();
         for &j in &electrodes {
-            let mut g = self.g.clone();
+            let mut g = self.g.without_charge();
             g.volts
                 .iter_mut()
                 .enumerate()
@@ -173,6 +175,9 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
             "converged": o.status == run::Status::Converged,
             "relative_residual": o.residuals.last(),
+            "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration (the stopping test)",
+            "true_relative_residual": cpu::true_residual(self.p, g, &v.data),
+            "true_relative_residual_meaning": "‖b − Av‖/‖b‖ of the node equations at the interior free nodes",
             "charges": charge_table(g, &self.charges),
             "field_centring": "node",
         });

@@ -1,10 +1,7 @@
 //! Initial conditions: presets, and the analytic solution of the sine preset.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
-use npyz::{DType, NpyFile, Order, TypeChar};
 use serde::{Deserialize, Serialize};
 
 use super::HeatProblem;
@@ -135,89 +132,15 @@ impl Initial {
 
 const FILE_FIELD: &str = "heat.initial.path";
 
-/// Open an initial-field .npy and check its header against the grid: shape, dtype, order.
-/// Returns the reader and whether the values are float32.
-fn open_npy(p: &HeatProblem, path: &Path) -> Result<(NpyFile<BufReader<File>>, bool)> {
-    let shown = path.display();
-    let file = File::open(path).map_err(|e| Error::invalid(FILE_FIELD, &shown, e.to_string()))?;
-    let npy = NpyFile::new(BufReader::new(file)).map_err(|e| {
-        Error::invalid(FILE_FIELD, &shown, format!("not a readable .npy file: {e}"))
-    })?;
-    let shape: Vec<usize> = npy.shape().iter().map(|&v| v as usize).collect();
-    if shape != p.user_shape() {
-        return Err(Error::invalid(
-            FILE_FIELD,
-            &shown,
-            format!(
-                "holds an array of shape {shape:?}; the grid (heat.shape) is {:?}",
-                p.user_shape()
-            ),
-        ));
-    }
-    let f32 = match npy.dtype() {
-        DType::Plain(t) if t.type_char() == TypeChar::Float && t.size_field() == 4 => true,
-        DType::Plain(t) if t.type_char() == TypeChar::Float && t.size_field() == 8 => false,
-        DType::Plain(t) => {
-            return Err(Error::invalid(
-                FILE_FIELD,
-                &shown,
-                format!("has dtype {t}; save it as float64 or float32 (arr.astype(np.float64))"),
-            ));
-        }
-        _ => {
-            return Err(Error::invalid(
-                FILE_FIELD,
-                &shown,
-                "holds a structured array; save a plain float64 or float32 array",
-            ));
-        }
-    };
-    if npy.order() == Order::Fortran && p.dims > 1 {
-        return Err(Error::invalid(
-            FILE_FIELD,
-            &shown,
-            "is in Fortran order; save np.ascontiguousarray(arr)",
-        ));
-    }
-    check_length(path, p.cells() as u64 * if f32 { 4 } else { 8 })?;
-    Ok((npy, f32))
-}
-
-/// The file holds exactly the header and `data` bytes: no fewer (truncated), no more
-/// (a different array, or bytes appended).
-fn check_length(path: &Path, data: u64) -> Result<()> {
-    use std::io::Read;
-    let shown = path.display();
-    let why = |e: &dyn std::fmt::Display| Error::invalid(FILE_FIELD, &shown, e.to_string());
-    let mut f = File::open(path).map_err(|e| why(&e))?;
-    let len = f.metadata().map_err(|e| why(&e))?.len();
-    let mut head = [0u8; 12];
-    f.read_exact(&mut head).map_err(|e| why(&e))?;
-    // Format 1.0 stores the header length in 2 bytes, 2.0 and 3.0 in 4.
-    let offset = match head[6] {
-        1 => 10 + u16::from_le_bytes([head[8], head[9]]) as u64,
-        _ => 12 + u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as u64,
-    };
-    let expected = offset + data;
-    match len.cmp(&expected) {
-        std::cmp::Ordering::Less => Err(Error::invalid(
-            FILE_FIELD,
-            &shown,
-            format!(
-                "is truncated: its array needs {data} bytes of data, the file holds {}",
-                len.saturating_sub(offset)
-            ),
-        )),
-        std::cmp::Ordering::Greater => Err(Error::invalid(
-            FILE_FIELD,
-            &shown,
-            format!(
-                "has {} bytes after its array's data; save one array per file with np.save",
-                len - expected
-            ),
-        )),
-        std::cmp::Ordering::Equal => Ok(()),
-    }
+/// Open an initial-field .npy and check its header against the grid.
+fn open_npy(p: &HeatProblem, path: &Path) -> Result<crate::input::Opened> {
+    crate::input::open(
+        FILE_FIELD,
+        path,
+        &p.user_shape(),
+        "the grid (heat.shape)",
+        crate::input::Kind::Float,
+    )
 }
 
 /// Check a file initial condition's header, so that a wrong file fails before any work.
@@ -228,28 +151,11 @@ pub fn check(p: &HeatProblem) -> Result<()> {
     }
 }
 
-/// Read the array's values, stored as `S`, into `u`.
-fn fill<S: npyz::Deserialize + Into<f64>, T: Real>(
-    npy: NpyFile<BufReader<File>>,
-    u: &mut [T],
-    path: &Path,
-) -> Result<()> {
-    let why = |e: &dyn std::fmt::Display| Error::invalid(FILE_FIELD, path.display(), e.to_string());
-    for (v, x) in u.iter_mut().zip(npy.data::<S>().map_err(|e| why(&e))?) {
-        *v = T::lit(x.map_err(|e| why(&e))?.into());
-    }
-    Ok(())
-}
-
 fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
-    let (npy, f32) = open_npy(p, path)?;
+    let f = open_npy(p, path)?;
     let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
     let shown = path.display();
-    if f32 {
-        fill::<f32, T>(npy, &mut u, path)?;
-    } else {
-        fill::<f64, T>(npy, &mut u, path)?;
-    }
+    crate::input::fill_floats(FILE_FIELD, path, f, &mut u)?;
     let most = largest_value(T::PRECISION);
     if let Some(i) = u
         .iter()

@@ -138,9 +138,9 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
     let shapes = [
         ((32, 8), None),
         ((64, 4), Some(1)),
-        ((16, 16), Some(7)),
+        ((32, 4), Some(7)),
         ((128, 1), Some(100)),
-        ((32, 1), Some(3)),
+        ((64, 2), Some(3)),
     ];
     let runs: Vec<Vec<f64>> = shapes
         .iter()

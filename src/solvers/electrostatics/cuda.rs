@@ -123,6 +123,13 @@ impl<T: Real> CudaElectrostatics<T> {
         launch: Launch,
     ) -> Result<Self> {
         let block = launch.block;
+        if block.0 % 32 != 0 || block.1 == 0 || block.0 * block.1 > 1024 {
+            return Err(Error::invalid(
+                "KEISAN_ES_BLOCK",
+                format!("{}x{}", block.0, block.1),
+                "x threads a multiple of 32 (a warp walks one row), at most 1024 in all",
+            ));
+        }
         let [nx, ny, nz] = g.counts;
         let pitch = pitch_of(nx);
         let rows = ny * nz;
@@ -149,7 +156,8 @@ impl<T: Real> CudaElectrostatics<T> {
         let chunks = (WAVES * resident).div_ceil(gx * gy).clamp(1, nz - 2);
         let planes = launch
             .planes
-            .unwrap_or((nz - 2).div_ceil(chunks))
+            // At least 8 planes: a block loads 3 planes before its first update.
+            .unwrap_or((nz - 2).div_ceil(chunks).max(8))
             .clamp(1, nz - 2);
         let cfg = LaunchConfig {
             grid_dim: (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32),

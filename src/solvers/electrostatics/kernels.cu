@@ -1,5 +1,5 @@
 // Red-black SOR for div(eps0 epsr grad V) = -rho (seed 003), compiled with
-// -Dreal=float|double, ES_BX x ES_BY threads per block.
+// -Dreal=float|double, ES_BX x ES_BY threads per block, ES_BX a multiple of 32.
 //
 // Device layout: rows of `pitch` values (a multiple of 32), node i of row (j, k) at
 // V[(k*ny + j)*pitch + ES_OFF + i]. ES_OFF = 31 puts the interior pairs (1, 2), (3, 4), …
@@ -33,8 +33,97 @@
 
 struct __align__(2 * sizeof(real)) real_pair { real x, y; };
 
-__device__ __forceinline__ real pick(real_pair p, int s) { return s ? p.y : p.x; }
-__device__ __forceinline__ int pick(uchar2 p, int s) { return s ? p.y : p.x; }
+template <int S> __device__ __forceinline__ real at(real_pair p) { return S ? p.y : p.x; }
+template <int S> __device__ __forceinline__ int at(uchar2 p) { return S ? p.y : p.x; }
+
+// What one thread carries up its column of pairs: planes k-1, k, k+1 (and the prefetched
+// k+2) of V and the class bytes, pointers at plane k, and its residual sums.
+struct Column {
+    real_pair vm, vc, vn;
+    uchar2 cm, cc, cn;
+    const real_pair* pv;     // V pair at plane k
+    const uchar2* pc;        // class pair at plane k
+    const real* pq;          // per-node charge at the pair's first node, plane k
+    double res2, v2;
+};
+
+struct Sweep {
+    real* v; const unsigned char* code; const real* se; const unsigned char* sf;
+    int has_qnode; real q, omega;
+    const real* rzp; const real* rzm;
+    real xp0, xm0, xp1, xm1, yp, ym;
+    int hj;        // pairs per row
+    size_t hk;     // pairs per plane
+    int nx, lane, edge_left, edge_right;
+    bool row;
+};
+
+// One plane of a column: the update of the pair's node S (compile-time, so no selects),
+// then the planes shift down. `last` = no plane k+2 inside the mesh to prefetch.
+template <int S>
+__device__ __forceinline__ void plane(const Sweep& w, Column& c, int k, bool last) {
+    const real_pair* pnn = last ? c.pv + w.hk : c.pv + 2 * w.hk;
+    const real_pair vnn = *pnn;
+    const uchar2 cnn = c.pc[pnn - c.pv];
+    const real_pair vs = c.pv[-w.hj], vN = c.pv[w.hj];
+    const uchar2 cs = c.pc[-w.hj], cN = c.pc[w.hj];
+    // x-neighbours: the own pair's other node, and the adjacent pair's near node (from
+    // the adjacent lane; lanes at a warp or block edge load it).
+    real xo; int cxo;
+    if (S == 0) {
+        xo = __shfl_up_sync(0xffffffffu, c.vc.y, 1);
+        cxo = __shfl_up_sync(0xffffffffu, (int)c.cc.y, 1);
+    } else {
+        xo = __shfl_down_sync(0xffffffffu, c.vc.x, 1);
+        cxo = __shfl_down_sync(0xffffffffu, (int)c.cc.x, 1);
+    }
+    if (w.row && (S == 0 || w.edge_right >= 0)) {
+        const real* pr = (const real*)c.pv;
+        const unsigned char* pcr = (const unsigned char*)c.pc;
+        if (S == 0 && w.edge_left) { xo = pr[-1]; cxo = pcr[-1]; }
+        if (S == 1 && w.edge_right > 0) { xo = pr[2]; cxo = pcr[2]; }
+        const real vxm = S ? c.vc.x : xo, vxp = S ? xo : c.vc.y;
+        const int cxm = S ? c.cc.x : cxo, cxp = S ? cxo : c.cc.y;
+        const int cl = at<S>(c.cc);
+        const real e = w.se[cl];
+        const real axp = (e + w.se[cxp]) * (S ? w.xp1 : w.xp0);
+        const real axm = (e + w.se[cxm]) * (S ? w.xm1 : w.xm0);
+        const real ayp = (e + w.se[at<S>(cN)]) * w.yp;
+        const real aym = (e + w.se[at<S>(cs)]) * w.ym;
+        const real azp = (e + w.se[at<S>(c.cn)]) * w.rzp[k];
+        const real azm = (e + w.se[at<S>(c.cm)]) * w.rzm[k];
+        const real sum = axp * vxp + axm * vxm + ayp * at<S>(vN) + aym * at<S>(vs) +
+                         azp * at<S>(c.vn) + azm * at<S>(c.vm);
+        const real den = axp + axm + ayp + aym + azp + azm;
+        const real qq = w.has_qnode ? c.pq[S] : w.q;
+        const real old = at<S>(c.vc);
+        const real res = w.omega * ((sum + qq) / den - old);
+        if (!w.sf[cl]) {
+            const real nv = old + res;
+            ((real*)c.pv)[S] = nv;
+            c.res2 += (double)res * (double)res;
+            c.v2 += (double)nv * (double)nv;
+        }
+    }
+    c.vm = c.vc; c.cm = c.cc;
+    c.vc = c.vn; c.cc = c.cn;
+    c.vn = vnn; c.cn = cnn;
+    c.pv += w.hk;
+    c.pc += w.hk;
+    c.pq += 2 * w.hk;
+}
+
+// Planes k0 .. k1-1, the first with node S0 of the pair: two planes per trip, so each
+// trip's nodes are known at compile time.
+template <int S0>
+__device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1, int nz) {
+    int k = k0;
+    for (; k + 1 < k1; k += 2) {
+        plane<S0>(w, c, k, k + 2 > nz - 1);
+        plane<1 - S0>(w, c, k + 1, k + 3 > nz - 1);
+    }
+    if (k < k1) plane<S0>(w, c, k, k + 2 > nz - 1);
+}
 
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
@@ -59,7 +148,6 @@ es_sweep(real* __restrict__ v, const unsigned char* __restrict__ code,
     }
     __syncthreads();
 
-    const int lane = threadIdx.x & 31;
     const int p = blockIdx.x * ES_BX + threadIdx.x;
     const int i0 = 2 * p + 1;
     const int j = 1 + blockIdx.y * ES_BY + threadIdx.y;
@@ -70,73 +158,36 @@ es_sweep(real* __restrict__ v, const unsigned char* __restrict__ code,
     const int jr = row ? j : 1, pr = row ? p : 0;
     const size_t nj = (size_t)pitch, nk = (size_t)pitch * ny;
     const size_t base = (size_t)jr * nj + ES_OFF + 2 * (size_t)pr + 1;
-    const real_pair* vp2 = (const real_pair*)v;
-    const uchar2* cp2 = (const uchar2*)code;
     const int ic = min(i0, nx - 2);
-    const real xp0 = rxp[ic], xm0 = rxm[ic], xp1 = rxp[ic + 1], xm1 = rxm[ic + 1];
-    const real yp = ryp[jr], ym = rym[jr];
+    const int lane = threadIdx.x & 31;
+    Sweep w;
+    w.v = v; w.code = code; w.se = se; w.sf = sf;
+    w.has_qnode = has_qnode; w.q = q; w.omega = omega;
+    w.rzp = rzp; w.rzm = rzm;
+    w.xp0 = rxp[ic]; w.xm0 = rxm[ic]; w.xp1 = rxp[ic + 1]; w.xm1 = rxm[ic + 1];
+    w.yp = ryp[jr]; w.ym = rym[jr];
+    w.hj = pitch >> 1; w.hk = nk >> 1;
+    w.nx = nx; w.lane = lane; w.row = row;
+    w.edge_left = lane == 0 || threadIdx.x == 0;
+    // Node 2p+2 is interior (>= 0), and its right neighbour pair is in another lane
+    // group (> 0); -1: node 2p+2 is the face nx-1.
+    w.edge_right = i0 + 1 < nx - 1 ? (lane == 31 || threadIdx.x == ES_BX - 1) : -1;
 
-    double res2 = 0.0, v2 = 0.0;
+    Column c;
+    c.res2 = 0.0; c.v2 = 0.0;
     if (k0 < k1) {
-        size_t n = (size_t)k0 * nk + base;
-        real_pair vm = vp2[(n - nk) >> 1], vc = vp2[n >> 1];
-        uchar2 cm = cp2[(n - nk) >> 1], cc = cp2[n >> 1];
-        real_pair vn = vp2[(n + nk) >> 1];
-        uchar2 cn = cp2[(n + nk) >> 1];
-        for (int k = k0; k < k1; ++k, n += nk) {
-            // Next plane's pair first, so its latency hides behind this plane's work.
-            const int kk = min(k + 2, nz - 1);
-            const size_t nn = (size_t)kk * nk + base;
-            const real_pair vnn = vp2[nn >> 1];
-            const uchar2 cnn = cp2[nn >> 1];
-
-            const int s = (jr + k + oe + 1) & 1;
-            const real_pair vs = vp2[(n - nj) >> 1], vN = vp2[(n + nj) >> 1];
-            const uchar2 cs = cp2[(n - nj) >> 1], cN = cp2[(n + nj) >> 1];
-            // x-neighbours: own pair's other node, and the adjacent pair's near node.
-            real left = __shfl_up_sync(0xffffffffu, vc.y, 1);
-            int cleft = __shfl_up_sync(0xffffffffu, (int)cc.y, 1);
-            real right = __shfl_down_sync(0xffffffffu, vc.x, 1);
-            int cright = __shfl_down_sync(0xffffffffu, (int)cc.x, 1);
-            const int i = i0 + s;
-            if (row && i < nx - 1) {
-                // Lanes whose neighbour pair is in another warp (or block) load it.
-                if (s == 0 && (lane == 0 || threadIdx.x == 0)) {
-                    left = v[n - 1];
-                    cleft = code[n - 1];
-                }
-                if (s == 1 && (lane == 31 || threadIdx.x == ES_BX - 1)) {
-                    right = v[n + 2];
-                    cright = code[n + 2];
-                }
-                const real vxm = s ? vc.x : left, vxp = s ? right : vc.y;
-                const int cxm = s ? cc.x : cleft, cxp = s ? cright : cc.y;
-                const int c = pick(cc, s);
-                const real e = se[c];
-                const real axp = (e + se[cxp]) * (s ? xp1 : xp0);
-                const real axm = (e + se[cxm]) * (s ? xm1 : xm0);
-                const real ayp = (e + se[pick(cN, s)]) * yp;
-                const real aym = (e + se[pick(cs, s)]) * ym;
-                const real azp = (e + se[pick(cn, s)]) * rzp[k];
-                const real azm = (e + se[pick(cm, s)]) * rzm[k];
-                const real sum = axp * vxp + axm * vxm + ayp * pick(vN, s) + aym * pick(vs, s) +
-                                 azp * pick(vn, s) + azm * pick(vm, s);
-                const real den = axp + axm + ayp + aym + azp + azm;
-                const real qq = has_qnode ? qnode[n + s] : q;
-                const real old = pick(vc, s);
-                const real res = omega * ((sum + qq) / den - old);
-                if (!sf[c]) {
-                    const real nv = old + res;
-                    v[n + s] = nv;
-                    res2 += (double)res * (double)res;
-                    v2 += (double)nv * (double)nv;
-                }
-            }
-            vm = vc; cm = cc;
-            vc = vn; cc = cn;
-            vn = vnn; cn = cnn;
-        }
+        const size_t n = (size_t)k0 * nk + base;
+        c.pv = (const real_pair*)v + (n >> 1);
+        c.pc = (const uchar2*)code + (n >> 1);
+        c.pq = qnode + (has_qnode ? n : 0);
+        c.vm = c.pv[-(ptrdiff_t)w.hk]; c.vc = c.pv[0]; c.vn = c.pv[w.hk];
+        c.cm = c.pc[-(ptrdiff_t)w.hk]; c.cc = c.pc[0]; c.cn = c.pc[w.hk];
+        // From j, not jr: every lane of a warp (one row: ES_BX is a multiple of 32) takes
+        // the same branch, so the shuffles inside see the whole warp.
+        if ((j + k0 + oe + 1) & 1) march<1>(w, c, k0, k1, nz);
+        else march<0>(w, c, k0, k1, nz);
     }
+    const double res2 = c.res2, v2 = c.v2;
 
     double sums[2] = {res2, v2};
     double block[2];

@@ -27,7 +27,8 @@ use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Restart};
 
-/// The CUDA sweep's launch shape: threads per block in x (node pairs) and y (rows), and
+/// The CUDA sweep's launch shape: threads per block in x (node pairs, a multiple of 32:
+/// a warp walks one row) and y (rows), and
 /// z-planes each block walks (None: enough blocks for a few waves). The result does not
 /// depend on it (tested).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

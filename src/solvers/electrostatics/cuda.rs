@@ -123,7 +123,7 @@ impl<T: Real> CudaElectrostatics<T> {
         launch: Launch,
     ) -> Result<Self> {
         let block = launch.block;
-        if block.0 % 32 != 0 || block.1 == 0 || block.0 * block.1 > 1024 {
+        if !block.0.is_multiple_of(32) || block.1 == 0 || block.0 * block.1 > 1024 {
             return Err(Error::invalid(
                 "KEISAN_ES_BLOCK",
                 format!("{}x{}", block.0, block.1),

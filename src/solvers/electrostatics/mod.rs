@@ -55,7 +55,7 @@ impl Launch {
                 let (a, b) = v.split_once('x')?;
                 Some((a.parse().ok()?, b.parse().ok()?))
             })
-            .filter(|&(x, y): &(u32, u32)| x >= 1 && y >= 1 && x * y <= 1024 && (x * y) % 32 == 0)
+            .filter(|&(x, y): &(u32, u32)| x.is_multiple_of(32) && y >= 1 && x * y <= 1024)
             .unwrap_or(DEFAULT_LAUNCH.block);
         let planes = std::env::var("KEISAN_ES_PLANES")
             .ok()

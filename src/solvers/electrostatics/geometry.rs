@@ -354,24 +354,27 @@ impl Geometry {
         epsr.extend(&p.permittivities);
         let grid = "the mesh's nodes (z, y, x)";
         let shape = p.shape();
-        let mut id_volt = match &p.electrode_ids {
-            Some(path) => {
-                let f = "electrostatics.electrode_ids";
-                let ids = crate::input::read_bytes(f, path, &shape, grid)?;
-                check_ids(f, &ids, p.voltages.len(), "electrode")?;
-                ids
-            }
-            None => vec![0u8; points],
+        // Id arrays from files (checked against the tables they index), else all 0.
+        let ids = |path: &Option<std::path::PathBuf>, key: &str, most: usize, what: &str| {
+            let Some(path) = path else {
+                return Ok(vec![0u8; points]);
+            };
+            let field = format!("electrostatics.{key}");
+            let ids = crate::input::read_bytes(&field, path, &shape, grid)?;
+            check_ids(&field, &ids, most, what).map(|_| ids)
         };
-        let mut id_epsr = match &p.dielectric_ids {
-            Some(path) => {
-                let f = "electrostatics.dielectric_ids";
-                let ids = crate::input::read_bytes(f, path, &shape, grid)?;
-                check_ids(f, &ids, p.permittivities.len(), "dielectric")?;
-                ids
-            }
-            None => vec![0u8; points],
-        };
+        let mut id_volt = ids(
+            &p.electrode_ids,
+            "electrode_ids",
+            p.voltages.len(),
+            "electrode",
+        )?;
+        let mut id_epsr = ids(
+            &p.dielectric_ids,
+            "dielectric_ids",
+            p.permittivities.len(),
+            "dielectric",
+        )?;
         id_volt
             .par_chunks_mut(nx * ny)
             .zip(id_epsr.par_chunks_mut(nx * ny))

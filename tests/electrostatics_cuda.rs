@@ -52,6 +52,25 @@ fn solve<T: Real>(e: &mut dyn Engine<Real = T>, p: &ElectrostaticsProblem) -> (V
     )
 }
 
+/// The CPU engine's and the CUDA engine's (default launch) V and iteration counts.
+fn cpu_and_cuda<T: Real>(
+    gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+) -> ((Vec<f64>, u64), (Vec<f64>, u64)) {
+    let launch = electrostatics::DEFAULT_LAUNCH;
+    (
+        solve(
+            &mut cpu::CpuElectrostatics::<T>::new(p, g.clone(), None).unwrap(),
+            p,
+        ),
+        solve(
+            &mut cuda::CudaElectrostatics::<T>::new(gpu.clone(), p, g, None, launch).unwrap(),
+            p,
+        ),
+    )
+}
+
 fn same_bits(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
@@ -67,60 +86,18 @@ fn cuda_matches_cpu_on_random_geometries() {
     for charge in ["3e-11", "{ random = 5e-11, seed = 7 }", "0.0"] {
         let p = random_problem(&mut rng, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
-        let (a, _) = solve(
-            &mut cpu::CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap(),
-            &p,
-        );
-        let (b, _) = solve(
-            &mut cuda::CudaElectrostatics::<f64>::new(
-                gpu.clone(),
-                &p,
-                &g,
-                None,
-                electrostatics::DEFAULT_LAUNCH,
-            )
-            .unwrap(),
-            &p,
-        );
+        let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g);
         // Same operations in the same order per node, no contraction: the same bits.
         let d = common::rel_max_diff(&b, &a);
         assert!(same_bits(&a, &b), "f64 CUDA vs CPU ({charge}): {d:e}");
-        let (a32, _) = solve(
-            &mut cpu::CpuElectrostatics::<f32>::new(&p, g.clone(), None).unwrap(),
-            &p,
-        );
-        let (b32, _) = solve(
-            &mut cuda::CudaElectrostatics::<f32>::new(
-                gpu.clone(),
-                &p,
-                &g,
-                None,
-                electrostatics::DEFAULT_LAUNCH,
-            )
-            .unwrap(),
-            &p,
-        );
+        let ((a32, _), (b32, _)) = cpu_and_cuda::<f32>(&gpu, &p, &g);
         let d32 = common::rel_max_diff(&b32, &a32);
         assert!(same_bits(&a32, &b32), "f32 CUDA vs CPU ({charge}): {d32:e}");
     }
     // To a tolerance: the same iteration count.
     let p = random_problem(&mut rng, 5000, 1e-9, "3e-11");
     let g = Geometry::build(&p).unwrap();
-    let (_, na) = solve(
-        &mut cpu::CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap(),
-        &p,
-    );
-    let (_, nb) = solve(
-        &mut cuda::CudaElectrostatics::<f64>::new(
-            gpu.clone(),
-            &p,
-            &g,
-            None,
-            electrostatics::DEFAULT_LAUNCH,
-        )
-        .unwrap(),
-        &p,
-    );
+    let ((_, na), (_, nb)) = cpu_and_cuda::<f64>(&gpu, &p, &g);
     assert_eq!(na, nb, "iterations to 1e-9");
     assert!(na < 5000);
 }

@@ -48,13 +48,13 @@ struct Column {
 };
 
 struct Sweep {
-    real* v; const unsigned char* code; const real* se; const unsigned char* sf;
+    const real* se; const unsigned char* sf;
     int has_qnode; real q, omega;
     const real* rzp; const real* rzm;
     real xp0, xm0, xp1, xm1, yp, ym;
     int hj;        // pairs per row
     size_t hk;     // pairs per plane
-    int nx, lane, edge_left, edge_right;
+    int edge_left, edge_right;
     bool row;
 };
 
@@ -161,13 +161,13 @@ es_sweep(real* __restrict__ v, const unsigned char* __restrict__ code,
     const int ic = min(i0, nx - 2);
     const int lane = threadIdx.x & 31;
     Sweep w;
-    w.v = v; w.code = code; w.se = se; w.sf = sf;
+    w.se = se; w.sf = sf;
     w.has_qnode = has_qnode; w.q = q; w.omega = omega;
     w.rzp = rzp; w.rzm = rzm;
     w.xp0 = rxp[ic]; w.xm0 = rxm[ic]; w.xp1 = rxp[ic + 1]; w.xm1 = rxm[ic + 1];
     w.yp = ryp[jr]; w.ym = rym[jr];
     w.hj = pitch >> 1; w.hk = nk >> 1;
-    w.nx = nx; w.lane = lane; w.row = row;
+    w.row = row;
     w.edge_left = lane == 0 || threadIdx.x == 0;
     // Node 2p+2 is interior (>= 0), and its right neighbour pair is in another lane
     // group (> 0); -1: node 2p+2 is the face nx-1.

@@ -10,9 +10,11 @@ use keisan::solvers::electrostatics::{self, ElectrostaticsProblem, Geometry, cpu
 use rand::Rng;
 
 /// A random problem: two electrodes (random voltages), a dielectric sphere of random εr
-/// and place, a nonuniform x mesh, a fixed z_min face.
+/// and place, a nonuniform x mesh, a fixed z_min face; an odd or even node count in x
+/// (the colour-split rows then end on either colour), random counts in y and z.
 fn random_problem(
     rng: &mut rand::rngs::StdRng,
+    nx_odd: bool,
     iterations: u64,
     tolerance: f64,
     charge: &str,
@@ -20,10 +22,16 @@ fn random_problem(
     let (v1, v2): (f64, f64) = (rng.random_range(-2.0..2.0), rng.random_range(-2.0..2.0));
     let eps: f64 = rng.random_range(1.5..9.0);
     let c: Vec<f64> = (0..3).map(|_| rng.random_range(0.35..0.65)).collect();
+    // nx = 13 + dx + 1.
+    let (dx, ny, nz): (usize, usize, usize) = (
+        2 * rng.random_range(9..12) + nx_odd as usize,
+        rng.random_range(25..29),
+        rng.random_range(20..24),
+    );
     let toml = format!(
         "solver = \"electrostatics\"\n[electrostatics]\n\
-         x = {{ breakpoints = [0.0, 0.3, 1.0], divisions = [13, 21] }}\n\
-         y = {{ range = [0.0, 1.0], cells = 27 }}\nz = {{ range = [0.0, 1.0], cells = 22 }}\n\
+         x = {{ breakpoints = [0.0, 0.3, 1.0], divisions = [13, {dx}] }}\n\
+         y = {{ range = [0.0, 1.0], cells = {ny} }}\nz = {{ range = [0.0, 1.0], cells = {nz} }}\n\
          voltages = [{v1}, {v2}]\npermittivities = [{eps}]\nmax_iterations = {iterations}\n\
          tolerance = {tolerance}\ncharge_density = {charge}\n\
          [electrostatics.faces]\nz_min = 0.25\n\
@@ -83,8 +91,9 @@ fn cuda_matches_cpu_on_random_geometries() {
         return;
     };
     let mut rng = common::rng();
-    for charge in ["3e-11", "{ random = 5e-11, seed = 7 }", "0.0"] {
-        let p = random_problem(&mut rng, 60, 0.0, charge);
+    let charges = ["3e-11", "{ random = 5e-11, seed = 7 }", "0.0", "1e-11"];
+    for (n, charge) in charges.into_iter().enumerate() {
+        let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
         let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g);
         // Same operations in the same order per node, no contraction: the same bits.
@@ -95,7 +104,7 @@ fn cuda_matches_cpu_on_random_geometries() {
         assert!(same_bits(&a32, &b32), "f32 CUDA vs CPU ({charge}): {d32:e}");
     }
     // To a tolerance: the same iteration count.
-    let p = random_problem(&mut rng, 5000, 1e-9, "3e-11");
+    let p = random_problem(&mut rng, false, 5000, 1e-9, "3e-11");
     let g = Geometry::build(&p).unwrap();
     let ((_, na), (_, nb)) = cpu_and_cuda::<f64>(&gpu, &p, &g);
     assert_eq!(na, nb, "iterations to 1e-9");
@@ -110,32 +119,34 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
         return;
     };
     let mut rng = common::rng();
-    let p = random_problem(&mut rng, 40, 0.0, "{ random = 5e-11, seed = 3 }");
-    let g = Geometry::build(&p).unwrap();
-    let shapes = [
-        ((32, 8), None),
-        ((64, 4), Some(1)),
-        ((32, 4), Some(7)),
-        ((128, 1), Some(100)),
-        ((64, 2), Some(3)),
-    ];
-    let runs: Vec<Vec<f64>> = shapes
-        .iter()
-        .map(|&(block, planes)| {
-            let launch = electrostatics::Launch {
-                block,
-                planes,
-                ..electrostatics::DEFAULT_LAUNCH
-            };
-            solve(
-                &mut cuda::CudaElectrostatics::<f64>::new(gpu.clone(), &p, &g, None, launch)
-                    .unwrap(),
-                &p,
-            )
-            .0
-        })
-        .collect();
-    for (r, shape) in runs[1..].iter().zip(&shapes[1..]) {
-        assert!(same_bits(r, &runs[0]), "launch {shape:?}");
+    for nx_odd in [false, true] {
+        let p = random_problem(&mut rng, nx_odd, 40, 0.0, "{ random = 5e-11, seed = 3 }");
+        let g = Geometry::build(&p).unwrap();
+        let shapes = [
+            ((32, 8), None),
+            ((64, 4), Some(1)),
+            ((32, 4), Some(7)),
+            ((128, 1), Some(100)),
+            ((64, 2), Some(3)),
+        ];
+        let runs: Vec<Vec<f64>> = shapes
+            .iter()
+            .map(|&(block, planes)| {
+                let launch = electrostatics::Launch {
+                    block,
+                    planes,
+                    ..electrostatics::DEFAULT_LAUNCH
+                };
+                solve(
+                    &mut cuda::CudaElectrostatics::<f64>::new(gpu.clone(), &p, &g, None, launch)
+                        .unwrap(),
+                    &p,
+                )
+                .0
+            })
+            .collect();
+        for (r, shape) in runs[1..].iter().zip(&shapes[1..]) {
+            assert!(same_bits(r, &runs[0]), "launch {shape:?}, odd nx {nx_odd}");
+        }
     }
 }

@@ -208,9 +208,11 @@ fn case<T: Real>(
     })
 }
 
-/// Bytes one red-black iteration must move per node in keisan's layout: each colour
-/// reads V and the class bytes whole (its own nodes, and the other colour as
-/// neighbours) and writes its half of V; a per-node charge adds its value once.
+/// Bytes one red-black iteration must move per node in keisan's colour-split layout: each
+/// colour's sweep reads V and the class bytes whole (its own half, and the other colour's
+/// half as neighbours, once if the caches keep the rows j±1) and writes back only its own
+/// half of V; a per-node charge adds its value once. (An interleaved layout moves a value
+/// more: each sweep writes back every sector of V.)
 pub fn bytes_per_node<T: Real>(charge_per_node: bool) -> usize {
     let t = std::mem::size_of::<T>();
     2 * (t + 1) + t + if charge_per_node { t } else { 0 }

@@ -1,4 +1,5 @@
-//! CUDA engine: V, one class byte per node and the class table stay on the device; four
+//! CUDA engine: V and one class byte per node, split by colour (kernels.cu), and the class
+//! table stay on the device; four
 //! launches per iteration (faces and interior, per colour); the residual is reduced inside
 //! the interior launches and a device-side stop flag lets the host queue many iterations
 //! and read a few scalars now and then (as the Jacobi engine does).
@@ -11,7 +12,7 @@ use rayon::prelude::*;
 use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
-use crate::precision::Real;
+use crate::precision::{Precision, Real};
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -22,8 +23,10 @@ pub const KERNELS: KernelSource = KernelSource {
 /// Residual history slots on the device; the run loop reads them at least this often.
 const HISTORY: usize = 4096;
 
-/// Waves of resident blocks a sweep aims for; the z-chunk per block follows from it.
-const WAVES: usize = 4;
+/// Waves of resident blocks a sweep aims for; the z-chunk per block follows from it
+/// (at least MIN_PLANES: a block reads 3 planes before its first update).
+const WAVES: usize = 16;
+const MIN_PLANES: usize = 16;
 
 /// The class byte per node: one entry per (held or free, εr) pair present, so a node's
 /// update reads one id byte instead of the study's two.
@@ -61,41 +64,74 @@ impl Classes {
     }
 }
 
-/// Where node 0 of a row sits in the device layout (kernels.cu: ES_OFF).
-const ROW_OFFSET: usize = 31;
-
-/// Values per device row: node nx-1 and the pair past it, rounded to 128 bytes of f32.
-fn pitch_of(nx: usize) -> usize {
-    (nx + ROW_OFFSET + 1).next_multiple_of(32)
+/// Values per row of a colour array (kernels.cu): node nx-1's column and the one past
+/// it (a lane beyond the mesh feeds its neighbour's shuffle), rounded to 128 bytes of f32.
+fn compact_pitch(nx: usize) -> usize {
+    (nx / 2 + 1).next_multiple_of(32)
 }
 
-/// Rows of `nx` values into rows of `pitch` values starting at ROW_OFFSET.
-fn pitched<T: Copy + Default + Send + Sync>(data: &[T], nx: usize, pitch: usize) -> Vec<T> {
-    let mut out = vec![T::default(); data.len() / nx * pitch];
-    out.par_chunks_mut(pitch)
-        .zip(data.par_chunks(nx))
-        .for_each(|(dst, src)| dst[ROW_OFFSET..ROW_OFFSET + nx].copy_from_slice(src));
-    out
+/// The colour-split layout: node (i, j, k) to array (i + j + k) & 1 at
+/// (k·ny + j)·ph + i/2. Each array has nz + 1 planes (the last pads the sweep's prefetch).
+struct Split {
+    counts: [usize; 3],
+    ph: usize,
 }
 
-fn unpitched<T: Copy + Send + Sync>(data: &[T], nx: usize, pitch: usize) -> Vec<T> {
-    let mut out = Vec::with_capacity(data.len() / pitch * nx);
-    out.par_extend(
-        data.par_chunks(pitch)
-            .flat_map_iter(|r| r[ROW_OFFSET..ROW_OFFSET + nx].iter().copied()),
-    );
-    out
+impl Split {
+    fn len(&self) -> usize {
+        let [_, ny, nz] = self.counts;
+        (nz + 1) * ny * self.ph
+    }
+
+    fn split<T: Copy + Default + Send + Sync>(&self, data: &[T]) -> [Vec<T>; 2] {
+        let [nx, ny, _] = self.counts;
+        let ph = self.ph;
+        let mut out = [
+            vec![T::default(); self.len()],
+            vec![T::default(); self.len()],
+        ];
+        let [a, b] = &mut out;
+        a.par_chunks_mut(ph)
+            .zip(b.par_chunks_mut(ph))
+            .zip(data.par_chunks(nx))
+            .enumerate()
+            .for_each(|(r, ((a, b), src))| {
+                let s = (r % ny + r / ny) & 1;
+                for (i, &x) in src.iter().enumerate() {
+                    let dst = if (i + s) & 1 == 0 { &mut *a } else { &mut *b };
+                    dst[i / 2] = x;
+                }
+            });
+        out
+    }
+
+    fn merge<T: Copy + Default + Send + Sync>(&self, parts: [&[T]; 2]) -> Vec<T> {
+        let [nx, ny, nz] = self.counts;
+        let ph = self.ph;
+        let mut out = vec![T::default(); nx * ny * nz];
+        out.par_chunks_mut(nx)
+            .zip(parts[0].par_chunks(ph).zip(parts[1].par_chunks(ph)))
+            .enumerate()
+            .for_each(|(r, (dst, (a, b)))| {
+                let s = (r % ny + r / ny) & 1;
+                for (i, x) in dst.iter_mut().enumerate() {
+                    *x = if (i + s) & 1 == 0 { a[i / 2] } else { b[i / 2] };
+                }
+            });
+        out
+    }
 }
 
 pub struct CudaElectrostatics<T: Real> {
     gpu: Arc<Gpu>,
     p: ElectrostaticsProblem,
-    v: CudaSlice<T>,
-    code: CudaSlice<u8>,
-    cls_eps: CudaSlice<T>,
-    cls_fixed: CudaSlice<u8>,
-    /// 2ρ/ε0 per node when ρ varies (a 1-value placeholder otherwise), and the uniform value.
-    qnode: CudaSlice<T>,
+    /// Per colour (kernels.cu): V, the class bytes, and 2ρ/ε0 per node when ρ varies (a
+    /// 1-value placeholder otherwise).
+    v: [CudaSlice<T>; 2],
+    code: [CudaSlice<u8>; 2],
+    qnode: [CudaSlice<T>; 2],
+    /// (εr, held) per class.
+    classes: CudaSlice<T>,
     has_qnode: i32,
     q: T,
     coefficients: Vec<CudaSlice<T>>,
@@ -108,7 +144,7 @@ pub struct CudaElectrostatics<T: Real> {
     faces: CudaFunction,
     cfg: LaunchConfig,
     faces_cfg: Option<LaunchConfig>,
-    pitch: usize,
+    layout: Split,
     planes: usize,
     launched: u64,
     reported: u64,
@@ -131,23 +167,36 @@ impl<T: Real> CudaElectrostatics<T> {
             ));
         }
         let [nx, ny, nz] = g.counts;
-        let pitch = pitch_of(nx);
-        let rows = ny * nz;
+        let layout = Split {
+            counts: g.counts,
+            ph: compact_pitch(nx),
+        };
+        if layout.len() > u32::MAX as usize {
+            return Err(Error::invalid(
+                "electrostatics mesh",
+                format!("{nx}x{ny}x{nz}"),
+                "the CUDA engine indexes each colour with 32 bits: at most about 8.5e9 nodes",
+            ));
+        }
         let qnode = cpu::charge_per_node::<T>(g);
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         gpu.ensure_fits(
-            (rows * pitch * per_node) as u128,
+            (2 * layout.len() * per_node) as u128,
             "the potential, the class bytes and the charge density",
         )?;
+        let min_blocks = launch.min_blocks.unwrap_or(match T::PRECISION {
+            Precision::F32 => 4,
+            Precision::F64 => 3,
+        });
         let defines = [
             ("ES_BX", block.0.to_string()),
             ("ES_BY", block.1.to_string()),
-            ("ES_MINB", launch.min_blocks.to_string()),
+            ("ES_MINB", min_blocks.to_string()),
         ];
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
         let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
         let (gx, gy) = (
-            (nx - 2).div_ceil(2).div_ceil(block.0 as usize),
+            ((nx - 2) / 2 + 1).div_ceil(block.0 as usize),
             (ny - 2).div_ceil(block.1 as usize),
         );
         let per_sm =
@@ -156,8 +205,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let chunks = (WAVES * resident).div_ceil(gx * gy).clamp(1, nz - 2);
         let planes = launch
             .planes
-            // At least 8 planes: a block loads 3 planes before its first update.
-            .unwrap_or((nz - 2).div_ceil(chunks).max(8))
+            .unwrap_or((nz - 2).div_ceil(chunks).max(MIN_PLANES))
             .clamp(1, nz - 2);
         let cfg = LaunchConfig {
             grid_dim: (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32),
@@ -188,17 +236,23 @@ impl<T: Real> CudaElectrostatics<T> {
                 coefficients.push(s.clone_htod(&r)?);
             }
         }
-        let cls_eps: Vec<T> = classes.eps.iter().map(|&e| T::lit(e)).collect();
+        let table: Vec<T> = (classes.eps.iter().zip(&classes.fixed))
+            .flat_map(|(&e, &f)| [T::lit(e), T::lit(f as f64)])
+            .collect();
         let flag = status.device_flag();
-        let (qnode, has_qnode) = match qnode {
-            Some(q) => (s.clone_htod(&pitched(&q, nx, pitch))?, 1),
-            None => (s.alloc_zeros::<T>(1)?, 0),
+        let upload = |parts: [Vec<T>; 2]| -> Result<[CudaSlice<T>; 2]> {
+            let [a, b] = parts;
+            Ok([s.clone_htod(&a)?, s.clone_htod(&b)?])
         };
+        let (qnode, has_qnode) = match qnode {
+            Some(q) => (upload(layout.split(&q))?, 1),
+            None => ([s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?], 0),
+        };
+        let [c0, c1] = layout.split(&classes.code);
         Ok(Self {
-            v: s.clone_htod(&pitched(&v0, nx, pitch))?,
-            code: s.clone_htod(&pitched(&classes.code, nx, pitch))?,
-            cls_eps: s.clone_htod(&cls_eps)?,
-            cls_fixed: s.clone_htod(&classes.fixed)?,
+            v: upload(layout.split(&v0))?,
+            code: [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
+            classes: s.clone_htod(&table)?,
             qnode,
             has_qnode,
             q: T::lit(g.q_uniform),
@@ -212,7 +266,7 @@ impl<T: Real> CudaElectrostatics<T> {
             faces,
             cfg,
             faces_cfg,
-            pitch,
+            layout,
             planes,
             launched: step,
             reported: step,
@@ -240,34 +294,43 @@ impl<T: Real> CudaElectrostatics<T> {
             return Ok(());
         };
         let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let pitch = self.pitch as i32;
+        let ph = self.layout.ph as i32;
+        let (vc, vd) = colours(&mut self.v, oe);
         let mut l = self.gpu.stream.launch_builder(&self.faces);
-        l.arg(&mut self.v).arg(&self.code).arg(&self.cls_fixed);
+        l.arg(vc)
+            .arg(vd)
+            .arg(&self.code[oe as usize])
+            .arg(&self.classes);
         l.arg(&nx)
             .arg(&ny)
             .arg(&nz)
-            .arg(&pitch)
+            .arg(&ph)
             .arg(&oe)
             .arg(&self.ctl);
-        // SAFETY: V and the class bytes hold ny·nz rows of `pitch` values; the kernel
-        // touches face nodes only.
+        // SAFETY: each colour's V and class bytes hold (nz+1)·ny rows of `ph` values; the
+        // kernel touches face nodes only.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
 
     fn launch_sweep(&mut self, oe: i32, iteration: u64) -> Result<()> {
         let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let (pitch, planes) = (self.pitch as i32, self.planes as i32);
+        let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
         let omega = T::lit(self.p.omega);
         let tol = self.p.tolerance;
         let hist_len = HISTORY as u32;
         let c = &self.coefficients;
+        let (vc, vd) = colours(&mut self.v, oe);
+        let (own, other) = (oe as usize, 1 - oe as usize);
         let mut l = self.gpu.stream.launch_builder(&self.sweep);
-        l.arg(&mut self.v)
-            .arg(&self.code)
-            .arg(&self.cls_eps)
-            .arg(&self.cls_fixed);
-        l.arg(&self.qnode).arg(&self.has_qnode).arg(&self.q);
+        l.arg(vc)
+            .arg(vd)
+            .arg(&self.code[own])
+            .arg(&self.code[other]);
+        l.arg(&self.classes)
+            .arg(&self.qnode[own])
+            .arg(&self.has_qnode)
+            .arg(&self.q);
         l.arg(&c[0])
             .arg(&c[1])
             .arg(&c[2])
@@ -277,7 +340,7 @@ impl<T: Real> CudaElectrostatics<T> {
         l.arg(&nx)
             .arg(&ny)
             .arg(&nz)
-            .arg(&pitch)
+            .arg(&ph)
             .arg(&planes)
             .arg(&oe)
             .arg(&omega)
@@ -287,12 +350,18 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&mut self.ticket)
             .arg(&mut self.ctl);
         l.arg(&mut self.acc).arg(&mut self.hist).arg(&hist_len);
-        // SAFETY: V, the class bytes and the per-node charge (when present) hold ny·nz rows
-        // of `pitch` values, the class tables 256 entries, each coefficient array its
+        // SAFETY: each colour's V, class bytes and per-node charge (when present) hold
+        // (nz+1)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
         // axis's nodes, partials two values per block, hist HISTORY values.
         unsafe { l.launch(self.cfg) }?;
         Ok(())
     }
+}
+
+/// Colour `oe`'s V (written) and the other colour's (read).
+fn colours<T>(v: &mut [CudaSlice<T>; 2], oe: i32) -> (&mut CudaSlice<T>, &CudaSlice<T>) {
+    let [a, b] = v;
+    if oe == 0 { (a, b) } else { (b, a) }
 }
 
 /// Whether any face node is free (else the face launches have nothing to do).
@@ -337,16 +406,47 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let data = self.gpu.stream.clone_dtoh(&self.v)?;
-        let nx = self.p.counts()[0];
-        Ok(cpu::field_of(
-            &self.p,
-            "V",
-            unpitched(&data, nx, self.pitch),
-        ))
+        let a = self.gpu.stream.clone_dtoh(&self.v[0])?;
+        let b = self.gpu.stream.clone_dtoh(&self.v[1])?;
+        Ok(cpu::field_of(&self.p, "V", self.layout.merge([&a, &b])))
     }
 
     fn max_steps_between_diagnostics(&self) -> u64 {
         HISTORY as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_colour_split_puts_each_node_in_its_colour_and_merges_back() {
+        for counts in [[5, 4, 3], [6, 5, 4], [7, 3, 6], [34, 5, 3]] {
+            let [nx, ny, nz] = counts;
+            let layout = Split {
+                counts,
+                ph: compact_pitch(nx),
+            };
+            let data: Vec<u32> = (1..=(nx * ny * nz) as u32).collect();
+            let parts = layout.split(&data);
+            for k in 0..nz {
+                for j in 0..ny {
+                    for i in 0..nx {
+                        let n = (k * ny + j) * nx + i;
+                        let at = (k * ny + j) * layout.ph + i / 2;
+                        assert_eq!(
+                            parts[(i + j + k) & 1][at],
+                            data[n],
+                            "{counts:?} ({i},{j},{k})"
+                        );
+                    }
+                }
+            }
+            // Each node lands once: the nonzero entries are exactly the nodes.
+            let placed = parts.iter().flatten().filter(|&&x| x != 0).count();
+            assert_eq!(placed, data.len());
+            assert_eq!(layout.merge([&parts[0], &parts[1]]), data);
+        }
     }
 }

@@ -179,19 +179,7 @@ fn rejects(body: &str, needles: &[&str]) {
          y = {{ range = [0.0, 1.0], cells = 8 }}\nz = {{ range = [0.0, 1.0], cells = 8 }}\n\
          max_iterations = 10\n{body}"
     );
-    std::fs::write(dir.path().join("p.toml"), toml).unwrap();
-    let o = Command::new(keisan_bin())
-        .current_dir(dir.path())
-        .args(["run", "p.toml", "--backend", "cpu", "-q", "--out", "res"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{body}: {err}");
-    assert!(!err.contains("panicked"));
-    for n in needles {
-        assert!(err.contains(n), "lacks `{n}`: {err}");
-    }
-    assert!(!dir.path().join("res").exists(), "outputs were created");
+    common::refuses(dir.path(), &toml, needles);
 }
 
 const SPHERE: &str =

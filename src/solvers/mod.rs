@@ -2,6 +2,7 @@
 //! kernels, bench cases and model — and the registry through which the rest of keisan
 //! reaches them. Adding a solver: a folder, one line in [`REGISTRY`], examples and tests.
 
+pub mod advection;
 pub mod electrostatics;
 pub mod heat;
 pub mod jacobi;
@@ -14,6 +15,7 @@ pub static REGISTRY: &[&dyn Solver] = &[
     &jacobi::JACOBI,
     &heat::HEAT,
     &electrostatics::ELECTROSTATICS,
+    &advection::ADVECTION,
 ];
 
 /// The solver called `name` (`solver = "…"` in a problem file).

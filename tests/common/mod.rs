@@ -109,3 +109,56 @@ pub fn cpu() -> Device {
         threads: rayon::current_num_threads(),
     }
 }
+
+/// Run the problem file `toml` in `dir` on the CPU with an output folder and check it is
+/// refused as a bad request (exit 2) with a message holding every needle, no panic, and
+/// no output folder created.
+pub fn refuses(dir: &std::path::Path, toml: &str, needles: &[&str]) {
+    std::fs::write(dir.join("p.toml"), toml).unwrap();
+    let o = std::process::Command::new(keisan_bin())
+        .current_dir(dir)
+        .args(["run", "p.toml", "--backend", "cpu", "-q", "--out", "res"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{toml}: {err}");
+    assert!(!err.contains("panicked"));
+    for n in needles {
+        assert!(err.contains(n), "lacks `{n}`: {err}");
+    }
+    assert!(!dir.join("res").exists(), "outputs were created");
+}
+
+/// The advection problem of a problem file's `[advection]` body.
+pub fn advection(body: &str) -> keisan::solvers::advection::AdvectionProblem {
+    let toml = format!("solver = \"advection\"\n[advection]\n{body}");
+    keisan::problem::parse(&toml, "test", None, &Default::default())
+        .unwrap()
+        .spec_as::<keisan::solvers::advection::AdvectionProblem>()
+        .expect("an advection problem")
+        .clone()
+}
+
+/// Run an advection problem from `f0` on `device` for its steps; the final field.
+pub fn advection_run<T: keisan::precision::Real>(
+    p: &keisan::solvers::advection::AdvectionProblem,
+    device: &Device,
+    f0: &[f64],
+) -> Vec<f64> {
+    let f0: Vec<T> = f0.iter().map(|v| T::lit(*v)).collect();
+    let mut e: Box<dyn keisan::run::Engine<Real = T>> = match device {
+        Device::Cpu { .. } => {
+            Box::new(keisan::solvers::advection::cpu::CpuAdvection::new(p, f0, 0).unwrap())
+        }
+        Device::Cuda(gpu) => Box::new(
+            keisan::solvers::advection::cuda::CudaAdvection::new(gpu.clone(), p, f0, 0).unwrap(),
+        ),
+    };
+    keisan::run::drive(e.as_mut(), p.steps, &keisan::run::progress_bar(0, true)).unwrap();
+    e.snapshot()
+        .unwrap()
+        .data
+        .iter()
+        .map(|v| v.as_f64())
+        .collect()
+}

@@ -1,0 +1,261 @@
+//! `keisan bench advection`: the GPU Challenge 2010 problems (rotation field), timed
+//! against the copy bandwidth measured in the same run, beside the study's times.
+
+use clap::FromArgMatches;
+use serde::Serialize;
+
+use super::{AdvectionProblem, Boundary, Initial, Velocity, cuda::VelocitySource};
+use crate::bench::{Timer, ceilings_for};
+use crate::device::Device;
+use crate::device::ceilings::Ceilings;
+use crate::error::{Error, Result};
+use crate::precision::{Precision, Real};
+use crate::run::Engine;
+use crate::solver::Report;
+
+/// The contest's five problems (nx, ny, nt) and the study's times on one and two 2010
+/// GPUs (seed 000, table 1), in seconds.
+pub const CONTEST: [(usize, usize, u64, f64, f64); 5] = [
+    (2048, 2048, 20480, 24.409, 12.029),
+    (4096, 4096, 10240, 46.841, 22.577),
+    (4096, 4096, 10240, 48.776, 23.545),
+    (16384, 4096, 4096, 73.327, 34.563),
+    (8192, 16384, 2048, 72.820, 34.208),
+];
+
+#[derive(clap::Args, Debug)]
+pub struct AdvectionBenchArgs {
+    /// Contest problem 1–5 (default 5 on a GPU); or --nx/--ny/--steps.
+    #[arg(long)]
+    problem: Option<usize>,
+    /// Every contest problem, in a table beside the study's times.
+    #[arg(long)]
+    all: bool,
+    #[arg(long)]
+    nx: Option<usize>,
+    #[arg(long)]
+    ny: Option<usize>,
+    #[arg(long)]
+    steps: Option<u64>,
+    /// Where the kernel gets the velocity: "arrays" (the contest's: du, dv per cell, read
+    /// every step) or "kernel" (the rotation formula evaluated in the kernel).
+    #[arg(long, value_enum, default_value_t = Source::Arrays)]
+    velocity: Source,
+    #[arg(long, default_value_t = 3)]
+    repetitions: usize,
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    precision: Precision,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    Arrays,
+    Kernel,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AdvectionCase {
+    pub name: String,
+    pub nx: usize,
+    pub ny: usize,
+    pub steps: u64,
+    pub seconds: f64,
+    pub gcells_per_s: f64,
+    /// Bytes each step must move per cell: f in and out, and du, dv when read from arrays.
+    pub bytes_per_cell: usize,
+    pub fraction_of_copy_bandwidth: f64,
+    /// nx·ny·steps·B/cell ÷ the copy bandwidth.
+    pub predicted_s: f64,
+    pub study_one_gpu_s: Option<f64>,
+    pub study_two_gpus_s: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct AdvectionBench {
+    pub device: String,
+    pub precision: String,
+    pub velocity: String,
+    pub cases: Vec<AdvectionCase>,
+    pub ceilings: Ceilings,
+}
+
+/// The bench's problem: a Gaussian on a solid-body rotation (one turn per unit time) at
+/// |du|, |dv| ≤ 1/2 over the grid, the contest's boundary.
+pub fn problem(nx: usize, ny: usize, steps: u64) -> Result<AdvectionProblem> {
+    let cfg = super::AdvectionConfig {
+        nx: nx as i64,
+        ny: ny as i64,
+        dx: None,
+        dy: None,
+        steps: steps as i64,
+        dt: None,
+        cfl: Some(0.5),
+        velocity: Velocity::Rotation {
+            omega: None,
+            center: None,
+        },
+        initial: Initial::Gaussian {
+            center: Some([0.5, 0.75]),
+            width: Some(0.05),
+            amplitude: 1.0,
+        },
+        boundary: Boundary::Contest,
+    };
+    cfg.validate(Precision::F64)
+}
+
+pub fn bytes_per_cell<T: Real>(arrays: bool) -> usize {
+    std::mem::size_of::<T>() * if arrays { 4 } else { 2 }
+}
+
+pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+    let a = AdvectionBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if a.repetitions == 0 {
+        return Err(Error::invalid("--repetitions", 0, "at least 1"));
+    }
+    let gpu = matches!(device, Device::Cuda(_));
+    // Name, nx, ny, steps, the study's times on 1 and 2 GPUs.
+    type Planned = (String, usize, usize, u64, Option<(f64, f64)>);
+    let mut cases: Vec<Planned> = Vec::new();
+    if a.all {
+        for (k, c) in CONTEST.iter().enumerate() {
+            cases.push((
+                format!("contest {}", k + 1),
+                c.0,
+                c.1,
+                c.2,
+                Some((c.3, c.4)),
+            ));
+        }
+    } else if let Some(k) = a.problem {
+        let Some(c) = CONTEST.get(k.wrapping_sub(1)) else {
+            return Err(Error::invalid(
+                "--problem",
+                k,
+                "the contest has problems 1 to 5",
+            ));
+        };
+        cases.push((format!("contest {k}"), c.0, c.1, c.2, Some((c.3, c.4))));
+    } else if gpu && a.nx.is_none() && a.ny.is_none() {
+        let c = CONTEST[4];
+        cases.push((
+            "contest 5".into(),
+            c.0,
+            c.1,
+            a.steps.unwrap_or(c.2),
+            Some((c.3, c.4)),
+        ));
+    } else {
+        let (nx, ny) = (a.nx.unwrap_or(1024), a.ny.unwrap_or(1024));
+        cases.push((
+            format!("{nx}x{ny}"),
+            nx,
+            ny,
+            a.steps.unwrap_or(if gpu { 256 } else { 8 }),
+            None,
+        ));
+    }
+    let ceilings = ceilings_for(device)?;
+    let mut out = Vec::new();
+    for (name, nx, ny, steps, study) in cases {
+        let p = problem(nx, ny, steps)?;
+        let c = match a.precision {
+            Precision::F32 => case::<f32>(device, &p, a.velocity, a.repetitions, &ceilings)?,
+            Precision::F64 => case::<f64>(device, &p, a.velocity, a.repetitions, &ceilings)?,
+        };
+        out.push(AdvectionCase {
+            name,
+            study_one_gpu_s: study.map(|s| s.0),
+            study_two_gpus_s: study.map(|s| s.1),
+            ..c
+        });
+    }
+    let b = AdvectionBench {
+        device: device.describe(),
+        precision: a.precision.to_string(),
+        velocity: format!("{:?}", a.velocity).to_lowercase(),
+        cases: out,
+        ceilings,
+    };
+    let mut human = format!(
+        "advection bench on {}\n{}  {}, velocity from {}, median of {}\n",
+        b.device,
+        b.ceilings.human(),
+        b.precision,
+        b.velocity,
+        a.repetitions
+    );
+    for c in &b.cases {
+        human += &format!(
+            "  {:<10} {:>5} x {:<5} {:>5} steps: {} ({:.1} Gcell/s, {} B/cell/step, {:.1} % of copy bandwidth; model {}){}\n",
+            c.name,
+            c.nx,
+            c.ny,
+            c.steps,
+            crate::units::seconds(c.seconds),
+            c.gcells_per_s,
+            c.bytes_per_cell,
+            100.0 * c.fraction_of_copy_bandwidth,
+            crate::units::seconds(c.predicted_s),
+            match (c.study_one_gpu_s, c.study_two_gpus_s) {
+                (Some(a), Some(b)) => format!("; study 2010: {a:.1} s on 1 GPU, {b:.1} s on 2"),
+                _ => String::new(),
+            }
+        );
+    }
+    Ok(Report {
+        human,
+        json: serde_json::to_value(&b).expect("serialises"),
+    })
+}
+
+fn case<T: Real>(
+    device: &Device,
+    p: &AdvectionProblem,
+    source: Source,
+    reps: usize,
+    ceilings: &Ceilings,
+) -> Result<AdvectionCase> {
+    let f0 = super::presets::initial_field::<T>(p)?;
+    let arrays = source == Source::Arrays;
+    let mut e: Box<dyn Engine<Real = T>> = match device {
+        Device::Cuda(gpu) => Box::new(super::cuda::CudaAdvection::with_velocity(
+            gpu.clone(),
+            p,
+            f0,
+            0,
+            if arrays {
+                VelocitySource::Arrays
+            } else {
+                VelocitySource::Kernel
+            },
+        )?),
+        Device::Cpu { .. } => Box::new(super::cpu::CpuAdvection::new(p, f0, 0)?),
+    };
+    e.advance(1)?;
+    e.diagnostics()?;
+    let timer = Timer::new(device)?;
+    let mut times = Vec::new();
+    for _ in 0..reps {
+        times.push(timer.time(|| e.advance(p.steps))?);
+        e.diagnostics()?;
+    }
+    times.sort_by(f64::total_cmp);
+    let seconds = times[times.len() / 2];
+    // The CPU engine reads du, dv arrays for every steady velocity.
+    let bytes = bytes_per_cell::<T>(arrays || matches!(device, Device::Cpu { .. }));
+    let work = (p.cells() as u64 * p.steps) as f64;
+    Ok(AdvectionCase {
+        name: String::new(),
+        nx: p.nx,
+        ny: p.ny,
+        steps: p.steps,
+        seconds,
+        gcells_per_s: work / seconds * 1e-9,
+        bytes_per_cell: bytes,
+        fraction_of_copy_bandwidth: work * bytes as f64 / seconds / ceilings.copy_bandwidth,
+        predicted_s: work * bytes as f64 / ceilings.copy_bandwidth,
+        study_one_gpu_s: None,
+        study_two_gpus_s: None,
+    })
+}

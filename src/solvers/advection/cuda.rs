@@ -1,0 +1,156 @@
+//! CUDA engine: both time layers (and du, dv when they come from arrays) on the device,
+//! one launch per step (kernels.cu).
+
+use std::f64::consts::PI;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+
+use super::AdvectionProblem;
+use super::presets::{Displacement, displacement_arrays};
+use crate::device::cuda::{Gpu, KernelSource};
+use crate::error::Result;
+use crate::precision::Real;
+use crate::run::{Diagnostics, Engine, Field, Status};
+
+pub const KERNELS: KernelSource = KernelSource {
+    name: "advection/kernels.cu",
+    code: include_str!("kernels.cu"),
+};
+
+/// Threads per block (columns) and rows per block: the study's 64×64 tiles, wider in x.
+const BLOCK_X: u32 = 128;
+const ROWS: usize = 64;
+
+/// Where the kernel gets du, dv.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VelocitySource {
+    /// Read per node from arrays (the contest's setting; always for file velocities).
+    Arrays,
+    /// Computed in the kernel from the preset's formula (no velocity traffic).
+    Kernel,
+}
+
+pub struct CudaAdvection<T: Real> {
+    gpu: Arc<Gpu>,
+    p: AdvectionProblem,
+    f: CudaSlice<T>,
+    g: CudaSlice<T>,
+    du: CudaSlice<T>,
+    dv: CudaSlice<T>,
+    displacement: Displacement,
+    step_fn: CudaFunction,
+    cfg: LaunchConfig,
+    steps: u64,
+}
+
+impl<T: Real> CudaAdvection<T> {
+    /// `f0`: the field after `step0` steps; presets are evaluated in the kernel.
+    pub fn new(gpu: Arc<Gpu>, p: &AdvectionProblem, f0: Vec<T>, step0: u64) -> Result<Self> {
+        Self::with_velocity(gpu, p, f0, step0, VelocitySource::Kernel)
+    }
+
+    pub fn with_velocity(
+        gpu: Arc<Gpu>,
+        p: &AdvectionProblem,
+        f0: Vec<T>,
+        step0: u64,
+        source: VelocitySource,
+    ) -> Result<Self> {
+        let mut displacement = Displacement::of(p);
+        if source == VelocitySource::Arrays && !p.velocity.time_dependent() {
+            displacement = Displacement::Arrays;
+        }
+        let arrays = displacement == Displacement::Arrays;
+        let values = p.cells() * (2 + 2 * arrays as usize);
+        gpu.ensure_fits(
+            (values * std::mem::size_of::<T>()) as u128,
+            "the advection fields (two time layers) and velocities",
+        )?;
+        let defines = [("ADV_BX", BLOCK_X.to_string())];
+        let step_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_step")?;
+        let s = &gpu.stream;
+        let (du, dv) = if arrays {
+            let (du, dv) = displacement_arrays::<T>(p)?;
+            (s.clone_htod(&du)?, s.clone_htod(&dv)?)
+        } else {
+            (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                p.nx.div_ceil(BLOCK_X as usize) as u32,
+                p.ny.div_ceil(ROWS) as u32,
+                1,
+            ),
+            block_dim: (BLOCK_X, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        Ok(Self {
+            f: s.clone_htod(&f0)?,
+            g: s.alloc_zeros::<T>(p.cells())?,
+            du,
+            dv,
+            displacement,
+            step_fn,
+            cfg,
+            steps: step0,
+            gpu,
+            p: p.clone(),
+        })
+    }
+
+    /// The kernel's velocity mode and coefficients for the step starting at step `k`.
+    fn velocity_args(&self, k: u64) -> (i32, [T; 4]) {
+        let p = &self.p;
+        match self.displacement {
+            Displacement::Arrays => (0, [T::zero(); 4]),
+            Displacement::Uniform([a, b]) => (1, [T::lit(a), T::lit(b), T::zero(), T::zero()]),
+            Displacement::Rotation(c) => (2, c.map(T::lit)),
+            Displacement::Swirl { period } => {
+                let c = (PI * (k as f64 * p.dt + 0.5 * p.dt) / period).cos();
+                let [lx, ly] = p.extent();
+                (
+                    3,
+                    [
+                        T::lit(-lx * c * p.dt / p.dx),
+                        T::lit(ly * c * p.dt / p.dy),
+                        T::zero(),
+                        T::zero(),
+                    ],
+                )
+            }
+        }
+    }
+}
+
+impl<T: Real> Engine for CudaAdvection<T> {
+    type Real = T;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
+        let (rows, periodic) = (ROWS as i32, self.p.periodic() as i32);
+        for _ in 0..steps {
+            let (mode, a) = self.velocity_args(self.steps);
+            let mut l = self.gpu.stream.launch_builder(&self.step_fn);
+            l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
+            l.arg(&mode).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
+            l.arg(&nx).arg(&ny).arg(&rows).arg(&periodic);
+            // SAFETY: f and g hold nx·ny values, du and dv too when mode is 0 (else they
+            // are not read); the kernel reads f and writes g only.
+            unsafe { l.launch(self.cfg) }?;
+            std::mem::swap(&mut self.f, &mut self.g);
+            self.steps += 1;
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<Diagnostics> {
+        self.gpu.stream.synchronize()?;
+        Ok(Diagnostics::steps_only(self.steps, Status::Running))
+    }
+
+    fn snapshot(&mut self) -> Result<Field<T>> {
+        let data = self.gpu.stream.clone_dtoh(&self.f)?;
+        Ok(super::field_of(&self.p, data))
+    }
+}

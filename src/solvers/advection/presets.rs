@@ -1,0 +1,483 @@
+//! Velocity fields and initial fields: presets, arrays from .npy, and the exact solution
+//! where a preset has one.
+
+use std::f64::consts::PI;
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use super::AdvectionProblem;
+use crate::error::{Error, Result};
+use crate::input::{self, Kind};
+use crate::memory::try_filled;
+use crate::precision::Real;
+
+/// The velocity (u, v), constant in time unless said otherwise.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Velocity {
+    Uniform {
+        u: f64,
+        v: f64,
+    },
+    /// Solid-body rotation about `center` (default: the middle of the domain), `omega`
+    /// radians per unit time (default 2π: one turn per unit time), counter-clockwise.
+    Rotation {
+        #[serde(default)]
+        omega: Option<f64>,
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+    },
+    /// LeVeque's deformation flow on the domain mapped to the unit square:
+    /// u = Lx·sin²(πX)·sin(2πY)·cos(πt/T), v = −Ly·sin²(πY)·sin(2πX)·cos(πt/T). The field
+    /// swirls, stops at T/2 and comes back to where it started at t = T.
+    Swirl {
+        period: f64,
+    },
+    /// u and v per node from .npy arrays of shape (ny, nx), float32 or float64.
+    File {
+        u: PathBuf,
+        v: PathBuf,
+    },
+}
+
+/// The initial field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "preset", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Initial {
+    /// amplitude·exp(−r²/(2·width²)).
+    Gaussian {
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+        #[serde(default)]
+        width: Option<f64>,
+        #[serde(default = "one")]
+        amplitude: f64,
+    },
+    /// amplitude·(1 + cos(πr/radius))/2 inside the radius, 0 outside.
+    CosineBell {
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+        #[serde(default)]
+        radius: Option<f64>,
+        #[serde(default = "one")]
+        amplitude: f64,
+    },
+    /// Zalesak's slotted disk: 1 inside the disk except a slot of `slot_width` cut from
+    /// its bottom edge up to `slot_depth` below its top, 0 elsewhere.
+    Zalesak {
+        #[serde(default)]
+        center: Option<[f64; 2]>,
+        #[serde(default)]
+        radius: Option<f64>,
+        #[serde(default)]
+        slot_width: Option<f64>,
+        #[serde(default)]
+        slot_depth: Option<f64>,
+    },
+    /// sin(2π·kx·x/Lx)·sin(2π·ky·y/Ly): smooth and periodic.
+    Sine {
+        #[serde(default = "unit_modes")]
+        modes: [u32; 2],
+    },
+    /// A .npy array of shape (ny, nx), float32 or float64.
+    File { path: PathBuf },
+}
+
+fn one() -> f64 {
+    1.0
+}
+fn unit_modes() -> [u32; 2] {
+    [1, 1]
+}
+
+const GRID: &str = "the grid (ny, nx)";
+
+fn finite_pair(field: &str, c: &Option<[f64; 2]>) -> Result<()> {
+    match c {
+        Some(c) if !c.iter().all(|v| v.is_finite()) => {
+            Err(Error::invalid(field, format!("{c:?}"), "must be finite"))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn positive(field: &str, v: &Option<f64>) -> Result<()> {
+    match v {
+        Some(v) if !(*v > 0.0 && v.is_finite()) => {
+            Err(Error::invalid(field, v, "must be finite and > 0"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Read a float .npy of the grid's shape, refusing NaN and infinities by index.
+fn read_floats(field: &str, path: &Path, p: &AdvectionProblem) -> Result<Vec<f64>> {
+    let f = input::open(field, path, &p.shape(), GRID, Kind::Float)?;
+    let mut out = try_filled(p.cells(), 0.0f64, field)?;
+    input::fill_floats(field, path, f, &mut out)?;
+    if let Some(n) = out.iter().position(|v| !v.is_finite()) {
+        return Err(Error::invalid(
+            field,
+            path.display(),
+            format!(
+                "holds {} at (j, i) = ({}, {}); values must be finite",
+                out[n],
+                n / p.nx,
+                n % p.nx
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+impl Velocity {
+    pub fn validate(&self, p: &AdvectionProblem) -> Result<()> {
+        match self {
+            Velocity::Uniform { u, v } => {
+                if !(u.is_finite() && v.is_finite()) {
+                    return Err(Error::invalid(
+                        "advection.velocity",
+                        format!("u = {u}, v = {v}"),
+                        "must be finite",
+                    ));
+                }
+            }
+            Velocity::Rotation { omega, center } => {
+                if let Some(w) = omega
+                    && !w.is_finite()
+                {
+                    return Err(Error::invalid(
+                        "advection.velocity.omega",
+                        w,
+                        "must be finite",
+                    ));
+                }
+                finite_pair("advection.velocity.center", center)?;
+            }
+            Velocity::Swirl { period } => positive("advection.velocity.period", &Some(*period))?,
+            Velocity::File { u, v } => {
+                input::open("advection.velocity.u", u, &p.shape(), GRID, Kind::Float)?;
+                input::open("advection.velocity.v", v, &p.shape(), GRID, Kind::Float)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The largest |u|/Δx and |v|/Δy over the grid and the run: Δt times it is the
+    /// largest |du|, |dv|.
+    pub fn max_rate(&self, p: &AdvectionProblem) -> Result<f64> {
+        Ok(match self {
+            Velocity::Uniform { u, v } => (u.abs() / p.dx).max(v.abs() / p.dy),
+            Velocity::Rotation { .. } => {
+                let (w, [xc, yc]) = self.rotation(p);
+                let (xs, ys) = ((p.nx - 1) as f64 * p.dx, (p.ny - 1) as f64 * p.dy);
+                let (rx, ry) = (xc.abs().max((xs - xc).abs()), yc.abs().max((ys - yc).abs()));
+                (w.abs() * ry / p.dx).max(w.abs() * rx / p.dy)
+            }
+            // |sin²(πX)·sin(2πY)·cos| ≤ 1, reached at X = 1/2, Y = 1/4, t = 0.
+            Velocity::Swirl { .. } => {
+                let [lx, ly] = p.extent();
+                (lx / p.dx).max(ly / p.dy)
+            }
+            Velocity::File { u, v } => {
+                let rate = |field, path: &PathBuf, h: f64| -> Result<f64> {
+                    Ok(read_floats(field, path, p)?
+                        .par_iter()
+                        .map(|x| x.abs() / h)
+                        .reduce(|| 0.0, f64::max))
+                };
+                rate("advection.velocity.u", u, p.dx)?.max(rate("advection.velocity.v", v, p.dy)?)
+            }
+        })
+    }
+
+    /// ω and the centre of a rotation.
+    pub fn rotation(&self, p: &AdvectionProblem) -> (f64, [f64; 2]) {
+        let Velocity::Rotation { omega, center } = self else {
+            return (0.0, [0.0; 2]);
+        };
+        let middle = [
+            (p.nx - 1) as f64 * p.dx / 2.0,
+            (p.ny - 1) as f64 * p.dy / 2.0,
+        ];
+        (omega.unwrap_or(2.0 * PI), center.unwrap_or(middle))
+    }
+
+    /// Whether the velocity is evaluated per step (it depends on time).
+    pub fn time_dependent(&self) -> bool {
+        matches!(self, Velocity::Swirl { .. })
+    }
+}
+
+/// How the engines get du, dv at a node: from arrays, or from a formula with these
+/// coefficients (the CUDA kernel evaluates the same formula, kernels.cu: displacement).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Displacement {
+    /// du, dv arrays (uniform, rotation with arrays, files).
+    Arrays,
+    /// du = c[0], dv = c[1].
+    Uniform([f64; 2]),
+    /// du = a·(j − jc), dv = −b·(i − ic): c = [a, jc, b, ic].
+    Rotation([f64; 4]),
+    /// du = −(Δt/Δx)·Lx·sin²(πX)·sin(2πY)·cos(πt/T) at X = i/nx, Y = j/ny, and likewise dv.
+    Swirl { period: f64 },
+}
+
+impl Displacement {
+    /// The formula of the problem's velocity (file velocities are arrays).
+    pub fn of(p: &AdvectionProblem) -> Self {
+        match &p.velocity {
+            Velocity::Uniform { u, v } => {
+                Displacement::Uniform([-u * p.dt / p.dx, -v * p.dt / p.dy])
+            }
+            Velocity::Rotation { .. } => {
+                let (w, [xc, yc]) = p.velocity.rotation(p);
+                // u = −ω(y − yc) → du = ωΔt·Δy/Δx·(j − yc/Δy); v = ω(x − xc) → dv = −ωΔt·Δx/Δy·(i − xc/Δx).
+                Displacement::Rotation([
+                    w * p.dt * p.dy / p.dx,
+                    yc / p.dy,
+                    w * p.dt * p.dx / p.dy,
+                    xc / p.dx,
+                ])
+            }
+            Velocity::Swirl { period } => Displacement::Swirl { period: *period },
+            Velocity::File { .. } => Displacement::Arrays,
+        }
+    }
+
+    /// du, dv at node (i, j) for the step from t to t + Δt, in T's arithmetic where the
+    /// CUDA kernel's is the same (uniform, rotation); the swirl in f64.
+    pub fn at<T: Real>(&self, p: &AdvectionProblem, i: usize, j: usize, t: f64) -> (T, T) {
+        match *self {
+            Displacement::Uniform([a, b]) => (T::lit(a), T::lit(b)),
+            Displacement::Rotation([a, jc, b, ic]) => (
+                T::lit(a) * (T::lit(j as f64) - T::lit(jc)),
+                -(T::lit(b) * (T::lit(i as f64) - T::lit(ic))),
+            ),
+            Displacement::Swirl { period } => {
+                let (x, y) = (i as f64 / p.nx as f64, j as f64 / p.ny as f64);
+                let c = (PI * (t + 0.5 * p.dt) / period).cos();
+                let [lx, ly] = p.extent();
+                let (sx, sy) = ((PI * x).sin(), (PI * y).sin());
+                let u = lx * sx * sx * (2.0 * PI * y).sin() * c;
+                let v = -ly * sy * sy * (2.0 * PI * x).sin() * c;
+                (T::lit(-u * p.dt / p.dx), T::lit(-v * p.dt / p.dy))
+            }
+            Displacement::Arrays => unreachable!("array displacements are read, not evaluated"),
+        }
+    }
+}
+
+/// du and dv per node as arrays (for the CPU engine, and the CUDA engine's array mode).
+pub fn displacement_arrays<T: Real>(p: &AdvectionProblem) -> Result<(Vec<T>, Vec<T>)> {
+    if let Velocity::File { u, v } = &p.velocity {
+        let scale = |field, path: &PathBuf, h: f64| -> Result<Vec<T>> {
+            Ok(read_floats(field, path, p)?
+                .par_iter()
+                .map(|x| T::lit(-x * p.dt / h))
+                .collect())
+        };
+        return Ok((
+            scale("advection.velocity.u", u, p.dx)?,
+            scale("advection.velocity.v", v, p.dy)?,
+        ));
+    }
+    let d = Displacement::of(p);
+    let pairs: Vec<(T, T)> = (0..p.cells())
+        .into_par_iter()
+        .map(|n| d.at::<T>(p, n % p.nx, n / p.nx, 0.0))
+        .collect();
+    Ok(pairs.into_iter().unzip())
+}
+
+impl Initial {
+    pub fn validate(&self, p: &AdvectionProblem) -> Result<()> {
+        match self {
+            Initial::Gaussian {
+                center,
+                width,
+                amplitude,
+            } => {
+                finite_pair("advection.initial.center", center)?;
+                positive("advection.initial.width", width)?;
+                if !amplitude.is_finite() {
+                    return Err(Error::invalid(
+                        "advection.initial.amplitude",
+                        amplitude,
+                        "must be finite",
+                    ));
+                }
+            }
+            Initial::CosineBell {
+                center,
+                radius,
+                amplitude,
+            } => {
+                finite_pair("advection.initial.center", center)?;
+                positive("advection.initial.radius", radius)?;
+                if !amplitude.is_finite() {
+                    return Err(Error::invalid(
+                        "advection.initial.amplitude",
+                        amplitude,
+                        "must be finite",
+                    ));
+                }
+            }
+            Initial::Zalesak {
+                center,
+                radius,
+                slot_width,
+                slot_depth,
+            } => {
+                finite_pair("advection.initial.center", center)?;
+                positive("advection.initial.radius", radius)?;
+                positive("advection.initial.slot_width", slot_width)?;
+                positive("advection.initial.slot_depth", slot_depth)?;
+            }
+            Initial::Sine { .. } => {}
+            Initial::File { path } => {
+                input::open(
+                    "advection.initial.path",
+                    path,
+                    &p.shape(),
+                    GRID,
+                    Kind::Float,
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The preset's value at (x, y); periodic problems measure distances to the nearest
+    /// image of the centre.
+    pub fn value(&self, p: &AdvectionProblem, x: f64, y: f64) -> f64 {
+        let [lx, ly] = p.extent();
+        let middle = [lx / 2.0, ly / 2.0];
+        let small = lx.min(ly);
+        let offset = |c: [f64; 2]| {
+            let (mut dx, mut dy) = (x - c[0], y - c[1]);
+            if p.periodic() {
+                dx -= lx * (dx / lx).round();
+                dy -= ly * (dy / ly).round();
+            }
+            (dx, dy)
+        };
+        match self {
+            Initial::Gaussian {
+                center,
+                width,
+                amplitude,
+            } => {
+                let (dx, dy) = offset(center.unwrap_or(middle));
+                let w = width.unwrap_or(small / 20.0);
+                amplitude * (-(dx * dx + dy * dy) / (2.0 * w * w)).exp()
+            }
+            Initial::CosineBell {
+                center,
+                radius,
+                amplitude,
+            } => {
+                let (dx, dy) = offset(center.unwrap_or(middle));
+                let (r, rr) = ((dx * dx + dy * dy).sqrt(), radius.unwrap_or(small / 6.0));
+                if r < rr {
+                    amplitude * 0.5 * (1.0 + (PI * r / rr).cos())
+                } else {
+                    0.0
+                }
+            }
+            Initial::Zalesak {
+                center,
+                radius,
+                slot_width,
+                slot_depth,
+            } => {
+                let c = center.unwrap_or([middle[0], 0.75 * ly]);
+                let r = radius.unwrap_or(0.15 * small);
+                let (dx, dy) = offset(c);
+                let w = slot_width.unwrap_or(r / 3.0);
+                let depth = slot_depth.unwrap_or(1.4 * r);
+                let inside = dx * dx + dy * dy <= r * r;
+                let in_slot = dx.abs() <= w / 2.0 && dy <= -r + depth;
+                if inside && !in_slot { 1.0 } else { 0.0 }
+            }
+            Initial::Sine { modes } => {
+                (2.0 * PI * modes[0] as f64 * x / lx).sin()
+                    * (2.0 * PI * modes[1] as f64 * y / ly).sin()
+            }
+            Initial::File { .. } => unreachable!("file fields are read whole"),
+        }
+    }
+}
+
+/// The initial field, [ny, nx].
+pub fn initial_field<T: Real>(p: &AdvectionProblem) -> Result<Vec<T>> {
+    if let Initial::File { path } = &p.initial {
+        let f = read_floats("advection.initial.path", path, p)?;
+        return Ok(f.par_iter().map(|&v| T::lit(v)).collect());
+    }
+    Ok((0..p.cells())
+        .into_par_iter()
+        .map(|n| {
+            T::lit(
+                p.initial
+                    .value(p, (n % p.nx) as f64 * p.dx, (n / p.nx) as f64 * p.dy),
+            )
+        })
+        .collect())
+}
+
+/// The exact field at time t where it is known: a uniform translation on a periodic
+/// domain, a rotation (any time; for a file, whole turns), the swirl at whole periods.
+/// Cells the contest boundary holds keep their initial values.
+pub fn exact(p: &AdvectionProblem, t: f64) -> Result<Option<Vec<f64>>> {
+    let whole = |period: f64| {
+        let turns = t / period;
+        (turns - turns.round()).abs() < 1e-9
+    };
+    let identity = match &p.velocity {
+        Velocity::Uniform { u, v } => *u == 0.0 && *v == 0.0,
+        Velocity::Rotation { .. } => {
+            let (w, _) = p.velocity.rotation(p);
+            w == 0.0 || whole(2.0 * PI / w.abs())
+        }
+        Velocity::Swirl { period } => whole(*period),
+        Velocity::File { .. } => false,
+    };
+    if identity {
+        return initial_field::<f64>(p).map(Some);
+    }
+    if matches!(p.initial, Initial::File { .. }) {
+        return Ok(None);
+    }
+    let departure: Box<dyn Fn(f64, f64) -> (f64, f64) + Sync> = match &p.velocity {
+        Velocity::Uniform { u, v } if p.periodic() => {
+            let (u, v) = (*u, *v);
+            Box::new(move |x, y| (x - u * t, y - v * t))
+        }
+        Velocity::Rotation { .. } => {
+            let (w, [xc, yc]) = p.velocity.rotation(p);
+            let (c, s) = ((w * t).cos(), (w * t).sin());
+            Box::new(move |x, y| {
+                let (dx, dy) = (x - xc, y - yc);
+                (xc + c * dx + s * dy, yc - s * dx + c * dy)
+            })
+        }
+        _ => return Ok(None),
+    };
+    let f0 = initial_field::<f64>(p)?;
+    Ok(Some(
+        (0..p.cells())
+            .into_par_iter()
+            .map(|n| {
+                let (i, j) = (n % p.nx, n / p.nx);
+                if !p.updated(i, j) {
+                    return f0[n];
+                }
+                let (x, y) = departure(i as f64 * p.dx, j as f64 * p.dy);
+                p.initial.value(p, x, y)
+            })
+            .collect(),
+    ))
+}

@@ -1,0 +1,161 @@
+//! The advection solver's entry in the registry: its table, its run and its bench.
+
+use rayon::prelude::*;
+
+use super::{AdvectionConfig, AdvectionProblem, bench, presets};
+use crate::device::Device;
+use crate::device::cuda::KernelSource;
+use crate::error::Result;
+use crate::execute::{Case, Execution, run_case};
+use crate::precision::{Precision, Real};
+use crate::problem::Source;
+use crate::run::{Engine, Field, LoopOutcome};
+use crate::solver::{Report, Solver, SolverProblem};
+use crate::summary::Summary;
+
+pub struct Advection;
+pub static ADVECTION: Advection = Advection;
+
+impl Solver for Advection {
+    fn name(&self) -> &'static str {
+        "advection"
+    }
+    fn table_hint(&self) -> &'static str {
+        "nx, ny, steps, dt or cfl, [advection.velocity], [advection.initial]"
+    }
+    fn kernels(&self) -> Vec<KernelSource> {
+        vec![super::cuda::KERNELS]
+    }
+    fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
+        let mut cfg: AdvectionConfig = src.deserialize("advection", table)?;
+        super::resolve(&mut cfg, &|key, p| src.path(key, p));
+        Ok(Box::new(cfg.validate(src.precision)?))
+    }
+    fn bench_args(&self, cmd: clap::Command) -> clap::Command {
+        <bench::AdvectionBenchArgs as clap::Args>::augment_args(cmd)
+    }
+    fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+        bench::run(device, args)
+    }
+}
+
+impl SolverProblem for AdvectionProblem {
+    fn max_steps(&self) -> u64 {
+        self.steps
+    }
+    fn dt(&self) -> Option<f64> {
+        Some(self.dt)
+    }
+    fn restart_may_change(&self) -> &'static [&'static str] {
+        &["steps"]
+    }
+    fn execute(&self, cx: &Execution) -> Result<Summary> {
+        match cx.problem.precision {
+            Precision::F32 => run::<f32>(self, cx),
+            Precision::F64 => run::<f64>(self, cx),
+        }
+    }
+}
+
+fn run<T: Real>(p: &AdvectionProblem, cx: &Execution) -> Result<Summary> {
+    let f0: Vec<f64> = presets::initial_field::<T>(p)?
+        .iter()
+        .map(|v| v.as_f64())
+        .collect();
+    let mass0 = sum(&f0);
+    run_case(cx, |restart| {
+        Ok(AdvectionCase {
+            p,
+            engine: super::engine::<T>(p, cx.device, restart)?,
+            mass0,
+        })
+    })
+}
+
+/// Σ in a fixed order (chunks added in order): the same on every run and thread count.
+fn sum(v: &[f64]) -> f64 {
+    v.par_chunks(1 << 16)
+        .map(|c| c.iter().sum::<f64>())
+        .collect::<Vec<_>>()
+        .iter()
+        .sum()
+}
+
+struct AdvectionCase<'a, T: Real> {
+    p: &'a AdvectionProblem,
+    engine: Box<dyn Engine<Real = T>>,
+    mass0: f64,
+}
+
+/// Mass, its drift, min/max, and the L1/L2/L∞ errors where the exact field is known.
+fn measures(p: &AdvectionProblem, step: u64, f: &[f64], mass0: f64) -> Vec<(&'static str, f64)> {
+    let mass = sum(f);
+    let (lo, hi) = f
+        .par_iter()
+        .fold(
+            || (f64::INFINITY, f64::NEG_INFINITY),
+            |a, &v| (a.0.min(v), a.1.max(v)),
+        )
+        .reduce(
+            || (f64::INFINITY, f64::NEG_INFINITY),
+            |a, b| (a.0.min(b.0), a.1.max(b.1)),
+        );
+    let drift = if mass0 != 0.0 {
+        (mass - mass0) / mass0.abs()
+    } else {
+        mass - mass0
+    };
+    let mut s = vec![
+        ("mass", mass * p.dx * p.dy),
+        ("mass_drift", drift),
+        ("min", lo),
+        ("max", hi),
+    ];
+    if let Ok(Some(exact)) = presets::exact(p, step as f64 * p.dt) {
+        let n = f.len() as f64;
+        let e: Vec<f64> = f
+            .par_iter()
+            .zip(&exact)
+            .map(|(a, b)| (a - b).abs())
+            .collect();
+        s.push(("l1_error", sum(&e) / n));
+        let sq: Vec<f64> = e.par_iter().map(|x| x * x).collect();
+        s.push(("l2_error", (sum(&sq) / n).sqrt()));
+        s.push(("linf_error", e.par_iter().cloned().reduce(|| 0.0, f64::max)));
+    }
+    s
+}
+
+fn as_f64<T: Real>(u: &Field<T>) -> Vec<f64> {
+    u.data.par_iter().map(|v| v.as_f64()).collect()
+}
+
+impl<T: Real> Case for AdvectionCase<'_, T> {
+    type Real = T;
+    fn engine(&mut self) -> &mut dyn Engine<Real = T> {
+        self.engine.as_mut()
+    }
+    fn shape(&self) -> Vec<usize> {
+        self.p.shape()
+    }
+    fn scalars(&self, step: u64, u: &Field<T>, _: &[f64]) -> Vec<(&'static str, f64)> {
+        measures(self.p, step, &as_f64(u), self.mass0)
+    }
+    fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
+        let Some(u) = u else { return Ok(()) };
+        let m = measures(self.p, o.steps, &as_f64(u), self.mass0);
+        s.solution_error = m.iter().find(|(k, _)| *k == "linf_error").map(|m| m.1);
+        let map: serde_json::Map<String, serde_json::Value> = m
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
+            .collect();
+        let mut results = serde_json::Value::Object(map);
+        results["time"] = serde_json::json!(o.steps as f64 * self.p.dt);
+        results["dt"] = serde_json::json!(self.p.dt);
+        s.results = Some(results);
+        Ok(())
+    }
+    fn needs_final_field(&self) -> bool {
+        true
+    }
+}

@@ -18,9 +18,25 @@ pub const KERNELS: KernelSource = KernelSource {
     code: include_str!("kernels.cu"),
 };
 
-/// Threads per block (columns) and rows per block: the study's 64×64 tiles, wider in x.
+/// Values of padding before and after each field buffer (kernels.cu: the contest
+/// boundary's columns read two values past the grid's first and last cell).
+const PAD: usize = 2;
+
+/// Threads per block (columns) and rows per block: the study's 64×64 tiles, wider in x;
+/// KEISAN_ADV_TILE=COLSxROWS overrides them for tuning runs.
 const BLOCK_X: u32 = 128;
 const ROWS: usize = 64;
+
+fn tile() -> (u32, usize) {
+    std::env::var("KEISAN_ADV_TILE")
+        .ok()
+        .and_then(|v| {
+            let (a, b) = v.split_once('x')?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        })
+        .filter(|&(x, r): &(u32, usize)| x.is_multiple_of(32) && (32..=1024).contains(&x) && r >= 1)
+        .unwrap_or((BLOCK_X, ROWS))
+}
 
 /// Where the kernel gets du, dv.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +57,7 @@ pub struct CudaAdvection<T: Real> {
     displacement: Displacement,
     step_fn: CudaFunction,
     cfg: LaunchConfig,
+    rows: usize,
     steps: u64,
 }
 
@@ -67,7 +84,18 @@ impl<T: Real> CudaAdvection<T> {
             (values * std::mem::size_of::<T>()) as u128,
             "the advection fields (two time layers) and velocities",
         )?;
-        let defines = [("ADV_BX", BLOCK_X.to_string())];
+        let mode = match displacement {
+            Displacement::Arrays => 0,
+            Displacement::Uniform(_) => 1,
+            Displacement::Rotation(_) => 2,
+            Displacement::Swirl { .. } => 3,
+        };
+        let (block_x, rows) = tile();
+        let defines = [
+            ("ADV_BX", block_x.to_string()),
+            ("ADV_MODE", mode.to_string()),
+            ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
+        ];
         let step_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_step")?;
         let s = &gpu.stream;
         let (du, dv) = if arrays {
@@ -78,46 +106,46 @@ impl<T: Real> CudaAdvection<T> {
         };
         let cfg = LaunchConfig {
             grid_dim: (
-                p.nx.div_ceil(BLOCK_X as usize) as u32,
-                p.ny.div_ceil(ROWS) as u32,
+                p.nx.div_ceil(block_x as usize) as u32,
+                p.ny.div_ceil(rows) as u32,
                 1,
             ),
-            block_dim: (BLOCK_X, 1, 1),
+            block_dim: (block_x, 1, 1),
             shared_mem_bytes: 0,
         };
+        let mut padded = vec![T::zero(); p.cells() + 2 * PAD];
+        padded[PAD..PAD + p.cells()].copy_from_slice(&f0);
         Ok(Self {
-            f: s.clone_htod(&f0)?,
-            g: s.alloc_zeros::<T>(p.cells())?,
+            f: s.clone_htod(&padded)?,
+            g: s.clone_htod(&padded)?,
             du,
             dv,
             displacement,
             step_fn,
             cfg,
+            rows,
             steps: step0,
             gpu,
             p: p.clone(),
         })
     }
 
-    /// The kernel's velocity mode and coefficients for the step starting at step `k`.
-    fn velocity_args(&self, k: u64) -> (i32, [T; 4]) {
+    /// The kernel's velocity coefficients for the step starting at step `k`.
+    fn velocity_args(&self, k: u64) -> [T; 4] {
         let p = &self.p;
         match self.displacement {
-            Displacement::Arrays => (0, [T::zero(); 4]),
-            Displacement::Uniform([a, b]) => (1, [T::lit(a), T::lit(b), T::zero(), T::zero()]),
-            Displacement::Rotation(c) => (2, c.map(T::lit)),
+            Displacement::Arrays => [T::zero(); 4],
+            Displacement::Uniform([a, b]) => [T::lit(a), T::lit(b), T::zero(), T::zero()],
+            Displacement::Rotation(c) => c.map(T::lit),
             Displacement::Swirl { period } => {
                 let c = (PI * (k as f64 * p.dt + 0.5 * p.dt) / period).cos();
                 let [lx, ly] = p.extent();
-                (
-                    3,
-                    [
-                        T::lit(-lx * c * p.dt / p.dx),
-                        T::lit(ly * c * p.dt / p.dy),
-                        T::zero(),
-                        T::zero(),
-                    ],
-                )
+                [
+                    T::lit(-lx * c * p.dt / p.dx),
+                    T::lit(ly * c * p.dt / p.dy),
+                    T::zero(),
+                    T::zero(),
+                ]
             }
         }
     }
@@ -128,15 +156,16 @@ impl<T: Real> Engine for CudaAdvection<T> {
 
     fn advance(&mut self, steps: u64) -> Result<()> {
         let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
-        let (rows, periodic) = (ROWS as i32, self.p.periodic() as i32);
+        let rows = self.rows as i32;
         for _ in 0..steps {
-            let (mode, a) = self.velocity_args(self.steps);
+            let a = self.velocity_args(self.steps);
             let mut l = self.gpu.stream.launch_builder(&self.step_fn);
             l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
-            l.arg(&mode).arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
-            l.arg(&nx).arg(&ny).arg(&rows).arg(&periodic);
-            // SAFETY: f and g hold nx·ny values, du and dv too when mode is 0 (else they
-            // are not read); the kernel reads f and writes g only.
+            l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
+            l.arg(&nx).arg(&ny).arg(&rows);
+            // SAFETY: f and g hold nx·ny values after PAD and PAD after them, du and dv
+            // nx·ny in the arrays mode (else they are not read); the kernel reads f and
+            // writes g only.
             unsafe { l.launch(self.cfg) }?;
             std::mem::swap(&mut self.f, &mut self.g);
             self.steps += 1;
@@ -150,7 +179,8 @@ impl<T: Real> Engine for CudaAdvection<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let data = self.gpu.stream.clone_dtoh(&self.f)?;
+        let n = self.p.cells();
+        let data = self.gpu.stream.clone_dtoh(&self.f.slice(PAD..PAD + n))?;
         Ok(super::field_of(&self.p, data))
     }
 }

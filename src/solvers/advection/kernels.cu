@@ -6,32 +6,52 @@
 // coefficients (c0..c3 of the u >= 0 branch and dif = c3p - c3m) do not depend on du, so
 // each row's are computed once and serve the five output rows r-2..r+2 (five rows of
 // coefficients ride in registers). The branch-free form of the study:
-// f = fp - dif·d·(d² - 1)·[d > 0], fp the u >= 0 polynomial (Horner, as the CPU engine).
+// f = fp - dif·d·(d² - 1)·[d > 0], fp the u >= 0 polynomial in Horner form.
 // Neighbouring columns come through L1 (each row's 5 loads hit the lines the warp's own
 // loads bring in). Per cell and step, DRAM moves f in, f out, du and dv: 4 values.
 
 #ifndef ADV_BX
 #define ADV_BX 128
 #endif
+// The velocity source (below) and the boundary (1: periodic, 0: the contest's), fixed at
+// compile time so each engine's kernel carries only its own path.
+#ifndef ADV_MODE
+#define ADV_MODE 0
+#endif
+#ifndef ADV_PERIODIC
+#define ADV_PERIODIC 0
+#endif
 
 struct Coef { real c0, c1, c2, c3, dif; };
 
+// The combinations are written with explicit fma() (the build contracts nothing else),
+// so every kernel that uses them rounds alike: multi-step passes equal single steps.
 __device__ __forceinline__ Coef coef(real fm2, real fm1, real f0, real fp1, real fp2) {
     const real h = (real)0.5, s3 = (real)(1.0 / 3.0), s6 = (real)(1.0 / 6.0);
     Coef c;
     c.c0 = f0;
-    c.c2 = h * fp1 - f0 + h * fm1;
-    c.c3 = s6 * fp1 - h * f0 + h * fm1 - s6 * fm2;
-    c.c1 = s3 * fp1 + h * f0 - fm1 + s6 * fm2;
-    const real c3m = -(s6 * fm1) + h * f0 - h * fp1 + s6 * fp2;
+    c.c2 = fma(h, fp1 + fm1, -f0);
+    c.c3 = fma(s6, fp1 - fm2, h * (fm1 - f0));
+    c.c1 = fma(s3, fp1, fma(h, f0, fma(s6, fm2, -fm1)));
+    const real c3m = fma(s6, fp2 - fm1, h * (f0 - fp1));
     c.dif = c.c3 - c3m;
     return c;
 }
 
-__device__ __forceinline__ real eval(const Coef& c, real d) {
-    const real fp = ((c.c3 * d + c.c2) * d + c.c1) * d + c.c0;
-    const real corr = c.dif * d * (d * d - (real)1);
-    return fp - (d > (real)0 ? corr : (real)0);
+// d and d·(d² − 1), once per output cell and axis.
+struct Offset { real d, w; bool m; };
+
+__device__ __forceinline__ Offset offset(real d) {
+    Offset o;
+    o.d = d;
+    o.w = d * fma(d, d, (real)-1);
+    o.m = d > (real)0;
+    return o;
+}
+
+__device__ __forceinline__ real eval(const Coef& c, const Offset& o) {
+    const real fp = fma(fma(fma(c.c3, o.d, c.c2), o.d, c.c1), o.d, c.c0);
+    return fma(-(o.m ? c.dif : (real)0), o.w, fp);
 }
 
 // Velocity source: 0 arrays du, dv; 1 uniform (a0, a1); 2 rotation du = a0 (j - a1),
@@ -39,14 +59,14 @@ __device__ __forceinline__ real eval(const Coef& c, real d) {
 // X = i/nx, Y = j/ny (a0, a1 carry -Δt/Δx·Lx·cos(πt/T) and its y twin).
 struct Velocity {
     const real* du; const real* dv;
-    int mode; real a0, a1, a2, a3;
+    real a0, a1, a2, a3;
 };
 
 __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, int nx, int ny,
                                              size_t n, real& a, real& b) {
-    if (v.mode == 0) { a = v.du[n]; b = v.dv[n]; }
-    else if (v.mode == 1) { a = v.a0; b = v.a1; }
-    else if (v.mode == 2) { a = v.a0 * ((real)j - v.a1); b = -(v.a2 * ((real)i - v.a3)); }
+    if (ADV_MODE == 0) { a = v.du[n]; b = v.dv[n]; }
+    else if (ADV_MODE == 1) { a = v.a0; b = v.a1; }
+    else if (ADV_MODE == 2) { a = v.a0 * ((real)j - v.a1); b = -(v.a2 * ((real)i - v.a3)); }
     else {
         const real x = (real)i / (real)nx, y = (real)j / (real)ny;
         const real sx = sinpi(x), sy = sinpi(y);
@@ -56,13 +76,16 @@ __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, in
 }
 
 extern "C" __global__ void __launch_bounds__(ADV_BX)
-adv_step(const real* __restrict__ f, real* __restrict__ g, const real* __restrict__ du,
-         const real* __restrict__ dv, int mode, real a0, real a1, real a2, real a3, int nx,
-         int ny, int rows, int periodic) {
+adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
+         const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
+         int rows) {
+    const bool periodic = ADV_PERIODIC;
+    const real* f = f_pad + 2;
+    real* g = g_pad + 2;
     const int i = blockIdx.x * ADV_BX + threadIdx.x;
     if (i >= nx) return;
     const int j0 = blockIdx.y * rows, j1 = min(j0 + rows, ny);
-    const Velocity vel = {du, dv, mode, a0, a1, a2, a3};
+    const Velocity vel = {du, dv, a0, a1, a2, a3};
     int cx[5];
     for (int o = 0; o < 5; ++o) {
         const int c = i + o - 2;
@@ -71,20 +94,26 @@ adv_step(const real* __restrict__ f, real* __restrict__ g, const real* __restric
     const bool col = periodic || (i >= 2 && i < nx - 2);
     // Rows outside the grid: wrapped, or clamped (their coefficients then serve only
     // cells the contest boundary holds, which copy f).
+    // Contest boundary: columns i-2..i+2 at fixed offsets from one pointer (the buffers
+    // have 2 values of padding at each end, so the boundary columns' reads stay inside).
     auto row_coef = [&](int r) {
         r = periodic ? (r + ny) % ny : min(max(r, 0), ny - 1);
         const real* fr = f + (size_t)r * nx;
-        return coef(fr[cx[0]], fr[cx[1]], fr[cx[2]], fr[cx[3]], fr[cx[4]]);
+        if (periodic) return coef(fr[cx[0]], fr[cx[1]], fr[cx[2]], fr[cx[3]], fr[cx[4]]);
+        const real* q = fr + i;
+        return coef(q[-2], q[-1], q[0], q[1], q[2]);
     };
     Coef k0 = row_coef(j0 - 2), k1 = row_coef(j0 - 1), k2 = row_coef(j0), k3 = row_coef(j0 + 1);
+#pragma unroll 5
     for (int j = j0; j < j1; ++j) {
         const Coef k4 = row_coef(j + 2);
         const size_t n = (size_t)j * nx + i;
         if (col && (periodic || (j >= 2 && j < ny - 2))) {
             real a, b;
             displacement(vel, i, j, nx, ny, n, a, b);
-            const Coef cy = coef(eval(k0, a), eval(k1, a), eval(k2, a), eval(k3, a), eval(k4, a));
-            g[n] = eval(cy, b);
+            const Offset x = offset(a), y = offset(b);
+            const Coef cy = coef(eval(k0, x), eval(k1, x), eval(k2, x), eval(k3, x), eval(k4, x));
+            g[n] = eval(cy, y);
         } else {
             g[n] = k2.c0;
         }

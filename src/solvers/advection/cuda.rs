@@ -19,12 +19,26 @@ pub const KERNELS: KernelSource = KernelSource {
 };
 
 /// Values of padding before and after each field buffer (kernels.cu: the contest
-/// boundary's columns read two values past the grid's first and last cell).
+/// boundary's columns read two values before the grid's first cell and up to
+/// ADV_COLS + 1 past its last).
 const PAD: usize = 2;
+const PAD_AFTER: usize = 8;
 
-/// Threads per block (columns) and rows per block: the study's 64×64 tiles, wider in x;
+/// Columns per thread (kernels.cu: ADV_COLS); KEISAN_ADV_COLS overrides it.
+const COLS: usize = 2;
+
+fn cols() -> usize {
+    std::env::var("KEISAN_ADV_COLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|c| (1..=PAD_AFTER - 1).contains(c))
+        .unwrap_or(COLS)
+}
+
+/// Threads per block and rows per block: 64 threads of 2 columns by 64 rows (fastest of
+/// 1, 2, 4 columns × 64², 128×64, 128², 256×32, 32×256 on the H100);
 /// KEISAN_ADV_TILE=COLSxROWS overrides them for tuning runs.
-const BLOCK_X: u32 = 128;
+const BLOCK_X: u32 = 64;
 const ROWS: usize = 64;
 
 fn tile() -> (u32, usize) {
@@ -91,8 +105,10 @@ impl<T: Real> CudaAdvection<T> {
             Displacement::Swirl { .. } => 3,
         };
         let (block_x, rows) = tile();
+        let cols = cols();
         let defines = [
             ("ADV_BX", block_x.to_string()),
+            ("ADV_COLS", cols.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
         ];
@@ -106,14 +122,14 @@ impl<T: Real> CudaAdvection<T> {
         };
         let cfg = LaunchConfig {
             grid_dim: (
-                p.nx.div_ceil(block_x as usize) as u32,
+                p.nx.div_ceil(cols * block_x as usize) as u32,
                 p.ny.div_ceil(rows) as u32,
                 1,
             ),
             block_dim: (block_x, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut padded = vec![T::zero(); p.cells() + 2 * PAD];
+        let mut padded = vec![T::zero(); PAD + p.cells() + PAD_AFTER];
         padded[PAD..PAD + p.cells()].copy_from_slice(&f0);
         Ok(Self {
             f: s.clone_htod(&padded)?,
@@ -163,7 +179,7 @@ impl<T: Real> Engine for CudaAdvection<T> {
             l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
             l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
             l.arg(&nx).arg(&ny).arg(&rows);
-            // SAFETY: f and g hold nx·ny values after PAD and PAD after them, du and dv
+            // SAFETY: f and g hold nx·ny values after PAD and PAD_AFTER after them, du and dv
             // nx·ny in the arrays mode (else they are not read); the kernel reads f and
             // writes g only.
             unsafe { l.launch(self.cfg) }?;

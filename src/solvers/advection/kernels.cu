@@ -1,7 +1,7 @@
 // Cubic semi-Lagrangian advection, one step per launch (seed 000), compiled with
 // -Dreal=float|double and ADV_BX threads per block.
 //
-// A thread owns column i of a tile of `rows` rows and walks down it. The x-interpolation
+// A thread owns ADV_COLS adjacent columns of a tile of `rows` rows and walks down them. The x-interpolation
 // of row r at column i needs f_{i-2..i+2} of that row and du of the output cell; its
 // coefficients (c0..c3 of the u >= 0 branch and dif = c3p - c3m) do not depend on du, so
 // each row's are computed once and serve the five output rows r-2..r+2 (five rows of
@@ -75,47 +75,70 @@ __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, in
     }
 }
 
+// Columns per thread: the row's loads, index arithmetic and loop serve ADV_COLS cells.
+#ifndef ADV_COLS
+#define ADV_COLS 2
+#endif
+
+// Coefficients of one row for a thread's ADV_COLS columns.
+struct RowCoef { Coef c[ADV_COLS]; };
+
 extern "C" __global__ void __launch_bounds__(ADV_BX)
 adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
          const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
          int rows) {
+    constexpr int C = ADV_COLS;
     const bool periodic = ADV_PERIODIC;
     const real* f = f_pad + 2;
     real* g = g_pad + 2;
-    const int i = blockIdx.x * ADV_BX + threadIdx.x;
-    if (i >= nx) return;
+    const int i0 = C * (blockIdx.x * ADV_BX + threadIdx.x);
+    if (i0 >= nx) return;
     const int j0 = blockIdx.y * rows, j1 = min(j0 + rows, ny);
     const Velocity vel = {du, dv, a0, a1, a2, a3};
-    int cx[5];
-    for (int o = 0; o < 5; ++o) {
-        const int c = i + o - 2;
-        cx[o] = periodic ? (c + nx) % nx : min(max(c, 0), nx - 1);
+    // Periodic columns i0-2 .. i0+C+1, wrapped.
+    int cx[C + 4];
+    for (int o = 0; o < C + 4; ++o) cx[o] = periodic ? (i0 + o - 2 + 2 * nx) % nx : 0;
+    bool col[C];
+    for (int c = 0; c < C; ++c) {
+        const int i = i0 + c;
+        col[c] = i < nx && (periodic || (i >= 2 && i < nx - 2));
     }
-    const bool col = periodic || (i >= 2 && i < nx - 2);
     // Rows outside the grid: wrapped, or clamped (their coefficients then serve only
-    // cells the contest boundary holds, which copy f).
-    // Contest boundary: columns i-2..i+2 at fixed offsets from one pointer (the buffers
-    // have 2 values of padding at each end, so the boundary columns' reads stay inside).
+    // cells the contest boundary holds, which copy f). Contest boundary: the columns at
+    // fixed offsets from one pointer; the buffers are padded (2 values before, 8 after:
+    // cuda.rs) so the boundary columns' reads, up to C+1 past the row, stay inside.
     auto row_coef = [&](int r) {
         r = periodic ? (r + ny) % ny : min(max(r, 0), ny - 1);
         const real* fr = f + (size_t)r * nx;
-        if (periodic) return coef(fr[cx[0]], fr[cx[1]], fr[cx[2]], fr[cx[3]], fr[cx[4]]);
-        const real* q = fr + i;
-        return coef(q[-2], q[-1], q[0], q[1], q[2]);
+        real v[C + 4];
+        if (periodic) {
+            for (int o = 0; o < C + 4; ++o) v[o] = fr[cx[o]];
+        } else {
+            const real* q = fr + i0;
+            for (int o = 0; o < C + 4; ++o) v[o] = q[o - 2];
+        }
+        RowCoef k;
+        for (int c = 0; c < C; ++c) k.c[c] = coef(v[c], v[c + 1], v[c + 2], v[c + 3], v[c + 4]);
+        return k;
     };
-    Coef k0 = row_coef(j0 - 2), k1 = row_coef(j0 - 1), k2 = row_coef(j0), k3 = row_coef(j0 + 1);
+    RowCoef k0 = row_coef(j0 - 2), k1 = row_coef(j0 - 1), k2 = row_coef(j0), k3 = row_coef(j0 + 1);
 #pragma unroll 5
     for (int j = j0; j < j1; ++j) {
-        const Coef k4 = row_coef(j + 2);
-        const size_t n = (size_t)j * nx + i;
-        if (col && (periodic || (j >= 2 && j < ny - 2))) {
-            real a, b;
-            displacement(vel, i, j, nx, ny, n, a, b);
-            const Offset x = offset(a), y = offset(b);
-            const Coef cy = coef(eval(k0, x), eval(k1, x), eval(k2, x), eval(k3, x), eval(k4, x));
-            g[n] = eval(cy, y);
-        } else {
-            g[n] = k2.c0;
+        const RowCoef k4 = row_coef(j + 2);
+        const bool row = periodic || (j >= 2 && j < ny - 2);
+        for (int c = 0; c < C; ++c) {
+            const int i = i0 + c;
+            const size_t n = (size_t)j * nx + i;
+            if (col[c] && row) {
+                real a, b;
+                displacement(vel, i, j, nx, ny, n, a, b);
+                const Offset x = offset(a), y = offset(b);
+                const Coef cy = coef(eval(k0.c[c], x), eval(k1.c[c], x), eval(k2.c[c], x),
+                                     eval(k3.c[c], x), eval(k4.c[c], x));
+                g[n] = eval(cy, y);
+            } else if (i < nx) {
+                g[n] = k2.c[c].c0;
+            }
         }
         k0 = k1; k1 = k2; k2 = k3; k3 = k4;
     }

@@ -187,7 +187,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     );
     for c in &b.cases {
         human += &format!(
-            "  {:<10} {:>5} x {:<5} {:>5} steps: {} ({:.1} Gcell/s, {} B/cell/step, {:.1} % of copy bandwidth; model {}){}\n",
+            "  {:<10} {:>5} x {:<5} {:>5} steps: {} ({:.3} Gcell/s, {} B/cell/step, {:.1} % of copy bandwidth; model {}){}\n",
             c.name,
             c.nx,
             c.ny,

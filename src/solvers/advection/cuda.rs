@@ -37,7 +37,7 @@ fn cols() -> usize {
 
 /// Threads per block and rows per block: 64 threads of 2 columns by 64 rows (fastest of
 /// 1, 2, 4 columns × 64², 128×64, 128², 256×32, 32×256 on the H100);
-/// KEISAN_ADV_TILE=COLSxROWS overrides them for tuning runs.
+/// KEISAN_ADV_TILE=THREADSxROWS overrides them for tuning runs.
 const BLOCK_X: u32 = 64;
 const ROWS: usize = 64;
 

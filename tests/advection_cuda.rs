@@ -72,3 +72,39 @@ fn velocity_from_arrays_and_from_the_kernel_give_the_same_bits() {
         &run(VelocitySource::Kernel)
     ));
 }
+
+#[test]
+fn several_steps_per_pass_equal_single_steps_bit_for_bit() {
+    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection steps per pass") else {
+        return;
+    };
+    let mut rng = common::rng();
+    for boundary in ["contest", "periodic"] {
+        for velocity in [ROTATION, "{ kind = \"uniform\", u = -0.7, v = 0.4 }"] {
+            // 11 steps: whole passes, then single steps for the rest.
+            let p = problem(boundary, velocity, 11);
+            let f0 = common::random_field(p.cells(), &mut rng);
+            let run = |per_pass: usize, source| -> Vec<f64> {
+                let q = AdvectionProblem {
+                    steps_per_pass: Some(per_pass),
+                    ..p.clone()
+                };
+                let mut e =
+                    CudaAdvection::<f64>::with_velocity(gpu.clone(), &q, f0.clone(), 0, source)
+                        .unwrap();
+                assert_eq!(e.steps_per_pass(), per_pass as u64);
+                e.advance(q.steps).unwrap();
+                e.snapshot().unwrap().data
+            };
+            let single = run(1, VelocitySource::Arrays);
+            for per_pass in [2, 3, 4] {
+                for source in [VelocitySource::Arrays, VelocitySource::Kernel] {
+                    assert!(
+                        common::same_bits(&single, &run(per_pass, source)),
+                        "{boundary} {velocity}: {per_pass} steps per pass, {source:?}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -41,6 +41,10 @@ pub struct AdvectionBenchArgs {
     /// every step) or "kernel" (the rotation formula evaluated in the kernel).
     #[arg(long, value_enum, default_value_t = Source::Arrays)]
     velocity: Source,
+    /// CUDA steps per pass through device memory (default: the engine's for the
+    /// precision; 1: one launch per step).
+    #[arg(long)]
+    steps_per_pass: Option<usize>,
     #[arg(long, default_value_t = 3)]
     repetitions: usize,
     #[arg(long, value_enum, default_value_t = Precision::F32)]
@@ -61,8 +65,10 @@ pub struct AdvectionCase {
     pub steps: u64,
     pub seconds: f64,
     pub gcells_per_s: f64,
-    /// Bytes each step must move per cell: f in and out, and du, dv when read from arrays.
-    pub bytes_per_cell: usize,
+    pub steps_per_pass: u64,
+    /// Bytes each step must move per cell: f in and out, and du, dv when read from
+    /// arrays, once per pass.
+    pub bytes_per_cell: f64,
     pub fraction_of_copy_bandwidth: f64,
     /// nx·ny·steps·B/cell ÷ the copy bandwidth.
     pub predicted_s: f64,
@@ -100,18 +106,29 @@ pub fn problem(nx: usize, ny: usize, steps: u64) -> Result<AdvectionProblem> {
             amplitude: 1.0,
         },
         boundary: Boundary::Contest,
+        steps_per_pass: None,
     };
     cfg.validate(Precision::F64)
 }
 
-pub fn bytes_per_cell<T: Real>(arrays: bool) -> usize {
-    std::mem::size_of::<T>() * if arrays { 4 } else { 2 }
+/// f in and out, and du, dv from arrays, once per pass of `per_pass` steps.
+pub fn bytes_per_cell<T: Real>(arrays: bool, per_pass: u64) -> f64 {
+    (std::mem::size_of::<T>() * if arrays { 4 } else { 2 }) as f64 / per_pass as f64
 }
 
 pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     let a = AdvectionBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
     if a.repetitions == 0 {
         return Err(Error::invalid("--repetitions", 0, "at least 1"));
+    }
+    if let Some(n) = a.steps_per_pass
+        && !(1..=super::MAX_STEPS_PER_PASS as usize).contains(&n)
+    {
+        return Err(Error::invalid(
+            "--steps-per-pass",
+            n,
+            format!("must be in [1, {}]", super::MAX_STEPS_PER_PASS),
+        ));
     }
     let gpu = matches!(device, Device::Cuda(_));
     // Name, nx, ny, steps, the study's times on 1 and 2 GPUs.
@@ -158,7 +175,10 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     let ceilings = ceilings_for(device)?;
     let mut out = Vec::new();
     for (name, nx, ny, steps, study) in cases {
-        let p = problem(nx, ny, steps)?;
+        let p = AdvectionProblem {
+            steps_per_pass: a.steps_per_pass,
+            ..problem(nx, ny, steps)?
+        };
         let c = match a.precision {
             Precision::F32 => case::<f32>(device, &p, a.velocity, a.repetitions, &ceilings)?,
             Precision::F64 => case::<f64>(device, &p, a.velocity, a.repetitions, &ceilings)?,
@@ -187,11 +207,12 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     );
     for c in &b.cases {
         human += &format!(
-            "  {:<10} {:>5} x {:<5} {:>5} steps: {} ({:.3} Gcell/s, {} B/cell/step, {:.1} % of copy bandwidth; model {}){}\n",
+            "  {:<10} {:>5} x {:<5} {:>5} steps, {} per pass: {} ({:.3} Gcell/s, {:.1} B/cell/step, {:.1} % of copy bandwidth; model {}){}\n",
             c.name,
             c.nx,
             c.ny,
             c.steps,
+            c.steps_per_pass,
             crate::units::seconds(c.seconds),
             c.gcells_per_s,
             c.bytes_per_cell,
@@ -218,19 +239,23 @@ fn case<T: Real>(
 ) -> Result<AdvectionCase> {
     let f0 = super::presets::initial_field::<T>(p)?;
     let arrays = source == Source::Arrays;
-    let mut e: Box<dyn Engine<Real = T>> = match device {
-        Device::Cuda(gpu) => Box::new(super::cuda::CudaAdvection::with_velocity(
-            gpu.clone(),
-            p,
-            f0,
-            0,
-            if arrays {
-                VelocitySource::Arrays
-            } else {
-                VelocitySource::Kernel
-            },
-        )?),
-        Device::Cpu { .. } => Box::new(super::cpu::CpuAdvection::new(p, f0, 0)?),
+    let (mut e, per_pass): (Box<dyn Engine<Real = T>>, u64) = match device {
+        Device::Cuda(gpu) => {
+            let e = super::cuda::CudaAdvection::with_velocity(
+                gpu.clone(),
+                p,
+                f0,
+                0,
+                if arrays {
+                    VelocitySource::Arrays
+                } else {
+                    VelocitySource::Kernel
+                },
+            )?;
+            let n = e.steps_per_pass();
+            (Box::new(e), n)
+        }
+        Device::Cpu { .. } => (Box::new(super::cpu::CpuAdvection::new(p, f0, 0)?), 1),
     };
     e.advance(1)?;
     e.diagnostics()?;
@@ -243,7 +268,7 @@ fn case<T: Real>(
     times.sort_by(f64::total_cmp);
     let seconds = times[times.len() / 2];
     // The CPU engine reads du, dv arrays for every steady velocity.
-    let bytes = bytes_per_cell::<T>(arrays || matches!(device, Device::Cpu { .. }));
+    let bytes = bytes_per_cell::<T>(arrays || matches!(device, Device::Cpu { .. }), per_pass);
     let work = (p.cells() as u64 * p.steps) as f64;
     Ok(AdvectionCase {
         name: String::new(),
@@ -252,9 +277,10 @@ fn case<T: Real>(
         steps: p.steps,
         seconds,
         gcells_per_s: work / seconds * 1e-9,
+        steps_per_pass: per_pass,
         bytes_per_cell: bytes,
-        fraction_of_copy_bandwidth: work * bytes as f64 / seconds / ceilings.copy_bandwidth,
-        predicted_s: work * bytes as f64 / ceilings.copy_bandwidth,
+        fraction_of_copy_bandwidth: work * bytes / seconds / ceilings.copy_bandwidth,
+        predicted_s: work * bytes / ceilings.copy_bandwidth,
         study_one_gpu_s: None,
         study_two_gpus_s: None,
     })

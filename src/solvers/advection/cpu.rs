@@ -78,7 +78,7 @@ impl<T: Real> CpuAdvection<T> {
         let bytes = (4 * p.cells() * std::mem::size_of::<T>()) as u128;
         crate::memory::ensure_host_fits(bytes, "the advection fields and velocities")?;
         let g = try_filled(p.cells(), T::zero(), "the advection fields")?;
-        let arrays = if p.velocity.time_dependent() {
+        let arrays = if p.velocity.is_time_dependent() {
             None
         } else {
             Some(displacement_arrays::<T>(p)?)

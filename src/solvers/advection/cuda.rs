@@ -9,7 +9,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_arrays};
 use crate::device::cuda::{Gpu, KernelSource};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -52,6 +52,36 @@ fn tile() -> (u32, usize) {
         .unwrap_or((BLOCK_X, ROWS))
 }
 
+/// Threads per block of the several-steps pass (kernels.cu: adv_pass; one column each of
+/// the first step's grown tile).
+const PASS_THREADS: usize = 128;
+
+/// Steps per pass and tile rows: the problem's steps per pass, or the fastest measured on
+/// the H100 (contest 5, 2026-11-23): 2 steps over 16-row tiles (f32; 1.79 s against 1.97
+/// single steps) or 12-row tiles (f64; 3.59 against 4.33 s) when du, dv come from arrays;
+/// single steps when the kernel computes the velocity (1.18 s; its passes took 1.28 s at
+/// best: they are bound by instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
+fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool) -> (usize, usize) {
+    let rows = match T::PRECISION {
+        crate::precision::Precision::F32 => 16,
+        crate::precision::Precision::F64 => 12,
+    };
+    let default = (if arrays { 2 } else { 1 }, rows);
+    let env = std::env::var("KEISAN_ADV_PASS").ok().and_then(|v| {
+        let (a, b) = v.split_once(',')?;
+        Some((a.parse().ok()?, b.parse().ok()?))
+    });
+    let (s, ty) = env.unwrap_or(default);
+    (p.steps_per_pass.unwrap_or(s), ty)
+}
+
+/// The several-steps pass: its kernel, launch and steps.
+struct Pass {
+    function: CudaFunction,
+    cfg: LaunchConfig,
+    steps: u64,
+}
+
 /// Where the kernel gets du, dv.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VelocitySource {
@@ -72,6 +102,7 @@ pub struct CudaAdvection<T: Real> {
     step_fn: CudaFunction,
     cfg: LaunchConfig,
     rows: usize,
+    pass: Option<Pass>,
     steps: u64,
 }
 
@@ -89,7 +120,7 @@ impl<T: Real> CudaAdvection<T> {
         source: VelocitySource,
     ) -> Result<Self> {
         let mut displacement = Displacement::of(p);
-        if source == VelocitySource::Arrays && !p.velocity.time_dependent() {
+        if source == VelocitySource::Arrays && !p.velocity.is_time_dependent() {
             displacement = Displacement::Arrays;
         }
         let arrays = displacement == Displacement::Arrays;
@@ -129,6 +160,12 @@ impl<T: Real> CudaAdvection<T> {
             block_dim: (block_x, 1, 1),
             shared_mem_bytes: 0,
         };
+        let pass = match pass_shape::<T>(p, arrays) {
+            (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
+                Some(Self::pass(&gpu, p, mode, s, ty)?)
+            }
+            _ => None,
+        };
         let mut padded = vec![T::zero(); PAD + p.cells() + PAD_AFTER];
         padded[PAD..PAD + p.cells()].copy_from_slice(&f0);
         Ok(Self {
@@ -140,10 +177,56 @@ impl<T: Real> CudaAdvection<T> {
             step_fn,
             cfg,
             rows,
+            pass,
             steps: step0,
             gpu,
             p: p.clone(),
         })
+    }
+
+    /// Compile the pass of `steps` steps over tiles of `ty` rows.
+    fn pass(gpu: &Gpu, p: &AdvectionProblem, mode: u8, steps: usize, ty: usize) -> Result<Pass> {
+        let tx = PASS_THREADS - 4 * (steps - 1);
+        let (w, r) = (tx + 4 * steps, ty + 4 * steps);
+        let shared = 2 * w * r * std::mem::size_of::<T>();
+        if shared > 227 << 10 || ty == 0 {
+            return Err(Error::invalid(
+                "KEISAN_ADV_PASS",
+                format!("{steps},{ty}"),
+                format!(
+                    "a tile of {w} x {r} cells needs {shared} B of shared memory (at most 227 KiB)"
+                ),
+            ));
+        }
+        let defines = [
+            ("ADV_BX", PASS_THREADS.to_string()),
+            ("ADV_MODE", mode.to_string()),
+            ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
+            ("ADV_STEPS", steps.to_string()),
+            ("ADV_TY", ty.to_string()),
+        ];
+        let function = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_pass")?;
+        if shared > 48 << 10 {
+            use cudarc::driver::sys::CUfunction_attribute_enum as A;
+            function.set_attribute(
+                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared as i32,
+            )?;
+        }
+        Ok(Pass {
+            function,
+            cfg: LaunchConfig {
+                grid_dim: (p.nx.div_ceil(tx) as u32, p.ny.div_ceil(ty) as u32, 1),
+                block_dim: (PASS_THREADS as u32, 1, 1),
+                shared_mem_bytes: shared as u32,
+            },
+            steps: steps as u64,
+        })
+    }
+
+    /// Steps per launch (1 without the several-steps pass).
+    pub fn steps_per_pass(&self) -> u64 {
+        self.pass.as_ref().map_or(1, |p| p.steps)
     }
 
     /// The kernel's velocity coefficients for the step starting at step `k`.
@@ -173,18 +256,34 @@ impl<T: Real> Engine for CudaAdvection<T> {
     fn advance(&mut self, steps: u64) -> Result<()> {
         let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
         let rows = self.rows as i32;
-        for _ in 0..steps {
+        let mut left = steps;
+        while left > 0 {
             let a = self.velocity_args(self.steps);
-            let mut l = self.gpu.stream.launch_builder(&self.step_fn);
-            l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
-            l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
-            l.arg(&nx).arg(&ny).arg(&rows);
-            // SAFETY: f and g hold nx·ny values after PAD and PAD_AFTER after them, du and dv
-            // nx·ny in the arrays mode (else they are not read); the kernel reads f and
-            // writes g only.
-            unsafe { l.launch(self.cfg) }?;
+            let taken = match &self.pass {
+                Some(pass) if left >= pass.steps => {
+                    let mut l = self.gpu.stream.launch_builder(&pass.function);
+                    l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
+                    l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
+                    l.arg(&nx).arg(&ny);
+                    // SAFETY: as adv_step below; the shared memory is the launch's.
+                    unsafe { l.launch(pass.cfg) }?;
+                    pass.steps
+                }
+                _ => {
+                    let mut l = self.gpu.stream.launch_builder(&self.step_fn);
+                    l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
+                    l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
+                    l.arg(&nx).arg(&ny).arg(&rows);
+                    // SAFETY: f and g hold nx·ny values after PAD and PAD_AFTER after
+                    // them, du and dv nx·ny in the arrays mode (else they are not read);
+                    // the kernel reads f and writes g only.
+                    unsafe { l.launch(self.cfg) }?;
+                    1
+                }
+            };
             std::mem::swap(&mut self.f, &mut self.g);
-            self.steps += 1;
+            self.steps += taken;
+            left -= taken;
         }
         Ok(())
     }

@@ -143,3 +143,85 @@ adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
         k0 = k1; k1 = k2; k2 = k3; k3 = k4;
     }
 }
+
+// Several steps per pass (temporal blocking): a block loads its tile of f with a halo of
+// 2·ADV_STEPS cells into shared memory, takes ADV_STEPS steps there (step s updates the
+// tile grown by 2·(ADV_STEPS − s) cells, so each step's stencil reads only what the step
+// before wrote), and writes the tile. DRAM moves f in and out once per pass; du, dv come
+// through L1/L2 each step (the same lines every step). Each cell's arithmetic is
+// adv_step's (coef, eval, offset: the same fma), so a pass equals single steps bit for
+// bit. Threads own columns of the grown tile and walk down them, reusing each row's
+// coefficients for five outputs. Steady velocities only (arrays, uniform, rotation).
+#ifndef ADV_STEPS
+#define ADV_STEPS 2
+#endif
+#ifndef ADV_TY
+#define ADV_TY 16
+#endif
+#define ADV_H (2 * ADV_STEPS)
+// Tile width: the first step's grown tile is one column per thread.
+#define ADV_TX (ADV_BX - 4 * (ADV_STEPS - 1))
+#define ADV_W (ADV_TX + 2 * ADV_H)
+#define ADV_R (ADV_TY + 2 * ADV_H)
+
+extern "C" __global__ void __launch_bounds__(ADV_BX)
+adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
+         const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny) {
+    extern __shared__ unsigned char adv_smem[];
+    real* buf0 = (real*)adv_smem;
+    real* buf1 = buf0 + ADV_W * ADV_R;
+    const bool periodic = ADV_PERIODIC;
+    const real* f = f_pad + 2;
+    real* g = g_pad + 2;
+    const Velocity vel = {du, dv, a0, a1, a2, a3};
+    // Grid position of buffer cell (0, 0).
+    const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = blockIdx.y * ADV_TY - ADV_H;
+    auto gx = [&](int c) { const int x = x0 + c; return periodic ? (x % nx + nx) % nx : min(max(x, 0), nx - 1); };
+    auto gy = [&](int r) { const int y = y0 + r; return periodic ? (y % ny + ny) % ny : min(max(y, 0), ny - 1); };
+    for (int t = threadIdx.x; t < ADV_W * ADV_R; t += ADV_BX) {
+        const int r = t / ADV_W, c = t % ADV_W;
+        buf0[t] = f[(size_t)gy(r) * nx + gx(c)];
+    }
+    __syncthreads();
+    real* src = buf0;
+    real* dst = buf1;
+    for (int s = 1; s <= ADV_STEPS; ++s) {
+        const int h = 2 * (ADV_STEPS - s);
+        const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
+        for (int c = c0 + threadIdx.x; c < c1; c += ADV_BX) {
+            const int x = x0 + c;
+            const bool col = periodic || (x >= 2 && x < nx - 2);
+            const int i = gx(c);
+            auto row_coef = [&](int r) {
+                const real* q = src + r * ADV_W + c;
+                return coef(q[-2], q[-1], q[0], q[1], q[2]);
+            };
+            Coef k0 = row_coef(r0 - 2), k1 = row_coef(r0 - 1), k2 = row_coef(r0),
+                 k3 = row_coef(r0 + 1);
+#pragma unroll 5
+            for (int r = r0; r < r1; ++r) {
+                const Coef k4 = row_coef(r + 2);
+                const int y = y0 + r;
+                real out = k2.c0;
+                if (col && (periodic || (y >= 2 && y < ny - 2))) {
+                    const int j = gy(r);
+                    real a, b;
+                    displacement(vel, i, j, nx, ny, (size_t)j * nx + i, a, b);
+                    const Offset ox = offset(a), oy = offset(b);
+                    const Coef cy = coef(eval(k0, ox), eval(k1, ox), eval(k2, ox),
+                                         eval(k3, ox), eval(k4, ox));
+                    out = eval(cy, oy);
+                }
+                dst[r * ADV_W + c] = out;
+                k0 = k1; k1 = k2; k2 = k3; k3 = k4;
+            }
+        }
+        __syncthreads();
+        real* tmp = src; src = dst; dst = tmp;
+    }
+    for (int t = threadIdx.x; t < ADV_TX * ADV_TY; t += ADV_BX) {
+        const int r = ADV_H + t / ADV_TX, c = ADV_H + t % ADV_TX;
+        const int x = x0 + c, y = y0 + r;
+        if (x < nx && y < ny) g[(size_t)y * nx + x] = src[r * ADV_W + c];
+    }
+}

@@ -59,7 +59,14 @@ pub struct AdvectionConfig {
     pub initial: Initial,
     #[serde(default)]
     pub boundary: Boundary,
+    /// CUDA steps per pass through device memory (1: one launch per step); default: the
+    /// fastest measured for the precision. Steady velocities only (the swirl takes 1).
+    #[serde(default)]
+    pub steps_per_pass: Option<i64>,
 }
+
+/// The most steps per pass a problem may ask for.
+pub const MAX_STEPS_PER_PASS: i64 = 8;
 
 /// A validated advection problem.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -73,6 +80,7 @@ pub struct AdvectionProblem {
     pub velocity: Velocity,
     pub initial: Initial,
     pub boundary: Boundary,
+    pub steps_per_pass: Option<usize>,
 }
 
 /// The smallest grid: the five-point stencil and two boundary cells per side.
@@ -101,6 +109,23 @@ impl AdvectionConfig {
         };
         let dx = spacing("advection.dx", self.dx, nx)?;
         let dy = spacing("advection.dy", self.dy, ny)?;
+        if let Some(n) = self.steps_per_pass {
+            if !(1..=MAX_STEPS_PER_PASS).contains(&n) {
+                return Err(Error::invalid(
+                    "advection.steps_per_pass",
+                    n,
+                    format!("must be in [1, {MAX_STEPS_PER_PASS}] (1: one launch per step)"),
+                ));
+            }
+            if n > 1 && self.velocity.is_time_dependent() {
+                return Err(Error::invalid(
+                    "advection.steps_per_pass",
+                    n,
+                    "several steps per pass need a velocity that does not change in time; \
+                     the swirl takes 1",
+                ));
+            }
+        }
         if self.steps < 1 {
             return Err(Error::invalid(
                 "advection.steps",
@@ -118,6 +143,7 @@ impl AdvectionConfig {
             velocity: self.velocity,
             initial: self.initial,
             boundary: self.boundary,
+            steps_per_pass: self.steps_per_pass.map(|n| n as usize),
         };
         p.velocity.validate(&p)?;
         // The largest |u|/Δx, |v|/Δy the run meets: dt times it is the largest |du|, |dv|.

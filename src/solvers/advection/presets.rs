@@ -206,7 +206,7 @@ impl Velocity {
     }
 
     /// Whether the velocity is evaluated per step (it depends on time).
-    pub fn time_dependent(&self) -> bool {
+    pub fn is_time_dependent(&self) -> bool {
         matches!(self, Velocity::Swirl { .. })
     }
 }

@@ -47,7 +47,7 @@ impl SolverProblem for AdvectionProblem {
         Some(self.dt)
     }
     fn restart_may_change(&self) -> &'static [&'static str] {
-        &["steps"]
+        &["steps", "steps_per_pass"]
     }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
         match cx.problem.precision {

@@ -137,7 +137,16 @@ impl<T: Real> CudaAdvection<T> {
         };
         let (block_x, rows) = tile();
         let cols = cols();
+        // Blocks per SM the compiler must fit (12: at most 80 registers; 1, 12, 16, 20
+        // gave 2.12, 1.96, 2.11, 2.96 s on contest 5 with arrays, H100, 08:25 UTC);
+        // KEISAN_ADV_MINB for tuning runs.
+        let min_blocks = std::env::var("KEISAN_ADV_MINB")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+            .filter(|v| (1..=32).contains(v))
+            .unwrap_or(12);
         let defines = [
+            ("ADV_MINB", min_blocks.to_string()),
             ("ADV_BX", block_x.to_string()),
             ("ADV_COLS", cols.to_string()),
             ("ADV_MODE", mode.to_string()),

@@ -75,6 +75,11 @@ __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, in
     }
 }
 
+// Blocks per SM the compiler must fit (caps registers per thread).
+#ifndef ADV_MINB
+#define ADV_MINB 1
+#endif
+
 // Columns per thread: the row's loads, index arithmetic and loop serve ADV_COLS cells.
 #ifndef ADV_COLS
 #define ADV_COLS 2
@@ -83,7 +88,7 @@ __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, in
 // Coefficients of one row for a thread's ADV_COLS columns.
 struct RowCoef { Coef c[ADV_COLS]; };
 
-extern "C" __global__ void __launch_bounds__(ADV_BX)
+extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
          const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
          int rows) {

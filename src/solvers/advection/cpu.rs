@@ -107,7 +107,7 @@ impl<T: Real> Engine for CpuAdvection<T> {
             let nx = p.nx;
             let t = self.steps as f64 * p.dt;
             match &self.arrays {
-                Some((du, dv)) => step(p, &self.f, &mut self.g, &|i, j| {
+                Some((du, dv)) => step(p, &self.f, &mut self.g, |i, j| {
                     (du[j * nx + i], dv[j * nx + i])
                 }),
                 None => {

@@ -75,6 +75,18 @@ fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool) -> (usize, usize) {
     (p.steps_per_pass.unwrap_or(s), ty)
 }
 
+/// Columns per thread of the pass (1, 2 or 4: each step's grown tile is then a whole
+/// number of them). One is fastest on the H100 (contest 5, 2 steps over 16 rows: 1.79 s;
+/// 2 columns 2.18 s, 4 columns 3.13 s: strided shared-memory rows conflict in banks);
+/// KEISAN_ADV_PASS_COLS overrides it.
+fn pass_cols() -> usize {
+    std::env::var("KEISAN_ADV_PASS_COLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|c| [1, 2, 4].contains(c))
+        .unwrap_or(1)
+}
+
 /// The several-steps pass: its kernel, launch and steps.
 struct Pass {
     function: CudaFunction,
@@ -195,7 +207,8 @@ impl<T: Real> CudaAdvection<T> {
 
     /// Compile the pass of `steps` steps over tiles of `ty` rows.
     fn pass(gpu: &Gpu, p: &AdvectionProblem, mode: u8, steps: usize, ty: usize) -> Result<Pass> {
-        let tx = PASS_THREADS - 4 * (steps - 1);
+        let cols = pass_cols();
+        let tx = cols * PASS_THREADS - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
         let shared = 2 * w * r * std::mem::size_of::<T>();
         if shared > 227 << 10 || ty == 0 {
@@ -212,6 +225,7 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
             ("ADV_STEPS", steps.to_string()),
+            ("ADV_COLS", cols.to_string()),
             ("ADV_TY", ty.to_string()),
         ];
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_pass")?;

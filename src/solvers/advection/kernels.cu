@@ -155,8 +155,8 @@ adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
 // before wrote), and writes the tile. DRAM moves f in and out once per pass; du, dv come
 // through L1/L2 each step (the same lines every step). Each cell's arithmetic is
 // adv_step's (coef, eval, offset: the same fma), so a pass equals single steps bit for
-// bit. Threads own columns of the grown tile and walk down them, reusing each row's
-// coefficients for five outputs. Steady velocities only (arrays, uniform, rotation).
+// bit. Threads own ADV_COLS adjacent columns of the grown tile and walk down them, reusing
+// each row's coefficients for five outputs. Steady velocities only (arrays, uniform, rotation).
 #ifndef ADV_STEPS
 #define ADV_STEPS 2
 #endif
@@ -164,8 +164,9 @@ adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
 #define ADV_TY 16
 #endif
 #define ADV_H (2 * ADV_STEPS)
-// Tile width: the first step's grown tile is one column per thread.
-#define ADV_TX (ADV_BX - 4 * (ADV_STEPS - 1))
+// Tile width: the first step's grown tile is ADV_COLS columns per thread (every step's
+// grown width is then a multiple of ADV_COLS when ADV_COLS divides 4).
+#define ADV_TX (ADV_COLS * ADV_BX - 4 * (ADV_STEPS - 1))
 #define ADV_W (ADV_TX + 2 * ADV_H)
 #define ADV_R (ADV_TY + 2 * ADV_H)
 
@@ -193,31 +194,37 @@ adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
     for (int s = 1; s <= ADV_STEPS; ++s) {
         const int h = 2 * (ADV_STEPS - s);
         const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
-        for (int c = c0 + threadIdx.x; c < c1; c += ADV_BX) {
-            const int x = x0 + c;
-            const bool col = periodic || (x >= 2 && x < nx - 2);
-            const int i = gx(c);
+        constexpr int C = ADV_COLS;
+        for (int c = c0 + C * threadIdx.x; c < c1; c += C * ADV_BX) {
             auto row_coef = [&](int r) {
                 const real* q = src + r * ADV_W + c;
-                return coef(q[-2], q[-1], q[0], q[1], q[2]);
+                real v[C + 4];
+                for (int o = 0; o < C + 4; ++o) v[o] = q[o - 2];
+                RowCoef k;
+                for (int m = 0; m < C; ++m) k.c[m] = coef(v[m], v[m + 1], v[m + 2], v[m + 3], v[m + 4]);
+                return k;
             };
-            Coef k0 = row_coef(r0 - 2), k1 = row_coef(r0 - 1), k2 = row_coef(r0),
-                 k3 = row_coef(r0 + 1);
+            RowCoef k0 = row_coef(r0 - 2), k1 = row_coef(r0 - 1), k2 = row_coef(r0),
+                    k3 = row_coef(r0 + 1);
 #pragma unroll 5
             for (int r = r0; r < r1; ++r) {
-                const Coef k4 = row_coef(r + 2);
+                const RowCoef k4 = row_coef(r + 2);
                 const int y = y0 + r;
-                real out = k2.c0;
-                if (col && (periodic || (y >= 2 && y < ny - 2))) {
-                    const int j = gy(r);
-                    real a, b;
-                    displacement(vel, i, j, nx, ny, (size_t)j * nx + i, a, b);
-                    const Offset ox = offset(a), oy = offset(b);
-                    const Coef cy = coef(eval(k0, ox), eval(k1, ox), eval(k2, ox),
-                                         eval(k3, ox), eval(k4, ox));
-                    out = eval(cy, oy);
+                const bool row = periodic || (y >= 2 && y < ny - 2);
+                for (int m = 0; m < C; ++m) {
+                    const int x = x0 + c + m;
+                    real out = k2.c[m].c0;
+                    if (row && (periodic || (x >= 2 && x < nx - 2))) {
+                        const int i = gx(c + m), j = gy(r);
+                        real a, b;
+                        displacement(vel, i, j, nx, ny, (size_t)j * nx + i, a, b);
+                        const Offset ox = offset(a), oy = offset(b);
+                        const Coef cy = coef(eval(k0.c[m], ox), eval(k1.c[m], ox), eval(k2.c[m], ox),
+                                             eval(k3.c[m], ox), eval(k4.c[m], ox));
+                        out = eval(cy, oy);
+                    }
+                    dst[r * ADV_W + c + m] = out;
                 }
-                dst[r * ADV_W + c] = out;
                 k0 = k1; k1 = k2; k2 = k3; k3 = k4;
             }
         }

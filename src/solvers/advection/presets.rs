@@ -103,6 +103,14 @@ fn finite_pair(field: &str, c: &Option<[f64; 2]>) -> Result<()> {
     }
 }
 
+fn finite(field: &str, v: f64) -> Result<()> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(Error::invalid(field, v, "must be finite"))
+    }
+}
+
 fn positive(field: &str, v: &Option<f64>) -> Result<()> {
     match v {
         Some(v) if !(*v > 0.0 && v.is_finite()) => {
@@ -145,14 +153,8 @@ impl Velocity {
                 }
             }
             Velocity::Rotation { omega, center } => {
-                if let Some(w) = omega
-                    && !w.is_finite()
-                {
-                    return Err(Error::invalid(
-                        "advection.velocity.omega",
-                        w,
-                        "must be finite",
-                    ));
+                if let Some(w) = omega {
+                    finite("advection.velocity.omega", *w)?;
                 }
                 finite_pair("advection.velocity.center", center)?;
             }
@@ -302,13 +304,7 @@ impl Initial {
             } => {
                 finite_pair("advection.initial.center", center)?;
                 positive("advection.initial.width", width)?;
-                if !amplitude.is_finite() {
-                    return Err(Error::invalid(
-                        "advection.initial.amplitude",
-                        amplitude,
-                        "must be finite",
-                    ));
-                }
+                finite("advection.initial.amplitude", *amplitude)?;
             }
             Initial::CosineBell {
                 center,
@@ -317,13 +313,7 @@ impl Initial {
             } => {
                 finite_pair("advection.initial.center", center)?;
                 positive("advection.initial.radius", radius)?;
-                if !amplitude.is_finite() {
-                    return Err(Error::invalid(
-                        "advection.initial.amplitude",
-                        amplitude,
-                        "must be finite",
-                    ));
-                }
+                finite("advection.initial.amplitude", *amplitude)?;
             }
             Initial::Zalesak {
                 center,

@@ -50,3 +50,22 @@ impl<'a> Timer<'a> {
         }
     }
 }
+
+/// The device times `engine` takes for `steps` more steps, `repetitions` times (the engine
+/// already warmed up), sorted: the median is the middle one. Diagnostics are read between
+/// repetitions, as a run reads them between chunks.
+pub fn sorted_seconds<T: crate::precision::Real>(
+    device: &Device,
+    engine: &mut dyn crate::run::Engine<Real = T>,
+    steps: u64,
+    repetitions: usize,
+) -> Result<Vec<f64>> {
+    let timer = Timer::new(device)?;
+    let mut times = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
+        times.push(timer.time(|| engine.advance(steps))?);
+        engine.diagnostics()?;
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}

@@ -5,7 +5,7 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use super::{AdvectionProblem, Boundary, Initial, Velocity, cuda::VelocitySource};
-use crate::bench::{Timer, ceilings_for};
+use crate::bench::{ceilings_for, sorted_seconds};
 use crate::device::Device;
 use crate::device::ceilings::Ceilings;
 use crate::error::{Error, Result};
@@ -259,13 +259,7 @@ fn case<T: Real>(
     };
     e.advance(1)?;
     e.diagnostics()?;
-    let timer = Timer::new(device)?;
-    let mut times = Vec::new();
-    for _ in 0..reps {
-        times.push(timer.time(|| e.advance(p.steps))?);
-        e.diagnostics()?;
-    }
-    times.sort_by(f64::total_cmp);
+    let times = sorted_seconds(device, e.as_mut(), p.steps, reps)?;
     let seconds = times[times.len() / 2];
     // The CPU engine reads du, dv arrays for every steady velocity.
     let bytes = bytes_per_cell::<T>(arrays || matches!(device, Device::Cpu { .. }), per_pass);

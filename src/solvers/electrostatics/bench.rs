@@ -5,7 +5,7 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use super::{ElectrostaticsProblem, Geometry, Shape, geometry::Body};
-use crate::bench::{Timer, ceilings_for};
+use crate::bench::{ceilings_for, sorted_seconds};
 use crate::device::Device;
 use crate::device::ceilings::Ceilings;
 use crate::error::{Error, Result};
@@ -181,13 +181,7 @@ fn case<T: Real>(
     };
     e.advance(1)?;
     e.diagnostics()?;
-    let timer = Timer::new(device)?;
-    let mut times = Vec::new();
-    for _ in 0..reps {
-        times.push(timer.time(|| e.advance(p.max_iterations))?);
-        e.diagnostics()?;
-    }
-    times.sort_by(f64::total_cmp);
+    let times = sorted_seconds(device, e.as_mut(), p.max_iterations, reps)?;
     let seconds = times[times.len() / 2];
     let nodes = p.points();
     let bytes_per_node = bytes_per_node::<T>(false);

@@ -5,7 +5,7 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use super::{Fields, JacobiConfig, Manufactured};
-use crate::bench::{Timer, ceilings_for};
+use crate::bench::{ceilings_for, sorted_seconds};
 use crate::device::Device;
 use crate::device::ceilings::Ceilings;
 use crate::error::{Error, Result};
@@ -113,15 +113,9 @@ fn case<T: Real>(
     let iterations = problem.max_iterations;
     let mut engine =
         super::engine_with::<T>(problem, device, Fields::Manufactured, sweeps_per_pass)?;
-    let timer = Timer::new(device)?;
     engine.advance(iterations.min(10))?; // warm-up
     engine.diagnostics()?;
-    let mut times = Vec::with_capacity(repetitions);
-    for _ in 0..repetitions {
-        times.push(timer.time(|| engine.advance(iterations))?);
-        engine.diagnostics()?;
-    }
-    times.sort_by(f64::total_cmp);
+    let times = sorted_seconds(device, engine.as_mut(), iterations, repetitions)?;
     let seconds = times[times.len() / 2];
     let cells = problem.cells() as f64 * iterations as f64;
     let bytes_per_cell = 3 * T::PRECISION.bytes();

@@ -240,15 +240,17 @@ pub(crate) fn field_of<T>(p: &AdvectionProblem, data: Vec<T>) -> Field<T> {
     }
 }
 
-/// The engine for `device`, from the initial field (or a checkpoint's state).
+/// The engine for `device`, from `initial` (presets::initial_field, built by the caller,
+/// who needs it too) or a checkpoint's state.
 pub fn engine<T: Real>(
     p: &AdvectionProblem,
     device: &Device,
     restart: Option<Restart<T>>,
+    initial: Vec<T>,
 ) -> Result<Box<dyn Engine<Real = T>>> {
     let (f0, step) = match restart {
         Some(mut r) => (r.take("f")?, r.step),
-        None => (presets::initial_field::<T>(p)?, 0),
+        None => (initial, 0),
     };
     Ok(match device {
         Device::Cpu { .. } => Box::new(cpu::CpuAdvection::new(p, f0, step)?),

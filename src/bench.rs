@@ -54,6 +54,25 @@ impl<'a> Timer<'a> {
 /// The device times `engine` takes for `steps` more steps, `repetitions` times (the engine
 /// already warmed up), sorted: the median is the middle one. Diagnostics are read between
 /// repetitions, as a run reads them between chunks.
+/// As [`sorted_seconds`], for an engine spread over several devices: the wall clock from
+/// a synchronised start to a synchronised end (its diagnostics wait for every device).
+pub fn sorted_wall_seconds<T: crate::precision::Real>(
+    engine: &mut dyn crate::run::Engine<Real = T>,
+    steps: u64,
+    repetitions: usize,
+) -> Result<Vec<f64>> {
+    let mut times = Vec::with_capacity(repetitions);
+    for _ in 0..repetitions {
+        engine.diagnostics()?;
+        let t = std::time::Instant::now();
+        engine.advance(steps)?;
+        engine.diagnostics()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times)
+}
+
 pub fn sorted_seconds<T: crate::precision::Real>(
     device: &Device,
     engine: &mut dyn crate::run::Engine<Real = T>,

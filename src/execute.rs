@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::checkpoint::{self, Checkpoint, History};
-use crate::device::Device;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
 use crate::output::{self, OutputDir, OutputSet};
 use crate::precision::Real;
@@ -29,7 +29,10 @@ pub struct ExecuteOptions {
 /// One run as a solver sees it: the problem, the device, the options.
 pub struct Execution<'a> {
     pub problem: &'a Problem,
+    /// The first subdomain's device: the whole run's unless decomposed.
     pub device: &'a Device,
+    /// Every subdomain's device (one for an undecomposed run).
+    pub placement: &'a Placement,
     pub opts: &'a ExecuteOptions,
 }
 
@@ -43,6 +46,26 @@ impl Execution<'_> {
 }
 
 pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Result<Summary> {
+    execute_placed(problem, &Placement::single(device.clone()), opts)
+}
+
+/// [`execute`] on subdomains (`--devices`, `--subdomains`): the solver decomposes the
+/// grid over `placement`, or refuses when it cannot yet.
+pub fn execute_placed(
+    problem: &Problem,
+    placement: &Placement,
+    opts: &ExecuteOptions,
+) -> Result<Summary> {
+    if !placement.is_single() && !problem.spec.decomposes() {
+        return Err(Error::invalid(
+            "--subdomains",
+            placement.parts.len(),
+            format!(
+                "{} runs on one device or one CPU so far (decomposed runs: advection)",
+                problem.solver.name()
+            ),
+        ));
+    }
     // Prove the output folder can be written before a long solve, creating nothing yet.
     if let Some(dir) = &problem.output.dir {
         output::check_writable(dir)?;
@@ -52,7 +75,8 @@ pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Res
     }
     problem.spec.execute(&Execution {
         problem,
-        device,
+        device: placement.first(),
+        placement,
         opts,
     })
 }

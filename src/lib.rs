@@ -12,6 +12,7 @@ pub mod execute;
 pub mod input;
 pub mod memory;
 pub mod output;
+pub mod parallel;
 pub mod precision;
 pub mod problem;
 pub mod run;

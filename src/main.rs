@@ -8,7 +8,7 @@ use std::time::Instant;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use keisan::checkpoint::Checkpoint;
-use keisan::device::{self, Backend, Device};
+use keisan::device::{self, Backend, Placement};
 use keisan::error::{Error, Result};
 use keisan::execute::{self, ExecuteOptions};
 use keisan::precision::Precision;
@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Solve a problem file (with none, the built-in seed benchmark).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// CPU threads and CUDA devices; --probe measures copy bandwidth and FMA rate.
     Info {
         #[arg(long)]
@@ -54,6 +54,14 @@ struct DeviceArgs {
     /// CUDA device ordinal.
     #[arg(long)]
     device: Option<usize>,
+    /// Decompose over CUDA devices: `all` or ordinals such as 0,1 (one slab each;
+    /// an ordinal may repeat). Solvers that decompose: advection.
+    #[arg(long, value_name = "all|0,1,...")]
+    devices: Option<String>,
+    /// Number of slabs (default: one per device in --devices); on the CPU backend, the
+    /// slabs share the thread pool.
+    #[arg(long, value_name = "N")]
+    subdomains: Option<usize>,
 }
 
 #[derive(Args)]
@@ -187,7 +195,7 @@ fn dispatch(matches: &clap::ArgMatches, start: Instant) -> Result<()> {
             model(name, m)
         }
         _ => match Cli::from_arg_matches(matches).map_err(usage)?.command {
-            Command::Run(args) => run(args, start),
+            Command::Run(args) => run(*args, start),
             Command::Info { probe, json } => info(probe, json),
         },
     }
@@ -223,18 +231,20 @@ fn device_memory(flag: &Option<String>) -> Result<Option<u64>> {
         .transpose()
 }
 
-fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(Device, f64)> {
+fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(Placement, f64)> {
     let t = Instant::now();
-    let device = device::select(
+    let placement = device::place(
         dev.backend.unwrap_or(file.backend),
         dev.device.unwrap_or(file.device),
+        dev.devices.as_deref(),
+        dev.subdomains,
         &mut |msg| {
             if !quiet {
                 eprintln!("note: {msg}");
             }
         },
     )?;
-    Ok((device, t.elapsed().as_secs_f64()))
+    Ok((placement, t.elapsed().as_secs_f64()))
 }
 
 fn print_report(report: Report, json: bool) {
@@ -251,8 +261,8 @@ fn print_report(report: Report, json: bool) {
 fn bench(name: &str, m: &clap::ArgMatches) -> Result<()> {
     let solver = keisan::solvers::find(name).expect("subcommands come from the registry");
     let common = BenchCommon::from_arg_matches(m).map_err(usage)?;
-    let (device, _) = select(&common.dev, &problem::RunConfig::default(), common.json)?;
-    print_report(solver.bench(&device, m)?, common.json);
+    let (placement, _) = select(&common.dev, &problem::RunConfig::default(), common.json)?;
+    print_report(solver.bench_placed(&placement, m)?, common.json);
     Ok(())
 }
 
@@ -273,8 +283,8 @@ fn model(name: &str, m: &clap::ArgMatches) -> Result<()> {
             format!("keisan model {name} needs a problem with solver = \"{name}\""),
         ));
     }
-    let (device, _) = select(&c.dev, &problem.run, c.json)?;
-    print_report(solver.model(&problem, &device, m)?, c.json);
+    let (placement, _) = select(&c.dev, &problem.run, c.json)?;
+    print_report(solver.model(&problem, placement.first(), m)?, c.json);
     Ok(())
 }
 
@@ -303,13 +313,13 @@ fn run(args: RunArgs, start: Instant) -> Result<()> {
             &o,
         )?,
     };
-    let (device, context_s) = select(&args.dev, &problem.run, args.quiet)?;
+    let (placement, context_s) = select(&args.dev, &problem.run, args.quiet)?;
     if !args.quiet {
-        eprintln!("running {} on {}", problem.title, device.describe());
+        eprintln!("running {} on {}", problem.title, placement.describe());
     }
-    let summary = execute::execute(
+    let summary = execute::execute_placed(
         &problem,
-        &device,
+        &placement,
         &ExecuteOptions {
             quiet: args.quiet,
             context_s,

@@ -4,8 +4,8 @@
 
 use std::any::Any;
 
-use crate::device::Device;
 use crate::device::cuda::KernelSource;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
 use crate::execute::Execution;
 use crate::problem::{Problem, Source};
@@ -25,6 +25,18 @@ pub trait Solver: Sync {
     /// The arguments of `keisan bench <name>` (beside --backend, --device and --json).
     fn bench_args(&self, cmd: clap::Command) -> clap::Command;
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report>;
+    /// `keisan bench <name>` with `--devices`/`--subdomains`: solvers that decompose
+    /// time their slabs; the others run on one device.
+    fn bench_placed(&self, placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+        if !placement.is_single() {
+            return Err(Error::invalid(
+                "--subdomains",
+                placement.parts.len(),
+                format!("keisan bench {} runs on one device", self.name()),
+            ));
+        }
+        self.bench(placement.first(), args)
+    }
     /// The arguments of `keisan model <name> PROBLEM`, if the solver has a model.
     fn model_args(&self, _cmd: clap::Command) -> Option<clap::Command> {
         None
@@ -75,6 +87,10 @@ pub trait SolverProblem: Described + std::fmt::Debug + Send + Sync {
             "this solver keeps its fields in device memory; the option is for out-of-core \
              solvers (heat)",
         ))
+    }
+    /// Whether its engines run on slabs over several devices ([`crate::parallel`]).
+    fn decomposes(&self) -> bool {
+        false
     }
     /// Keys of [`Described::describe`] a restart may change: step limits and
     /// placement, which leave every step's arithmetic as it was.

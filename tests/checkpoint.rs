@@ -434,6 +434,13 @@ fn advection_restart_is_bit_for_bit() {
                     &["--backend", backend, "--precision", p],
                 );
             }
+            // On slabs: the checkpoint holds the gathered field.
+            restart_equals_straight(
+                problem,
+                "advection.steps",
+                7,
+                &["--backend", backend, "--subdomains", "3"],
+            );
         }
     }
 }

@@ -97,6 +97,35 @@ pub fn compile(
     })
 }
 
+/// Let every pair of `gpus` read and write each other's memory directly (NVLink or PCIe),
+/// so halo copies between them skip the host. Pairs that cannot still copy, through the
+/// host, correctly.
+pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
+    use cudarc::driver::sys;
+    for a in gpus {
+        for b in gpus {
+            if Arc::ptr_eq(a, b) {
+                continue;
+            }
+            let mut can = 0;
+            // SAFETY: plain queries and a context flag; both contexts stay alive.
+            unsafe {
+                sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device())
+                    .result()?;
+                if can == 0 {
+                    continue;
+                }
+                a.ctx.bind_to_thread()?;
+                let r = sys::cuCtxEnablePeerAccess(b.ctx.cu_ctx(), 0);
+                if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+                    r.result()?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 type ModuleKey = (&'static str, Precision, Vec<(String, String)>);
 
 /// One CUDA device in use: its context, the stream all of keisan's work goes to, and

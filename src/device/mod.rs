@@ -60,6 +60,131 @@ pub fn select(backend: Backend, ordinal: usize, notice: &mut dyn FnMut(String)) 
     }
 }
 
+/// Where the subdomains of a run live: one device per subdomain, in slab order (a device
+/// may hold several). One subdomain is the undecomposed run.
+#[derive(Debug, Clone)]
+pub struct Placement {
+    pub parts: Vec<Device>,
+}
+
+impl Placement {
+    pub fn single(device: Device) -> Self {
+        Self {
+            parts: vec![device],
+        }
+    }
+
+    pub fn is_single(&self) -> bool {
+        self.parts.len() == 1
+    }
+
+    /// The first subdomain's device (the whole run's when undecomposed).
+    pub fn first(&self) -> &Device {
+        &self.parts[0]
+    }
+
+    pub fn describe(&self) -> String {
+        if self.is_single() {
+            return self.parts[0].describe();
+        }
+        let mut distinct: Vec<String> = Vec::new();
+        for d in &self.parts {
+            let s = d.describe();
+            if !distinct.contains(&s) {
+                distinct.push(s);
+            }
+        }
+        format!("{} subdomains on {}", self.parts.len(), distinct.join(", "))
+    }
+}
+
+/// `--devices`: `all` or CUDA ordinals separated by commas (an ordinal may repeat: its
+/// device then holds several subdomains).
+fn parse_devices(list: &str) -> Result<Option<Vec<usize>>> {
+    if list.trim() == "all" {
+        return Ok(None);
+    }
+    list.split(',')
+        .map(|t| {
+            t.trim().parse::<usize>().map_err(|_| {
+                Error::invalid(
+                    "--devices",
+                    list,
+                    "`all` or CUDA device ordinals separated by commas, e.g. 0,1",
+                )
+            })
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+/// The placement of a run: `device` as [`select`] picks it, or, with `devices` (CUDA
+/// ordinals or all) and/or `subdomains`, that many slabs over those devices in turn. On
+/// the CPU, `subdomains` slabs share the thread pool (the decomposed path without GPUs).
+pub fn place(
+    backend: Backend,
+    ordinal: usize,
+    devices: Option<&str>,
+    subdomains: Option<usize>,
+    notice: &mut dyn FnMut(String),
+) -> Result<Placement> {
+    if subdomains == Some(0) {
+        return Err(Error::invalid("--subdomains", 0, "at least 1"));
+    }
+    let Some(list) = devices else {
+        let device = select(backend, ordinal, notice)?;
+        let n = subdomains.unwrap_or(1);
+        return Ok(Placement {
+            parts: vec![device; n],
+        });
+    };
+    if backend == Backend::Cpu {
+        return Err(Error::invalid(
+            "--devices",
+            list,
+            "names CUDA devices; on the CPU backend give --subdomains N instead",
+        ));
+    }
+    let count = cuda::device_count()?;
+    let ordinals = parse_devices(list)?.unwrap_or_else(|| (0..count).collect());
+    if let Some(&bad) = ordinals.iter().find(|&&o| o >= count) {
+        return Err(Error::invalid(
+            "--devices",
+            list,
+            format!(
+                "device {bad} does not exist: this machine has {count} CUDA device(s), 0..{}",
+                count - 1
+            ),
+        ));
+    }
+    let n = subdomains.unwrap_or(ordinals.len());
+    if n < ordinals.len() {
+        return Err(Error::invalid(
+            "--subdomains",
+            n,
+            format!(
+                "fewer subdomains than the {} devices listed in --devices",
+                ordinals.len()
+            ),
+        ));
+    }
+    let mut opened: Vec<(usize, Arc<Gpu>)> = Vec::new();
+    for &o in &ordinals {
+        if !opened.iter().any(|(p, _)| *p == o) {
+            opened.push((o, Gpu::open(o)?));
+        }
+    }
+    cuda::enable_peer_access(&opened.iter().map(|(_, g)| g.clone()).collect::<Vec<_>>())?;
+    let parts = (0..n)
+        .map(|k| {
+            let o = ordinals[k % ordinals.len()];
+            let gpu = &opened.iter().find(|(p, _)| *p == o).expect("opened").1;
+            Device::Cuda(gpu.clone())
+        })
+        .collect();
+    Ok(Placement { parts })
+}
+
 /// One line per CUDA device (name, compute capability, memory), for `keisan info`.
 #[derive(Debug, Clone, Serialize)]
 pub struct CudaDeviceInfo {

@@ -5,9 +5,9 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use super::{AdvectionProblem, Boundary, Initial, Velocity, cuda::VelocitySource};
-use crate::bench::{ceilings_for, sorted_seconds};
-use crate::device::Device;
+use crate::bench::{ceilings_for, sorted_seconds, sorted_wall_seconds};
 use crate::device::ceilings::Ceilings;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
 use crate::run::Engine;
@@ -74,6 +74,14 @@ pub struct AdvectionCase {
     pub predicted_s: f64,
     pub study_one_gpu_s: Option<f64>,
     pub study_two_gpus_s: Option<f64>,
+    /// Slabs (--devices, --subdomains) and the distinct devices they are on.
+    pub subdomains: usize,
+    pub devices: usize,
+    /// Decomposed runs: the same case on the first device alone, and the ratio.
+    pub one_device_s: Option<f64>,
+    pub speedup: Option<f64>,
+    /// speedup ÷ devices.
+    pub efficiency: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -116,7 +124,23 @@ pub fn bytes_per_cell<T: Real>(arrays: bool, per_pass: u64) -> f64 {
     (std::mem::size_of::<T>() * if arrays { 4 } else { 2 }) as f64 / per_pass as f64
 }
 
-pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+/// Distinct devices of a placement (slabs may share one).
+fn distinct_devices(placement: &Placement) -> usize {
+    let mut seen: Vec<String> = Vec::new();
+    for d in &placement.parts {
+        let key = match d {
+            Device::Cpu { .. } => "cpu".to_string(),
+            Device::Cuda(g) => g.ordinal.to_string(),
+        };
+        if !seen.contains(&key) {
+            seen.push(key);
+        }
+    }
+    seen.len()
+}
+
+pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+    let device = placement.first();
     let a = AdvectionBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
     if a.repetitions == 0 {
         return Err(Error::invalid("--repetitions", 0, "at least 1"));
@@ -179,10 +203,18 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
             steps_per_pass: a.steps_per_pass,
             ..problem(nx, ny, steps)?
         };
-        let c = match a.precision {
-            Precision::F32 => case::<f32>(device, &p, a.velocity, a.repetitions, &ceilings)?,
-            Precision::F64 => case::<f64>(device, &p, a.velocity, a.repetitions, &ceilings)?,
+        let timed = |placement: &Placement| match a.precision {
+            Precision::F32 => case::<f32>(placement, &p, a.velocity, a.repetitions, &ceilings),
+            Precision::F64 => case::<f64>(placement, &p, a.velocity, a.repetitions, &ceilings),
         };
+        let mut c = timed(placement)?;
+        if !placement.is_single() {
+            let one = timed(&Placement::single(device.clone()))?;
+            let speedup = one.seconds / c.seconds;
+            c.one_device_s = Some(one.seconds);
+            c.speedup = Some(speedup);
+            c.efficiency = Some(speedup / c.devices as f64);
+        }
         out.push(AdvectionCase {
             name,
             study_one_gpu_s: study.map(|s| s.0),
@@ -191,7 +223,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         });
     }
     let b = AdvectionBench {
-        device: device.describe(),
+        device: placement.describe(),
         precision: a.precision.to_string(),
         velocity: format!("{:?}", a.velocity).to_lowercase(),
         cases: out,
@@ -223,6 +255,16 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
                 _ => String::new(),
             }
         );
+        if let (Some(one), Some(x), Some(e)) = (c.one_device_s, c.speedup, c.efficiency) {
+            human += &format!(
+                "             {} slabs on {} device(s): {:.2}x the first device alone ({}), {:.1} % efficiency\n",
+                c.subdomains,
+                c.devices,
+                x,
+                crate::units::seconds(one),
+                100.0 * e
+            );
+        }
     }
     Ok(Report {
         human,
@@ -231,27 +273,31 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
 }
 
 fn case<T: Real>(
-    device: &Device,
+    placement: &Placement,
     p: &AdvectionProblem,
     source: Source,
     reps: usize,
     ceilings: &Ceilings,
 ) -> Result<AdvectionCase> {
+    let device = placement.first();
     let f0 = super::presets::initial_field::<T>(p)?;
     let arrays = source == Source::Arrays;
+    let velocity = if arrays {
+        VelocitySource::Arrays
+    } else {
+        VelocitySource::Kernel
+    };
+    let devices = distinct_devices(placement);
     let (mut e, per_pass): (Box<dyn Engine<Real = T>>, u64) = match device {
+        _ if !placement.is_single() => (
+            super::slabs(p, placement, &f0, 0, velocity)?,
+            match device {
+                Device::Cuda(_) => super::cuda::CudaAdvection::<T>::steps_per_pass_for(p, velocity),
+                Device::Cpu { .. } => 1,
+            },
+        ),
         Device::Cuda(gpu) => {
-            let e = super::cuda::CudaAdvection::with_velocity(
-                gpu.clone(),
-                p,
-                f0,
-                0,
-                if arrays {
-                    VelocitySource::Arrays
-                } else {
-                    VelocitySource::Kernel
-                },
-            )?;
+            let e = super::cuda::CudaAdvection::with_velocity(gpu.clone(), p, f0, 0, velocity)?;
             let n = e.steps_per_pass();
             (Box::new(e), n)
         }
@@ -259,8 +305,14 @@ fn case<T: Real>(
     };
     e.advance(1)?;
     e.diagnostics()?;
-    let times = sorted_seconds(device, e.as_mut(), p.steps, reps)?;
+    let times = if placement.is_single() {
+        sorted_seconds(device, e.as_mut(), p.steps, reps)?
+    } else {
+        sorted_wall_seconds(e.as_mut(), p.steps, reps)?
+    };
     let seconds = times[times.len() / 2];
+    // Every device moves its slab's bytes at the copy bandwidth measured on the first.
+    let bandwidth = ceilings.copy_bandwidth * devices as f64;
     // The CPU engine reads du, dv arrays for every steady velocity.
     let bytes = bytes_per_cell::<T>(arrays || matches!(device, Device::Cpu { .. }), per_pass);
     let work = (p.cells() as u64 * p.steps) as f64;
@@ -273,9 +325,14 @@ fn case<T: Real>(
         gcells_per_s: work / seconds * 1e-9,
         steps_per_pass: per_pass,
         bytes_per_cell: bytes,
-        fraction_of_copy_bandwidth: work * bytes / seconds / ceilings.copy_bandwidth,
-        predicted_s: work * bytes / ceilings.copy_bandwidth,
+        fraction_of_copy_bandwidth: work * bytes / seconds / bandwidth,
+        predicted_s: work * bytes / bandwidth,
         study_one_gpu_s: None,
         study_two_gpus_s: None,
+        subdomains: placement.parts.len(),
+        devices,
+        one_device_s: None,
+        speedup: None,
+        efficiency: None,
     })
 }

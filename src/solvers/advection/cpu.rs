@@ -1,11 +1,14 @@
 //! CPU reference engine: the study's two-branch cubic interpolation, rayon over rows.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_arrays};
 use crate::error::Result;
 use crate::memory::try_filled;
+use crate::parallel::{Rows, Subdomain, Window, owned_of, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -29,20 +32,26 @@ pub fn cubic<T: Real>(fm2: T, fm1: T, f0: T, fp1: T, fp2: T, d: T) -> T {
     ((c3 * d + c2) * d + c1) * d + f0
 }
 
-/// One step f → g of the whole grid; `d(i, j)` gives du, dv at a node.
+/// One step f → g of the grid rows `rows` (owned by `w`; buffers of `w.rows` rows);
+/// `d(i, j)` gives du, dv at node (i, j) of the grid.
 pub fn step<T: Real>(
     p: &AdvectionProblem,
+    w: &Window,
+    rows: Range<usize>,
     f: &[T],
     g: &mut [T],
     d: impl Fn(usize, usize) -> (T, T) + Sync,
 ) {
-    let (nx, ny) = (p.nx, p.ny);
+    let nx = p.nx;
     let wrap = |a: isize, n: usize| a.rem_euclid(n as isize) as usize;
-    g.par_chunks_mut(nx).enumerate().for_each(|(j, out)| {
-        let rows: [usize; 5] = std::array::from_fn(|o| wrap(j as isize + o as isize - 2, ny));
+    let first = w.buffer_row(rows.start as isize);
+    let out = &mut g[first * nx..(first + rows.len()) * nx];
+    out.par_chunks_mut(nx).enumerate().for_each(|(r, out)| {
+        let j = rows.start + r;
+        let rows: [usize; 5] = std::array::from_fn(|o| w.buffer_row(j as isize + o as isize - 2));
         for (i, slot) in out.iter_mut().enumerate() {
             if !p.updated(i, j) {
-                *slot = f[j * nx + i];
+                *slot = f[rows[2] * nx + i];
                 continue;
             }
             // Columns i-2..i+2: wrapped only near a periodic edge (the division is slow).
@@ -70,9 +79,11 @@ pub fn step<T: Real>(
 
 pub struct CpuAdvection<T> {
     p: AdvectionProblem,
+    /// The rows this engine computes and the rows its buffers hold.
+    window: Window,
     f: Vec<T>,
     g: Vec<T>,
-    /// du, dv per node when the velocity does not change in time.
+    /// du, dv per owned node when the velocity does not change in time.
     arrays: Option<(Vec<T>, Vec<T>)>,
     steps: u64,
 }
@@ -82,15 +93,29 @@ impl<T: Real> CpuAdvection<T> {
     pub fn new(p: &AdvectionProblem, f0: Vec<T>, step0: u64) -> Result<Self> {
         let bytes = (4 * p.cells() * std::mem::size_of::<T>()) as u128;
         crate::memory::ensure_host_fits(bytes, "the advection fields and velocities")?;
-        let g = try_filled(p.cells(), T::zero(), "the advection fields")?;
+        Self::with_buffer(p, Window::whole(p.ny, p.periodic()), f0, step0)
+    }
+
+    /// An engine for the rows `window` owns (a halo of 2 rows a step); `full`: the whole
+    /// field after `step0` steps.
+    pub fn on_window(p: &AdvectionProblem, window: Window, full: &[T], step0: u64) -> Result<Self> {
+        let f = slab_of(&window, full, p.nx);
+        Self::with_buffer(p, window, f, step0)
+    }
+
+    fn with_buffer(p: &AdvectionProblem, window: Window, f: Vec<T>, step0: u64) -> Result<Self> {
+        let g = try_filled(f.len(), T::zero(), "the advection fields")?;
         let arrays = if p.velocity.is_time_dependent() {
             None
         } else {
-            Some(displacement_arrays::<T>(p)?)
+            let (du, dv) = displacement_arrays::<T>(p)?;
+            let own = |a: Vec<T>| a[window.own.start * p.nx..window.own.end * p.nx].to_vec();
+            Some((own(du), own(dv)))
         };
         Ok(Self {
             p: p.clone(),
-            f: f0,
+            window,
+            f,
             g,
             arrays,
             steps: step0,
@@ -103,20 +128,8 @@ impl<T: Real> Engine for CpuAdvection<T> {
 
     fn advance(&mut self, steps: u64) -> Result<()> {
         for _ in 0..steps {
-            let p = &self.p;
-            let nx = p.nx;
-            let t = self.steps as f64 * p.dt;
-            match &self.arrays {
-                Some((du, dv)) => step(p, &self.f, &mut self.g, |i, j| {
-                    (du[j * nx + i], dv[j * nx + i])
-                }),
-                None => {
-                    let d = Displacement::of(p);
-                    step(p, &self.f, &mut self.g, |i, j| d.at::<T>(p, i, j, t))
-                }
-            }
-            std::mem::swap(&mut self.f, &mut self.g);
-            self.steps += 1;
+            self.compute(1, self.window.own.clone())?;
+            self.commit(1);
         }
         Ok(())
     }
@@ -126,6 +139,51 @@ impl<T: Real> Engine for CpuAdvection<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        Ok(super::field_of(&self.p, self.f.clone()))
+        let data = self.owned()?;
+        Ok(super::field_of(&self.p, data))
+    }
+}
+
+impl<T: Real> Subdomain for CpuAdvection<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        self.p.nx
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Host(&mut self.f)
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        // Each step computes the owned rows only: their halo is stale after one.
+        1
+    }
+    fn compute(&mut self, steps: u64, rows: Range<usize>) -> Result<()> {
+        assert_eq!(steps, 1, "the CPU engine takes one step between exchanges");
+        let p = &self.p;
+        let nx = p.nx;
+        let t = self.steps as f64 * p.dt;
+        let w = &self.window;
+        let j0 = w.own.start;
+        match &self.arrays {
+            Some((du, dv)) => step(p, w, rows, &self.f, &mut self.g, |i, j| {
+                let n = (j - j0) * nx + i;
+                (du[n], dv[n])
+            }),
+            None => {
+                let d = Displacement::of(p);
+                step(p, w, rows, &self.f, &mut self.g, |i, j| {
+                    d.at::<T>(p, i, j, t)
+                })
+            }
+        }
+        Ok(())
+    }
+    fn commit(&mut self, steps: u64) {
+        std::mem::swap(&mut self.f, &mut self.g);
+        self.steps += steps;
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        Ok(owned_of(&self.window, &self.f, self.p.nx))
     }
 }

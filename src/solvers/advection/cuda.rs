@@ -2,6 +2,7 @@
 //! one launch per step (kernels.cu).
 
 use std::f64::consts::PI;
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
@@ -10,6 +11,7 @@ use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_arrays};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
+use crate::parallel::{Rows, Subdomain, Window, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -92,6 +94,8 @@ struct Pass {
     function: CudaFunction,
     cfg: LaunchConfig,
     steps: u64,
+    /// Rows per tile.
+    rows: usize,
 }
 
 /// Where the kernel gets du, dv.
@@ -106,6 +110,8 @@ pub enum VelocitySource {
 pub struct CudaAdvection<T: Real> {
     gpu: Arc<Gpu>,
     p: AdvectionProblem,
+    /// The rows this engine computes and the rows its buffers hold.
+    window: Window,
     f: CudaSlice<T>,
     g: CudaSlice<T>,
     du: CudaSlice<T>,
@@ -131,12 +137,49 @@ impl<T: Real> CudaAdvection<T> {
         step0: u64,
         source: VelocitySource,
     ) -> Result<Self> {
-        let mut displacement = Displacement::of(p);
-        if source == VelocitySource::Arrays && !p.velocity.is_time_dependent() {
-            displacement = Displacement::Arrays;
+        Self::on_window(
+            gpu,
+            p,
+            Window::whole(p.ny, p.periodic()),
+            &f0,
+            step0,
+            source,
+        )
+    }
+
+    /// The displacement the kernel uses for `source`.
+    fn displacement(p: &AdvectionProblem, source: VelocitySource) -> Displacement {
+        match Displacement::of(p) {
+            _ if source == VelocitySource::Arrays && !p.velocity.is_time_dependent() => {
+                Displacement::Arrays
+            }
+            d => d,
         }
+    }
+
+    /// Steps one launch takes (and so one halo exchange of a slab serves) for `source`.
+    pub fn steps_per_pass_for(p: &AdvectionProblem, source: VelocitySource) -> u64 {
+        let arrays = Self::displacement(p, source) == Displacement::Arrays;
+        match pass_shape::<T>(p, arrays) {
+            (s, _) if s > 1 && !p.velocity.is_time_dependent() => s as u64,
+            _ => 1,
+        }
+    }
+
+    /// An engine for the rows `window` owns; `full`: the whole field after `step0` steps
+    /// (its halo rows are cut from it, then come from the neighbours).
+    pub fn on_window(
+        gpu: Arc<Gpu>,
+        p: &AdvectionProblem,
+        window: Window,
+        full: &[T],
+        step0: u64,
+        source: VelocitySource,
+    ) -> Result<Self> {
+        let displacement = Self::displacement(p, source);
         let arrays = displacement == Displacement::Arrays;
-        let values = p.cells() * (2 + 2 * arrays as usize);
+        let buffer = window.rows * p.nx;
+        let values = buffer * (2 + 2 * arrays as usize);
         gpu.ensure_fits(
             (values * std::mem::size_of::<T>()) as u128,
             "the advection fields (two time layers) and velocities",
@@ -168,14 +211,17 @@ impl<T: Real> CudaAdvection<T> {
         let s = &gpu.stream;
         let (du, dv) = if arrays {
             let (du, dv) = displacement_arrays::<T>(p)?;
-            (s.clone_htod(&du)?, s.clone_htod(&dv)?)
+            (
+                s.clone_htod(&slab_of(&window, &du, p.nx))?,
+                s.clone_htod(&slab_of(&window, &dv, p.nx))?,
+            )
         } else {
             (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
         };
         let cfg = LaunchConfig {
             grid_dim: (
                 p.nx.div_ceil(cols * block_x as usize) as u32,
-                p.ny.div_ceil(rows) as u32,
+                window.own.len().div_ceil(rows) as u32,
                 1,
             ),
             block_dim: (block_x, 1, 1),
@@ -183,13 +229,14 @@ impl<T: Real> CudaAdvection<T> {
         };
         let pass = match pass_shape::<T>(p, arrays) {
             (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
-                Some(Self::pass(&gpu, p, mode, s, ty)?)
+                Some(Self::pass(&gpu, p, window.own.len(), mode, s, ty)?)
             }
             _ => None,
         };
-        let mut padded = vec![T::zero(); PAD + p.cells() + PAD_AFTER];
-        padded[PAD..PAD + p.cells()].copy_from_slice(&f0);
+        let mut padded = vec![T::zero(); PAD + buffer + PAD_AFTER];
+        padded[PAD..PAD + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
         Ok(Self {
+            window,
             f: s.clone_htod(&padded)?,
             g: s.clone_htod(&padded)?,
             du,
@@ -205,8 +252,15 @@ impl<T: Real> CudaAdvection<T> {
         })
     }
 
-    /// Compile the pass of `steps` steps over tiles of `ty` rows.
-    fn pass(gpu: &Gpu, p: &AdvectionProblem, mode: u8, steps: usize, ty: usize) -> Result<Pass> {
+    /// Compile the pass of `steps` steps over tiles of `ty` rows, for `rows` rows.
+    fn pass(
+        gpu: &Gpu,
+        p: &AdvectionProblem,
+        rows: usize,
+        mode: u8,
+        steps: usize,
+        ty: usize,
+    ) -> Result<Pass> {
         let cols = pass_cols();
         let tx = cols * PASS_THREADS - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
@@ -239,17 +293,57 @@ impl<T: Real> CudaAdvection<T> {
         Ok(Pass {
             function,
             cfg: LaunchConfig {
-                grid_dim: (p.nx.div_ceil(tx) as u32, p.ny.div_ceil(ty) as u32, 1),
+                grid_dim: (p.nx.div_ceil(tx) as u32, rows.div_ceil(ty) as u32, 1),
                 block_dim: (PASS_THREADS as u32, 1, 1),
                 shared_mem_bytes: shared as u32,
             },
             steps: steps as u64,
+            rows: ty,
         })
     }
 
     /// Steps per launch (1 without the several-steps pass).
     pub fn steps_per_pass(&self) -> u64 {
         self.pass.as_ref().map_or(1, |p| p.steps)
+    }
+
+    /// Queue `steps` (one, or a whole pass) of the grid rows `rows`, reading f and
+    /// writing g; [`Subdomain::commit`] makes g the current field.
+    fn launch(&mut self, steps: u64, rows: Range<usize>) -> Result<()> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let (function, mut cfg, tile) = match &self.pass {
+            Some(pass) if steps == pass.steps => (&pass.function, pass.cfg, pass.rows),
+            _ if steps == 1 => (&self.step_fn, self.cfg, self.rows),
+            _ => {
+                return Err(Error::Parse(format!(
+                    "internal: {steps} steps in one launch of the advection engine"
+                )));
+            }
+        };
+        cfg.grid_dim.1 = rows.len().div_ceil(tile) as u32;
+        let a = self.velocity_args(self.steps);
+        let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
+        let w = &self.window;
+        let (base, nbuf) = (w.base as i32, w.rows as i32);
+        let (jw0, jw1, tile) = (rows.start as i32, rows.end as i32, tile as i32);
+        let mut l = self.gpu.stream.launch_builder(function);
+        l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
+        l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
+        l.arg(&nx)
+            .arg(&ny)
+            .arg(&base)
+            .arg(&nbuf)
+            .arg(&jw0)
+            .arg(&jw1)
+            .arg(&tile);
+        // SAFETY: f and g hold nbuf rows of nx after PAD values and PAD_AFTER after them,
+        // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
+        // in the owned rows; the kernels read f and write g's rows jw0..jw1 only (the
+        // pass's shared memory is its launch's).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
     }
 
     /// The kernel's velocity coefficients for the step starting at step `k`.
@@ -277,36 +371,15 @@ impl<T: Real> Engine for CudaAdvection<T> {
     type Real = T;
 
     fn advance(&mut self, steps: u64) -> Result<()> {
-        let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
-        let rows = self.rows as i32;
         let mut left = steps;
         while left > 0 {
-            let a = self.velocity_args(self.steps);
-            let taken = match &self.pass {
-                Some(pass) if left >= pass.steps => {
-                    let mut l = self.gpu.stream.launch_builder(&pass.function);
-                    l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
-                    l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
-                    l.arg(&nx).arg(&ny);
-                    // SAFETY: as adv_step below; the shared memory is the launch's.
-                    unsafe { l.launch(pass.cfg) }?;
-                    pass.steps
-                }
-                _ => {
-                    let mut l = self.gpu.stream.launch_builder(&self.step_fn);
-                    l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
-                    l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
-                    l.arg(&nx).arg(&ny).arg(&rows);
-                    // SAFETY: f and g hold nx·ny values after PAD and PAD_AFTER after
-                    // them, du and dv nx·ny in the arrays mode (else they are not read);
-                    // the kernel reads f and writes g only.
-                    unsafe { l.launch(self.cfg) }?;
-                    1
-                }
+            let k = match &self.pass {
+                Some(pass) if left >= pass.steps => pass.steps,
+                _ => 1,
             };
-            std::mem::swap(&mut self.f, &mut self.g);
-            self.steps += taken;
-            left -= taken;
+            self.compute(k, self.window.own.clone())?;
+            self.commit(k);
+            left -= k;
         }
         Ok(())
     }
@@ -317,8 +390,39 @@ impl<T: Real> Engine for CudaAdvection<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let n = self.p.cells();
-        let data = self.gpu.stream.clone_dtoh(&self.f.slice(PAD..PAD + n))?;
+        let data = self.owned()?;
         Ok(super::field_of(&self.p, data))
+    }
+}
+
+impl<T: Real> Subdomain for CudaAdvection<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        self.p.nx
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Device {
+            gpu: &self.gpu,
+            buf: &mut self.f,
+            offset: PAD,
+        }
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        (self.window.halo as u64 / 2).max(1)
+    }
+    fn compute(&mut self, steps: u64, rows: Range<usize>) -> Result<()> {
+        self.launch(steps, rows)
+    }
+    fn commit(&mut self, steps: u64) {
+        std::mem::swap(&mut self.f, &mut self.g);
+        self.steps += steps;
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        let r = self.window.own_in_buffer();
+        let nx = self.p.nx;
+        let own = self.f.slice(PAD + r.start * nx..PAD + r.end * nx);
+        Ok(self.gpu.stream.clone_dtoh(&own)?)
     }
 }

@@ -75,6 +75,25 @@ __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, in
     }
 }
 
+// Slabs (src/parallel): a buffer holds rows base .. base + nbuf − 1 of the grid (a
+// periodic slab's halo rows keep unwrapped numbers, so base may be negative) and a launch
+// writes the rows jw0 .. jw1 − 1. The buffer row of grid row r: r − base where the buffer
+// has it, else r wrapped (periodic: the whole grid is in the buffer) or clamped (the
+// contest's held rows, whose values only feed cells that copy f).
+__device__ __forceinline__ int buffer_row(int r, int base, int nbuf, int ny) {
+    int l = r - base;
+    if (l < 0 || l >= nbuf) {
+        r = ADV_PERIODIC ? (r % ny + ny) % ny : min(max(r, 0), ny - 1);
+        l = r - base;
+    }
+    return l;
+}
+
+// The grid row (0 .. ny − 1) that row r stands for: the velocity's and the boundary's j.
+__device__ __forceinline__ int grid_row(int r, int ny) {
+    return ADV_PERIODIC ? (r % ny + ny) % ny : min(max(r, 0), ny - 1);
+}
+
 // Blocks per SM the compiler must fit (caps registers per thread).
 #ifndef ADV_MINB
 #define ADV_MINB 1
@@ -91,14 +110,14 @@ struct RowCoef { Coef c[ADV_COLS]; };
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
          const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
-         int rows) {
+         int base, int nbuf, int jw0, int jw1, int rows) {
     constexpr int C = ADV_COLS;
     const bool periodic = ADV_PERIODIC;
     const real* f = f_pad + 2;
     real* g = g_pad + 2;
     const int i0 = C * (blockIdx.x * ADV_BX + threadIdx.x);
     if (i0 >= nx) return;
-    const int j0 = blockIdx.y * rows, j1 = min(j0 + rows, ny);
+    const int j0 = jw0 + blockIdx.y * rows, j1 = min(j0 + rows, jw1);
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     // Periodic columns i0-2 .. i0+C+1, wrapped.
     int cx[C + 4];
@@ -113,8 +132,7 @@ adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
     // fixed offsets from one pointer; the buffers are padded (2 values before, 8 after:
     // cuda.rs) so the boundary columns' reads, up to C+1 past the row, stay inside.
     auto row_coef = [&](int r) {
-        r = periodic ? (r + ny) % ny : min(max(r, 0), ny - 1);
-        const real* fr = f + (size_t)r * nx;
+        const real* fr = f + (size_t)buffer_row(r, base, nbuf, ny) * nx;
         real v[C + 4];
         if (periodic) {
             for (int o = 0; o < C + 4; ++o) v[o] = fr[cx[o]];
@@ -133,7 +151,7 @@ adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
         const bool row = periodic || (j >= 2 && j < ny - 2);
         for (int c = 0; c < C; ++c) {
             const int i = i0 + c;
-            const size_t n = (size_t)j * nx + i;
+            const size_t n = (size_t)(j - base) * nx + i;
             if (col[c] && row) {
                 real a, b;
                 displacement(vel, i, j, nx, ny, n, a, b);
@@ -172,7 +190,9 @@ adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
 
 extern "C" __global__ void __launch_bounds__(ADV_BX)
 adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
-         const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny) {
+         const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
+         int base, int nbuf, int jw0, int jw1, int rows) {
+    // rows: the tile's, ADV_TY (adv_step's argument list, so one launch serves both).
     extern __shared__ unsigned char adv_smem[];
     real* buf0 = (real*)adv_smem;
     real* buf1 = buf0 + ADV_W * ADV_R;
@@ -181,12 +201,12 @@ adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
     real* g = g_pad + 2;
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     // Grid position of buffer cell (0, 0).
-    const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = blockIdx.y * ADV_TY - ADV_H;
+    const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
     auto gx = [&](int c) { const int x = x0 + c; return periodic ? (x % nx + nx) % nx : min(max(x, 0), nx - 1); };
-    auto gy = [&](int r) { const int y = y0 + r; return periodic ? (y % ny + ny) % ny : min(max(y, 0), ny - 1); };
+    auto by = [&](int r) { return buffer_row(y0 + r, base, nbuf, ny); };
     for (int t = threadIdx.x; t < ADV_W * ADV_R; t += ADV_BX) {
         const int r = t / ADV_W, c = t % ADV_W;
-        buf0[t] = f[(size_t)gy(r) * nx + gx(c)];
+        buf0[t] = f[(size_t)by(r) * nx + gx(c)];
     }
     __syncthreads();
     real* src = buf0;
@@ -215,9 +235,9 @@ adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
                     const int x = x0 + c + m;
                     real out = k2.c[m].c0;
                     if (row && (periodic || (x >= 2 && x < nx - 2))) {
-                        const int i = gx(c + m), j = gy(r);
+                        const int i = gx(c + m), j = grid_row(y, ny);
                         real a, b;
-                        displacement(vel, i, j, nx, ny, (size_t)j * nx + i, a, b);
+                        displacement(vel, i, j, nx, ny, (size_t)by(r) * nx + i, a, b);
                         const Offset ox = offset(a), oy = offset(b);
                         const Coef cy = coef(eval(k0.c[m], ox), eval(k1.c[m], ox), eval(k2.c[m], ox),
                                              eval(k3.c[m], ox), eval(k4.c[m], ox));
@@ -234,6 +254,6 @@ adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* _
     for (int t = threadIdx.x; t < ADV_TX * ADV_TY; t += ADV_BX) {
         const int r = ADV_H + t / ADV_TX, c = ADV_H + t % ADV_TX;
         const int x = x0 + c, y = y0 + r;
-        if (x < nx && y < ny) g[(size_t)y * nx + x] = src[r * ADV_W + c];
+        if (x < nx && y < jw1) g[(size_t)(y - base) * nx + x] = src[r * ADV_W + c];
     }
 }

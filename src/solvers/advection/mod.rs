@@ -22,8 +22,9 @@ use serde::{Deserialize, Serialize};
 pub use presets::{Initial, Velocity};
 pub use solver::ADVECTION;
 
-use crate::device::Device;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
+use crate::parallel::{Distributed, windows};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Field, Restart};
 
@@ -244,7 +245,7 @@ pub(crate) fn field_of<T>(p: &AdvectionProblem, data: Vec<T>) -> Field<T> {
 /// who needs it too) or a checkpoint's state.
 pub fn engine<T: Real>(
     p: &AdvectionProblem,
-    device: &Device,
+    placement: &Placement,
     restart: Option<Restart<T>>,
     initial: Vec<T>,
 ) -> Result<Box<dyn Engine<Real = T>>> {
@@ -252,10 +253,58 @@ pub fn engine<T: Real>(
         Some(mut r) => (r.take("f")?, r.step),
         None => (initial, 0),
     };
-    Ok(match device {
-        Device::Cpu { .. } => Box::new(cpu::CpuAdvection::new(p, f0, step)?),
-        Device::Cuda(gpu) => Box::new(cuda::CudaAdvection::new(gpu.clone(), p, f0, step)?),
-    })
+    if placement.is_single() {
+        return Ok(match placement.first() {
+            Device::Cpu { .. } => Box::new(cpu::CpuAdvection::new(p, f0, step)?),
+            Device::Cuda(gpu) => Box::new(cuda::CudaAdvection::new(gpu.clone(), p, f0, step)?),
+        });
+    }
+    slabs(p, placement, &f0, step, cuda::VelocitySource::Kernel)
+}
+
+/// The grid in row slabs, one per subdomain of `placement`, as one engine. A slab's halo
+/// is 2 rows per step its launches take (CUDA passes of several steps exchange once).
+pub fn slabs<T: Real>(
+    p: &AdvectionProblem,
+    placement: &Placement,
+    f0: &[T],
+    step: u64,
+    source: cuda::VelocitySource,
+) -> Result<Box<dyn Engine<Real = T>>> {
+    let n = placement.parts.len();
+    let q = p.clone();
+    let field_of = move |data| field_of(&q, data);
+    let gpus: Vec<_> = placement
+        .parts
+        .iter()
+        .filter_map(|d| match d {
+            Device::Cuda(g) => Some(g.clone()),
+            Device::Cpu { .. } => None,
+        })
+        .collect();
+    if gpus.is_empty() {
+        let windows = windows(p.ny, n, 2, p.periodic(), "--subdomains")?;
+        let parts = windows
+            .into_iter()
+            .map(|w| cpu::CpuAdvection::on_window(p, w, f0, step))
+            .collect::<Result<Vec<_>>>()?;
+        return Ok(Box::new(Distributed::new(parts, field_of)?));
+    }
+    if gpus.len() != n {
+        return Err(Error::invalid(
+            "--devices",
+            n,
+            "the subdomains of one run are all on CUDA devices or all on the CPU",
+        ));
+    }
+    let halo = 2 * cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize;
+    let windows = windows(p.ny, n, halo, p.periodic(), "--subdomains")?;
+    let parts = windows
+        .into_iter()
+        .zip(gpus)
+        .map(|(w, gpu)| cuda::CudaAdvection::on_window(gpu, p, w, f0, step, source))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Box::new(Distributed::new(parts, field_of)?))
 }
 
 /// Where a relative file path in the table is taken from.

@@ -3,8 +3,8 @@
 use rayon::prelude::*;
 
 use super::{AdvectionConfig, AdvectionProblem, bench, presets};
-use crate::device::Device;
 use crate::device::cuda::KernelSource;
+use crate::device::{Device, Placement};
 use crate::error::Result;
 use crate::execute::{Case, Execution, run_case};
 use crate::precision::{Precision, Real};
@@ -35,7 +35,10 @@ impl Solver for Advection {
         <bench::AdvectionBenchArgs as clap::Args>::augment_args(cmd)
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
-        bench::run(device, args)
+        bench::run(&Placement::single(device.clone()), args)
+    }
+    fn bench_placed(&self, placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+        bench::run(placement, args)
     }
 }
 
@@ -48,6 +51,9 @@ impl SolverProblem for AdvectionProblem {
     }
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["steps", "steps_per_pass"]
+    }
+    fn decomposes(&self) -> bool {
+        true
     }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
         match cx.problem.precision {
@@ -64,7 +70,7 @@ fn run<T: Real>(p: &AdvectionProblem, cx: &Execution) -> Result<Summary> {
     run_case(cx, |restart| {
         Ok(AdvectionCase {
             p,
-            engine: super::engine::<T>(p, cx.device, restart, f0)?,
+            engine: super::engine::<T>(p, cx.placement, restart, f0)?,
             mass0,
         })
     })

@@ -1,0 +1,389 @@
+//! Several slab engines driven as one: exchange the halos, let every slab take the steps
+//! its halo allows, repeat.
+//!
+//! Host slabs exchange by copying and then step. Device slabs overlap the exchange with
+//! the computation (Oceananigans' interleave_communication_and_computation): each pass
+//! first computes the bands of owned rows that neighbours read, then the interior,
+//! while each slab's copy stream pulls its halo from its neighbours' bands as soon as
+//! they are done. The host only queues work; events order every copy against the
+//! kernels around it, so devices run side by side and never wait for the whole
+//! neighbour, only for its bands.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+
+use super::Window;
+use crate::device::Gpu;
+use crate::error::{Error, Result};
+use crate::run::{Diagnostics, Engine, Field, Status};
+
+/// A slab's field buffer (the one the next step reads), where it lives.
+pub enum Rows<'a, T> {
+    Host(&'a mut [T]),
+    /// `offset` values of padding come before buffer row 0.
+    Device {
+        gpu: &'a Arc<Gpu>,
+        buf: &'a mut CudaSlice<T>,
+        offset: usize,
+    },
+}
+
+/// An engine that computes the owned rows of its [`Window`] from a buffer whose halo
+/// rows someone else fills. Between two exchanges it takes either one step or
+/// [`Subdomain::steps_per_exchange`] steps (its halo is stale after anything else); its
+/// residuals, if any, are not combined here.
+pub trait Subdomain: Engine {
+    fn window(&self) -> &Window;
+    /// Values per row.
+    fn row_len(&self) -> usize;
+    fn field(&mut self) -> Rows<'_, Self::Real>;
+    /// Steps one exchange of the halo serves.
+    fn steps_per_exchange(&self) -> u64;
+    /// Queue `steps` (1 or [`Subdomain::steps_per_exchange`]) for the owned grid rows
+    /// `rows` only, reading the current field and writing the next.
+    fn compute(&mut self, steps: u64, rows: Range<usize>) -> Result<()>;
+    /// Every owned row has been computed: the next field becomes the current one.
+    fn commit(&mut self, steps: u64);
+    /// The owned rows, on the host.
+    fn owned(&mut self) -> Result<Vec<Self::Real>>;
+}
+
+/// A device slab's streams and events: kernels on the device's stream, halo pulls on a
+/// stream of their own so they run beside the interior.
+struct DeviceSync {
+    ctx: Arc<CudaContext>,
+    compute: Arc<CudaStream>,
+    copy: Arc<CudaStream>,
+    /// Recorded after the bands neighbours read.
+    bands_done: CudaEvent,
+    /// Recorded after this slab's halo pulls.
+    pulled: CudaEvent,
+}
+
+/// One halo block: `rows` rows from buffer row `from` of slab `src` to buffer row `to` of
+/// slab `dst`.
+#[derive(Debug, Clone, Copy)]
+struct Transfer {
+    src: usize,
+    from: usize,
+    dst: usize,
+    to: usize,
+    rows: usize,
+}
+
+/// Turns the gathered owned rows into the solver's field.
+type FieldOf<T> = Box<dyn Fn(Vec<T>) -> Field<T> + Send>;
+
+/// Slabs of one grid, each on its own engine, as one [`Engine`].
+pub struct Distributed<S: Subdomain> {
+    parts: Vec<S>,
+    transfers: Vec<Transfer>,
+    every: u64,
+    /// The halos hold what the neighbours' owned rows hold now.
+    fresh: bool,
+    /// Per slab: the owned grid rows neighbours read (computed first), and the rest.
+    bands: Vec<Vec<Range<usize>>>,
+    interior: Vec<Range<usize>>,
+    /// Device slabs only.
+    sync: Option<Vec<DeviceSync>>,
+    field_of: FieldOf<S::Real>,
+}
+
+impl<S: Subdomain> Distributed<S> {
+    /// `parts` in row order, their halos already filled (built from the whole field);
+    /// `field_of` turns the gathered owned rows into the solver's field.
+    pub fn new(
+        parts: Vec<S>,
+        field_of: impl Fn(Vec<S::Real>) -> Field<S::Real> + Send + 'static,
+    ) -> Result<Self> {
+        let mut transfers = Vec::new();
+        for (dst, part) in parts.iter().enumerate() {
+            for (to, rows) in part.window().halos() {
+                let src = parts
+                    .iter()
+                    .position(|p| p.window().own.contains(&rows.start))
+                    .filter(|&s| parts[s].window().own.contains(&(rows.end - 1)))
+                    .ok_or_else(|| {
+                        Error::Parse(format!(
+                            "internal: no single slab owns the halo rows {rows:?} of slab {dst}"
+                        ))
+                    })?;
+                let from = parts[src].window().buffer_row(rows.start as isize);
+                transfers.push(Transfer {
+                    src,
+                    from,
+                    dst,
+                    to,
+                    rows: rows.len(),
+                });
+            }
+        }
+        let every = parts
+            .iter()
+            .map(|p| p.steps_per_exchange())
+            .min()
+            .unwrap_or(1)
+            .max(1);
+        let mut parts = parts;
+        let (bands, interior) = (0..parts.len())
+            .map(|i| split_bands(parts[i].window(), &transfers, i))
+            .unzip();
+        let sync = parts
+            .iter_mut()
+            .map(|p| match p.field() {
+                Rows::Device { gpu, .. } => Some(gpu.clone()),
+                Rows::Host(_) => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|gpus| {
+                gpus.iter()
+                    .map(|g| -> Result<DeviceSync> {
+                        Ok(DeviceSync {
+                            ctx: g.ctx.clone(),
+                            compute: g.stream.clone(),
+                            copy: g.ctx.new_stream()?,
+                            bands_done: g.ctx.new_event(None)?,
+                            pulled: g.ctx.new_event(None)?,
+                        })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?;
+        Ok(Self {
+            parts,
+            transfers,
+            every,
+            fresh: true,
+            bands,
+            interior,
+            sync,
+            field_of: Box::new(field_of),
+        })
+    }
+
+    /// One pass of `k` steps on device slabs, the halo pulls overlapped with the interior.
+    fn overlapped_pass(&mut self, k: u64) -> Result<()> {
+        let sync = self.sync.as_ref().expect("device slabs");
+        let n = self.parts.len();
+        // A slab reads its halo only once pulled, and overwrites the rows it sent only
+        // once its readers have pulled them (events never recorded wait for nothing).
+        for (i, s) in sync.iter().enumerate() {
+            s.compute.wait(&s.pulled)?;
+            for t in self.transfers.iter().filter(|t| t.src == i) {
+                s.compute.wait(&sync[t.dst].pulled)?;
+            }
+        }
+        for (i, s) in sync.iter().enumerate() {
+            for band in &self.bands[i] {
+                self.parts[i].compute(k, band.clone())?;
+            }
+            s.bands_done.record(&s.compute)?;
+        }
+        for i in 0..n {
+            self.parts[i].compute(k, self.interior[i].clone())?;
+            self.parts[i].commit(k);
+        }
+        // Pull into the new field's halo rows, which no kernel of this pass touches.
+        let bases: Vec<_> = self.parts.iter_mut().map(device_base).collect();
+        for (i, s) in sync.iter().enumerate() {
+            s.copy.wait(&s.bands_done)?;
+            s.ctx.bind_to_thread()?;
+            for t in self.transfers.iter().filter(|t| t.dst == i) {
+                s.copy.wait(&sync[t.src].bands_done)?;
+                let (src, dst) = (bases[t.src], bases[t.dst]);
+                let row = src.1 as u64;
+                let bytes = t.rows * src.1;
+                let (from, to) = (src.0 + t.from as u64 * row, dst.0 + t.to as u64 * row);
+                // SAFETY: both ranges lie inside live buffers of their slabs (halo and
+                // owned rows of windows built together); the events above order the copy
+                // after the kernels that wrote the source and before those that read or
+                // overwrite either range.
+                unsafe {
+                    if Arc::ptr_eq(&sync[t.src].ctx, &s.ctx) {
+                        cudarc::driver::result::memcpy_dtod_async(
+                            to,
+                            from,
+                            bytes,
+                            s.copy.cu_stream(),
+                        )?;
+                    } else {
+                        cudarc::driver::result::memcpy_peer_async(
+                            s.ctx.cu_ctx(),
+                            to,
+                            sync[t.src].ctx.cu_ctx(),
+                            from,
+                            bytes,
+                            s.copy.cu_stream(),
+                        )?;
+                    }
+                }
+            }
+            s.pulled.record(&s.copy)?;
+        }
+        Ok(())
+    }
+
+    pub fn parts(&self) -> usize {
+        self.parts.len()
+    }
+
+    /// Host slabs: fill every halo from the slab that owns its rows.
+    fn exchange(&mut self) -> Result<()> {
+        for t in self.transfers.clone() {
+            let (src, dst) = two_mut(&mut self.parts, t.src, t.dst);
+            let n = src.row_len();
+            let (Rows::Host(a), Rows::Host(b)) = (src.field(), dst.field()) else {
+                return Err(Error::Parse(
+                    "internal: device slabs exchange in overlapped passes".into(),
+                ));
+            };
+            b[t.to * n..(t.to + t.rows) * n].copy_from_slice(&a[t.from * n..(t.from + t.rows) * n]);
+        }
+        self.fresh = true;
+        Ok(())
+    }
+
+    fn gather(&mut self) -> Result<Vec<S::Real>> {
+        let mut all = Vec::new();
+        for p in &mut self.parts {
+            all.extend(p.owned()?);
+        }
+        Ok(all)
+    }
+}
+
+/// The owned grid rows of slab `i` that other slabs pull, as disjoint bands in order,
+/// and the rows between them (empty when the bands cover the slab).
+fn split_bands(w: &Window, transfers: &[Transfer], i: usize) -> (Vec<Range<usize>>, Range<usize>) {
+    let to_grid = |l: usize| (w.base + l as isize) as usize;
+    let (lo, hi) = (w.own.start, w.own.end);
+    let mut below = lo; // rows lo..below are read from below
+    let mut above = hi; // rows above..hi are read from above
+    for t in transfers.iter().filter(|t| t.src == i) {
+        let (a, b) = (to_grid(t.from), to_grid(t.from + t.rows));
+        if a == lo {
+            below = below.max(b);
+        }
+        if b == hi {
+            above = above.min(a);
+        }
+    }
+    if below >= above {
+        return (std::iter::once(lo..hi).collect(), hi..hi);
+    }
+    let bands = [lo..below, above..hi]
+        .into_iter()
+        .filter(|r| !r.is_empty())
+        .collect();
+    (bands, below..above)
+}
+
+/// A device slab's buffer: the address of its buffer row 0 and the bytes per row.
+fn device_base<S: Subdomain>(p: &mut S) -> (u64, usize) {
+    let row = p.row_len() * std::mem::size_of::<S::Real>();
+    match p.field() {
+        Rows::Device { gpu, buf, offset } => {
+            let (ptr, _sync) = buf.device_ptr(&gpu.stream);
+            (ptr + (offset * std::mem::size_of::<S::Real>()) as u64, row)
+        }
+        Rows::Host(_) => unreachable!("device slabs only"),
+    }
+}
+
+impl<S: Subdomain> Drop for Distributed<S> {
+    fn drop(&mut self) {
+        // Pulls still in flight read and write the slabs' buffers: let them land first.
+        if let Some(sync) = &self.sync {
+            for s in sync {
+                let _ = s.copy.synchronize();
+            }
+        }
+    }
+}
+
+/// Mutable borrows of two different elements.
+fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    assert_ne!(a, b, "a slab never sends to itself");
+    if a < b {
+        let (lo, hi) = v.split_at_mut(b);
+        (&mut lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = v.split_at_mut(a);
+        (&mut hi[0], &mut lo[b])
+    }
+}
+
+impl<S: Subdomain> Engine for Distributed<S> {
+    type Real = S::Real;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        let mut left = steps;
+        while left > 0 {
+            let k = if left >= self.every { self.every } else { 1 };
+            if self.sync.is_some() {
+                self.overlapped_pass(k)?;
+            } else {
+                if !self.fresh {
+                    self.exchange()?;
+                }
+                for p in &mut self.parts {
+                    p.compute(k, p.window().own.clone())?;
+                    p.commit(k);
+                }
+                self.fresh = false;
+            }
+            left -= k;
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<Diagnostics> {
+        if let Some(sync) = &self.sync {
+            for s in sync {
+                s.copy.synchronize()?;
+            }
+        }
+        let mut steps = None;
+        let mut status = Status::Running;
+        for p in &mut self.parts {
+            let d = p.diagnostics()?;
+            if !d.new_residuals.is_empty() {
+                return Err(Error::Parse(
+                    "internal: a decomposed engine reported residuals the slabs do not combine"
+                        .into(),
+                ));
+            }
+            if *steps.get_or_insert(d.steps) != d.steps {
+                return Err(Error::Parse("internal: slabs disagree on the step".into()));
+            }
+            if d.status != Status::Running {
+                status = d.status;
+            }
+        }
+        Ok(Diagnostics::steps_only(steps.unwrap_or(0), status))
+    }
+
+    fn snapshot(&mut self) -> Result<Field<Self::Real>> {
+        let all = self.gather()?;
+        Ok((self.field_of)(all))
+    }
+}
+
+/// The buffer of `w` cut from the whole field `full` (rows of `row_len` values): its
+/// owned rows and its halo rows, wrapped where the grid is periodic.
+pub fn slab_of<T: Copy>(w: &Window, full: &[T], row_len: usize) -> Vec<T> {
+    let mut out = Vec::with_capacity(w.rows * row_len);
+    for l in 0..w.rows {
+        let g = w.grid_row(l);
+        out.extend_from_slice(&full[g * row_len..(g + 1) * row_len]);
+    }
+    out
+}
+
+/// Owned rows of a buffer of `w`.
+pub fn owned_of<T: Copy>(w: &Window, buf: &[T], row_len: usize) -> Vec<T> {
+    let r = w.own_in_buffer();
+    buf[r.start * row_len..r.end * row_len].to_vec()
+}

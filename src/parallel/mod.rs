@@ -1,0 +1,15 @@
+//! Decomposed runs: a grid cut into slabs along its slowest axis, one engine per slab,
+//! and halo exchange as what the distributed field does between passes — never code
+//! inside a solver (the Oceananigans model: the architecture is a placement, the model
+//! code is unchanged).
+//!
+//! A solver takes part by building its engines on a [`Window`] (the rows a slab owns and
+//! the halo rows it reads) and implementing [`Subdomain`]; [`Distributed`] then drives
+//! any number of them as one [`crate::run::Engine`], on CPU subdomains or on CUDA devices
+//! (several slabs may share one device; distinct devices exchange by peer copies).
+
+mod distributed;
+mod slabs;
+
+pub use distributed::{Distributed, Rows, Subdomain, owned_of, slab_of};
+pub use slabs::{Window, windows};

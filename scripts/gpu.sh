@@ -9,6 +9,7 @@
 #   gpu/gpu.sh tune             # there: heat kernel launch shapes and tiles (KEISAN_HEAT_* overrides)
 #   gpu/gpu.sh es               # there: bench electrostatics (f32, f64, time to solution)
 #   gpu/gpu.sh es-tune          # there: electrostatics launch shapes (KEISAN_ES_* overrides)
+#   gpu/gpu.sh multi            # there: bench advection on slabs over DEVICES (default 0,1)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -123,13 +124,25 @@ tune() {
   done
 }
 
+# Decomposed runs over every GPU of the host (slabs; the x2 host): bench advection on
+# the listed devices against the first alone.
+multi() {
+  device; nvidia-smi topo -m | head -4
+  local d=${DEVICES:-0,1}
+  for args in "" "--velocity kernel" "--precision f64"; do
+    echo "== bench advection --devices $d $args"; timeout 150 $K bench advection --devices $d $args | tail -3
+  done
+  echo "== bench advection --devices 0,0 (two slabs on one device)"; timeout 150 $K bench advection --devices 0,0 | tail -2
+}
+
 case "${1:-}" in
   build) build ;;
+  multi) multi ;;
   test) tests ;;
   bench) bench ;;
   tune) tune ;;
   es) es ;;
   es-tune) es_tune ;;
   all) tests; s=$?; bench; exit $s ;;
-  *) sed -n '2,13p' "$0"; exit 2 ;;
+  *) sed -n '2,14p' "$0"; exit 2 ;;
 esac

@@ -42,20 +42,30 @@ pub trait Subdomain: Engine {
     /// Steps one exchange of the halo serves.
     fn steps_per_exchange(&self) -> u64;
     /// Queue `steps` (1 or [`Subdomain::steps_per_exchange`]) for the owned grid rows
-    /// `rows` only, reading the current field and writing the next.
-    fn compute(&mut self, steps: u64, rows: Range<usize>) -> Result<()>;
+    /// `rows` only, reading the current field and writing the next; a device slab
+    /// launches on `stream` when given, else on its device's stream.
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        stream: Option<&Arc<CudaStream>>,
+    ) -> Result<()>;
     /// Every owned row has been computed: the next field becomes the current one.
     fn commit(&mut self, steps: u64);
     /// The owned rows, on the host.
     fn owned(&mut self) -> Result<Vec<Self::Real>>;
 }
 
-/// A device slab's streams and events: kernels on the device's stream, halo pulls on a
-/// stream of their own so they run beside the interior.
+/// A device slab's streams and events: the interior on the device's stream, the bands on
+/// a high-priority stream beside it (their few blocks go ahead of the interior's, and
+/// the device stays full while they run), halo pulls on a stream of their own.
 struct DeviceSync {
     ctx: Arc<CudaContext>,
     compute: Arc<CudaStream>,
+    bands: Arc<CudaStream>,
     copy: Arc<CudaStream>,
+    /// Recorded when a pass may start (its halo pulled, its readers done).
+    start: CudaEvent,
     /// Recorded after the bands neighbours read.
     bands_done: CudaEvent,
     /// Recorded after this slab's halo pulls.
@@ -140,10 +150,14 @@ impl<S: Subdomain> Distributed<S> {
             .map(|gpus| {
                 gpus.iter()
                     .map(|g| -> Result<DeviceSync> {
+                        g.ctx.bind_to_thread()?;
+                        let (_, greatest) = cudarc::driver::result::stream::get_priority_range()?;
                         Ok(DeviceSync {
                             ctx: g.ctx.clone(),
                             compute: g.stream.clone(),
+                            bands: g.ctx.new_stream_with_priority(greatest)?,
                             copy: g.ctx.new_stream()?,
+                            start: g.ctx.new_event(None)?,
                             bands_done: g.ctx.new_event(None)?,
                             pulled: g.ctx.new_event(None)?,
                         })
@@ -166,7 +180,6 @@ impl<S: Subdomain> Distributed<S> {
     /// One pass of `k` steps on device slabs, the halo pulls overlapped with the interior.
     fn overlapped_pass(&mut self, k: u64) -> Result<()> {
         let sync = self.sync.as_ref().expect("device slabs");
-        let n = self.parts.len();
         // A slab reads its halo only once pulled, and overwrites the rows it sent only
         // once its readers have pulled them (events never recorded wait for nothing).
         for (i, s) in sync.iter().enumerate() {
@@ -174,15 +187,18 @@ impl<S: Subdomain> Distributed<S> {
             for t in self.transfers.iter().filter(|t| t.src == i) {
                 s.compute.wait(&sync[t.dst].pulled)?;
             }
+            s.start.record(&s.compute)?;
+            s.bands.wait(&s.start)?;
         }
         for (i, s) in sync.iter().enumerate() {
             for band in &self.bands[i] {
-                self.parts[i].compute(k, band.clone())?;
+                self.parts[i].compute(k, band.clone(), Some(&s.bands))?;
             }
-            s.bands_done.record(&s.compute)?;
+            s.bands_done.record(&s.bands)?;
         }
-        for i in 0..n {
-            self.parts[i].compute(k, self.interior[i].clone())?;
+        for (i, s) in sync.iter().enumerate() {
+            self.parts[i].compute(k, self.interior[i].clone(), None)?;
+            s.compute.wait(&s.bands_done)?;
             self.parts[i].commit(k);
         }
         // Pull into the new field's halo rows, which no kernel of this pass touches.
@@ -329,7 +345,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
                     self.exchange()?;
                 }
                 for p in &mut self.parts {
-                    p.compute(k, p.window().own.clone())?;
+                    p.compute(k, p.window().own.clone(), None)?;
                     p.commit(k);
                 }
                 self.fresh = false;

@@ -1,6 +1,9 @@
 //! CPU reference engine: the study's two-branch cubic interpolation, rayon over rows.
 
 use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 
 use rayon::prelude::*;
 
@@ -128,7 +131,7 @@ impl<T: Real> Engine for CpuAdvection<T> {
 
     fn advance(&mut self, steps: u64) -> Result<()> {
         for _ in 0..steps {
-            self.compute(1, self.window.own.clone())?;
+            self.compute(1, self.window.own.clone(), None)?;
             self.commit(1);
         }
         Ok(())
@@ -158,7 +161,12 @@ impl<T: Real> Subdomain for CpuAdvection<T> {
         // Each step computes the owned rows only: their halo is stale after one.
         1
     }
-    fn compute(&mut self, steps: u64, rows: Range<usize>) -> Result<()> {
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        _: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
         assert_eq!(steps, 1, "the CPU engine takes one step between exchanges");
         let p = &self.p;
         let nx = p.nx;

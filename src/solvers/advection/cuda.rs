@@ -5,7 +5,7 @@ use std::f64::consts::PI;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_arrays};
@@ -309,7 +309,12 @@ impl<T: Real> CudaAdvection<T> {
 
     /// Queue `steps` (one, or a whole pass) of the grid rows `rows`, reading f and
     /// writing g; [`Subdomain::commit`] makes g the current field.
-    fn launch(&mut self, steps: u64, rows: Range<usize>) -> Result<()> {
+    fn launch(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        stream: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
         if rows.is_empty() {
             return Ok(());
         }
@@ -328,7 +333,7 @@ impl<T: Real> CudaAdvection<T> {
         let w = &self.window;
         let (base, nbuf) = (w.base as i32, w.rows as i32);
         let (jw0, jw1, tile) = (rows.start as i32, rows.end as i32, tile as i32);
-        let mut l = self.gpu.stream.launch_builder(function);
+        let mut l = stream.unwrap_or(&self.gpu.stream).launch_builder(function);
         l.arg(&self.f).arg(&mut self.g).arg(&self.du).arg(&self.dv);
         l.arg(&a[0]).arg(&a[1]).arg(&a[2]).arg(&a[3]);
         l.arg(&nx)
@@ -377,7 +382,7 @@ impl<T: Real> Engine for CudaAdvection<T> {
                 Some(pass) if left >= pass.steps => pass.steps,
                 _ => 1,
             };
-            self.compute(k, self.window.own.clone())?;
+            self.launch(k, self.window.own.clone(), None)?;
             self.commit(k);
             left -= k;
         }
@@ -412,8 +417,13 @@ impl<T: Real> Subdomain for CudaAdvection<T> {
     fn steps_per_exchange(&self) -> u64 {
         (self.window.halo as u64 / 2).max(1)
     }
-    fn compute(&mut self, steps: u64, rows: Range<usize>) -> Result<()> {
-        self.launch(steps, rows)
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        stream: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        self.launch(steps, rows, stream)
     }
     fn commit(&mut self, steps: u64) {
         std::mem::swap(&mut self.f, &mut self.g);

@@ -361,8 +361,10 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 s.copy.synchronize()?;
             }
         }
-        let mut steps = None;
-        let mut status = Status::Running;
+        // Running slabs agree on the step; a slab that stopped (a non-finite value) ends
+        // the run at the earliest step any slab stopped at.
+        let mut running = None;
+        let mut stopped: Option<(u64, Status)> = None;
         for p in &mut self.parts {
             let d = p.diagnostics()?;
             if !d.new_residuals.is_empty() {
@@ -371,14 +373,16 @@ impl<S: Subdomain> Engine for Distributed<S> {
                         .into(),
                 ));
             }
-            if *steps.get_or_insert(d.steps) != d.steps {
-                return Err(Error::Parse("internal: slabs disagree on the step".into()));
-            }
-            if d.status != Status::Running {
-                status = d.status;
+            if d.status == Status::Running {
+                if *running.get_or_insert(d.steps) != d.steps {
+                    return Err(Error::Parse("internal: slabs disagree on the step".into()));
+                }
+            } else if stopped.is_none_or(|(s, _)| d.steps < s) {
+                stopped = Some((d.steps, d.status));
             }
         }
-        Ok(Diagnostics::steps_only(steps.unwrap_or(0), status))
+        let (steps, status) = stopped.unwrap_or((running.unwrap_or(0), Status::Running));
+        Ok(Diagnostics::steps_only(steps, status))
     }
 
     fn snapshot(&mut self) -> Result<Field<Self::Real>> {

@@ -1,19 +1,29 @@
-//! CPU reference engine for the heat equation: rayon over rows.
+//! CPU reference engine for the heat equation: rayon over rows. It runs on the whole grid
+//! or on a slab of it (src/parallel: planes in 3D, rows in 2D, one halo layer a step).
 
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use super::HeatProblem;
 use crate::error::Result;
 use crate::memory::try_filled;
+use crate::parallel::{Rows, Subdomain, Window, owned_of, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
 pub struct CpuHeat<T> {
     p: HeatProblem,
+    /// The layers along the slab axis ([`super::slab_axis`]) this engine computes.
+    window: Window,
     u: Vec<T>,
     unew: Vec<T>,
     steps: u64,
     status: Status,
+    /// A step has begun (some layers computed) and is not committed yet.
+    in_step: bool,
 }
 
 impl<T: Real> CpuHeat<T> {
@@ -23,31 +33,59 @@ impl<T: Real> CpuHeat<T> {
             p.field_bytes(T::PRECISION),
             "the heat fields (two time layers)",
         )?;
-        let mut unew = try_filled(u0.len(), T::zero(), "the heat fields")?;
-        unew.copy_from_slice(&u0);
+        let window = Window::whole(p.shape[super::slab_axis(p.dims)], false);
+        Self::with_buffer(p, window, u0, step0)
+    }
+
+    /// An engine for the layers `window` owns (a halo of one layer a step); `full`: the
+    /// whole field after `step0` steps.
+    pub fn on_window(p: &HeatProblem, window: Window, full: &[T], step0: u64) -> Result<Self> {
+        let u = slab_of(&window, full, super::layer_len(p));
+        Self::with_buffer(p, window, u, step0)
+    }
+
+    fn with_buffer(p: &HeatProblem, window: Window, u: Vec<T>, step0: u64) -> Result<Self> {
+        let mut unew = try_filled(u.len(), T::zero(), "the heat fields")?;
+        unew.copy_from_slice(&u);
         Ok(Self {
             p: p.clone(),
-            u: u0,
+            window,
+            u,
             unew,
             steps: step0,
             status: Status::Running,
+            in_step: false,
         })
     }
 
-    /// One step u → unew over the interior; false if a non-finite value appeared.
-    fn step(&mut self) -> bool {
+    /// One step u → unew over the interior points of the grid layers `layers`; false if
+    /// a non-finite value appeared.
+    fn step(&mut self, layers: Range<usize>) -> bool {
         let [nz, ny, nx] = self.p.shape;
         let r = self.p.r();
         let (rz, ry, rx) = (T::lit(r[0]), T::lit(r[1]), T::lit(r[2]));
         let dims = self.p.dims;
+        let w = &self.window;
+        let axis = super::slab_axis(dims);
+        // The buffer is the grid with the slab axis cut to the window's layers.
+        let by = if axis == 1 { w.rows } else { ny };
+        let plane = by * nx;
+        let (z0, y0) = if axis == 0 {
+            (w.base as usize, 0)
+        } else {
+            (0, w.base as usize)
+        };
+        let first = w.buffer_row(layers.start as isize);
+        let lines = if axis == 0 { by } else { 1 };
         let u = &self.u;
-        let plane = ny * nx;
-        let all_finite = self
-            .unew
+        let out = &mut self.unew[first * lines * nx..(first + layers.len()) * lines * nx];
+        let skip = first * lines;
+        let all_finite = out
             .par_chunks_mut(nx)
             .enumerate()
-            .map(|(row, out)| {
-                let (z, y) = (row / ny, row % ny);
+            .map(|(line, out)| {
+                let row = skip + line;
+                let (z, y) = (z0 + row / by, y0 + row % by);
                 let interior_y = dims < 2 || (y >= 1 && y + 1 < ny);
                 let interior_z = dims < 3 || (z >= 1 && z + 1 < nz);
                 if !(interior_y && interior_z) {
@@ -75,7 +113,6 @@ impl<T: Real> CpuHeat<T> {
                 finite
             })
             .reduce(|| true, |a, b| a && b);
-        std::mem::swap(&mut self.u, &mut self.unew);
         all_finite
     }
 }
@@ -97,11 +134,8 @@ impl<T: Real> Engine for CpuHeat<T> {
             if self.status != Status::Running {
                 break;
             }
-            let finite = self.step();
-            self.steps += 1;
-            if !finite {
-                self.status = Status::NonFinite;
-            }
+            self.compute(1, self.window.own.clone(), None)?;
+            self.commit(1);
         }
         Ok(())
     }
@@ -111,6 +145,47 @@ impl<T: Real> Engine for CpuHeat<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        Ok(super::field_of(&self.p, self.u.clone()))
+        let data = self.owned()?;
+        Ok(super::field_of(&self.p, data))
+    }
+}
+
+impl<T: Real> Subdomain for CpuHeat<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        super::layer_len(&self.p)
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Host(&mut self.u)
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        1
+    }
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        _: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        assert_eq!(steps, 1, "the CPU engine takes one step between exchanges");
+        // A step that has begun runs on all its layers even after one went non-finite.
+        if self.status == Status::Running || self.in_step {
+            self.in_step = true;
+            if !self.step(rows) {
+                self.status = Status::NonFinite;
+            }
+        }
+        Ok(())
+    }
+    fn commit(&mut self, steps: u64) {
+        if std::mem::take(&mut self.in_step) {
+            std::mem::swap(&mut self.u, &mut self.unew);
+            self.steps += steps;
+        }
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        Ok(owned_of(&self.window, &self.u, super::layer_len(&self.p)))
     }
 }

@@ -12,6 +12,7 @@
 pub mod bench;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_slab;
 pub mod initial;
 pub mod model;
 pub mod pyramid;
@@ -26,8 +27,9 @@ pub use pyramid::Decomposition;
 pub use solver::HEAT;
 pub use strategy::{Layout, OutOfCore, Strategy};
 
-use crate::device::Device;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
+use crate::parallel::{Distributed, windows};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Restart};
 
@@ -296,6 +298,64 @@ pub fn engine_resumed<T: Real>(
     start_from(problem, device, u0, step)
 }
 
+/// [`engine_resumed`] over a placement: one device as before, or the grid in slabs of
+/// the slowest axis (in-core on every slab), one per subdomain.
+pub fn engine_placed<T: Real>(
+    p: &HeatProblem,
+    placement: &Placement,
+    restart: Option<Restart<T>>,
+) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
+    if placement.is_single() {
+        return engine_resumed(p, placement.first(), restart);
+    }
+    let n = placement.parts.len();
+    if p.dims == 1 {
+        return Err(Error::invalid(
+            "--subdomains",
+            n,
+            "a 1D heat grid runs on one device (slabs cut the slowest axis of 2D and 3D grids)",
+        ));
+    }
+    if !matches!(p.ooc.strategy, Strategy::Auto | Strategy::InCore) {
+        return Err(Error::invalid(
+            "--subdomains",
+            n,
+            "decomposed heat runs are in-core on every slab: leave heat.strategy out",
+        ));
+    }
+    let (u0, step) = match restart {
+        Some(mut r) => (r.take("u")?, r.step),
+        None => (initial::field::<T>(p)?, 0),
+    };
+    let layers = p.shape[slab_axis(p.dims)];
+    let q = p.clone();
+    let field_of = move |data| field_of(&q, data);
+    let gpus: Vec<_> = placement
+        .parts
+        .iter()
+        .filter_map(|d| match d {
+            Device::Cuda(g) => Some(g.clone()),
+            Device::Cpu { .. } => None,
+        })
+        .collect();
+    let engine: Box<dyn Engine<Real = T>> = if gpus.is_empty() {
+        let parts = windows(layers, n, 1, false, "--subdomains")?
+            .into_iter()
+            .map(|w| cpu::CpuHeat::on_window(p, w, &u0, step))
+            .collect::<Result<Vec<_>>>()?;
+        Box::new(Distributed::new(parts, field_of)?)
+    } else {
+        let halo = cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&gpus[0], p)? as usize;
+        let parts = windows(layers, n, halo, false, "--subdomains")?
+            .into_iter()
+            .zip(gpus)
+            .map(|(w, gpu)| cuda_slab::CudaHeatSlab::on_window(gpu, p, w, &u0, step))
+            .collect::<Result<Vec<_>>>()?;
+        Box::new(Distributed::new(parts, field_of)?)
+    };
+    Ok((engine, Layout::in_core(0)))
+}
+
 /// As [`engine`], from a given initial field (n values, row-major; boundary values stay).
 pub fn engine_from<T: Real>(
     problem: &HeatProblem,
@@ -320,6 +380,17 @@ fn start_from<T: Real>(
         ));
     }
     strategy::build(problem, device, u, step)
+}
+
+/// The axis (of `shape`, slowest first) decomposed runs cut into slabs: z in 3D, y in 2D
+/// (1D grids run whole).
+pub fn slab_axis(dims: usize) -> usize {
+    if dims == 3 { 0 } else { 1 }
+}
+
+/// Values per layer of the slab axis.
+pub fn layer_len(p: &HeatProblem) -> usize {
+    p.shape[slab_axis(p.dims) + 1..].iter().product()
 }
 
 /// Wrap a host copy of U with the grid's geometry.

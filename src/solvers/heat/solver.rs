@@ -64,6 +64,9 @@ impl SolverProblem for HeatProblem {
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["steps", "ooc", "temporal_block"]
     }
+    fn decomposes(&self) -> bool {
+        true
+    }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
         match cx.problem.precision {
             Precision::F32 => run::<f32>(self, cx),
@@ -74,7 +77,7 @@ impl SolverProblem for HeatProblem {
 
 fn run<T: Real>(p: &HeatProblem, cx: &Execution) -> Result<Summary> {
     run_case(cx, |restart| {
-        let (engine, layout) = super::engine_resumed::<T>(p, cx.device, restart)?;
+        let (engine, layout) = super::engine_placed::<T>(p, cx.placement, restart)?;
         if layout.strategy != Strategy::InCore {
             cx.notice(&layout.human());
         }

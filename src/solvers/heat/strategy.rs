@@ -77,6 +77,22 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// In-core, within `device_memory` bytes.
+    pub fn in_core(device_memory: u64) -> Self {
+        Self {
+            strategy: Strategy::InCore,
+            decomposition: None,
+            pyramid_height: None,
+            tasks: None,
+            device_memory,
+            predicted_s: None,
+            bound: None,
+            costs: None,
+            direct: None,
+            pin_seconds: None,
+        }
+    }
+
     pub fn human(&self) -> String {
         match self.strategy {
             Strategy::InCore | Strategy::Auto => "in-core".into(),
@@ -204,18 +220,7 @@ pub fn build<T: Real>(
         (Strategy::Auto, _) => Strategy::Pyramid,
         (s, _) => s,
     };
-    let in_core = Layout {
-        strategy: Strategy::InCore,
-        decomposition: None,
-        pyramid_height: None,
-        tasks: None,
-        device_memory: budget,
-        predicted_s: None,
-        bound: None,
-        costs: None,
-        direct: None,
-        pin_seconds: None,
-    };
+    let in_core = Layout::in_core(budget);
     if strategy == Strategy::InCore {
         let engine: Box<dyn Engine<Real = T>> = match device {
             Device::Cpu { .. } => Box::new(cpu::CpuHeat::new(p, u0, step0)?),

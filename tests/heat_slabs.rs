@@ -1,0 +1,124 @@
+//! Heat in-core on slabs (src/parallel: planes in 3D, rows in 2D): every decomposition
+//! equals the undecomposed CPU reference bit for bit — CPU slabs always, CUDA slabs on one
+//! device (several share it, 3D passes of several steps and single steps) and on two when
+//! the machine has them.
+
+mod common;
+
+use keisan::device::{Device, Placement};
+use keisan::precision::Real;
+use keisan::run::{Field, Restart, Status};
+use keisan::solvers::heat::{self, HeatProblem};
+
+fn on(device: &Device, n: usize) -> Placement {
+    Placement {
+        parts: vec![device.clone(); n],
+    }
+}
+
+/// `p.steps` steps from a random field on `placement`, in chunks that end mid-pass.
+fn run<T: Real>(p: &HeatProblem, placement: &Placement, u0: &[f64]) -> Vec<T> {
+    let field = Field {
+        name: "u",
+        shape: p.user_shape(),
+        spacing: p.user_spacing(),
+        origin: vec![0.0; p.dims],
+        coords: None,
+        data: u0.iter().map(|&v| T::lit(v)).collect(),
+    };
+    let restart = Restart {
+        step: 0,
+        status: Status::Running,
+        fields: vec![field],
+    };
+    let (mut e, _) = heat::engine_placed::<T>(p, placement, Some(restart)).unwrap();
+    let mut done = 0;
+    for chunk in [3, 1, 7, 2].iter().cycle() {
+        let k = (*chunk).min(p.steps - done);
+        e.advance(k).unwrap();
+        done += k;
+        if done == p.steps {
+            break;
+        }
+    }
+    assert_eq!(e.diagnostics().unwrap().steps, p.steps);
+    e.snapshot().unwrap().data
+}
+
+/// 2D and 3D grids whose slab axis the slabs do not divide evenly; the 3D one with rows
+/// of whole vectors (CUDA passes of 4 steps) and one without (single steps).
+const CASES: [(&str, &str); 3] = [
+    ("[45, 38]", ""),
+    ("[22, 20, 64]", "temporal_block = 4"),
+    ("[21, 18, 30]", ""),
+];
+
+fn slabs_equal_the_cpu_reference<T: Real>(placements: &[Placement]) {
+    let mut rng = common::rng();
+    for (shape, extra) in CASES {
+        let p = common::heat_problem(shape, 13, extra);
+        let u0 = common::random_field(p.cells(), &mut rng);
+        let (reference, _) = common::heat_run::<T>(&p, &common::cpu(), &u0);
+        for placement in placements {
+            let slabs = run::<T>(&p, placement, &u0);
+            assert!(
+                common::same_bits(&reference, &slabs),
+                "{shape} {extra}: {}",
+                placement.describe()
+            );
+        }
+    }
+}
+
+#[test]
+fn cpu_slabs_equal_the_whole_grid_bit_for_bit() {
+    let cpu = common::cpu();
+    let placements = [on(&cpu, 2), on(&cpu, 3), on(&cpu, 5)];
+    slabs_equal_the_cpu_reference::<f64>(&placements);
+    slabs_equal_the_cpu_reference::<f32>(&placements);
+}
+
+#[test]
+fn a_1d_grid_and_out_of_core_slabs_are_refused_by_name() {
+    let cpu = on(&common::cpu(), 2);
+    for (shape, extra) in [("[100]", ""), ("[40, 40]", "strategy = \"pyramid\"")] {
+        let p = common::heat_problem(shape, 1, extra);
+        let e = heat::engine_placed::<f64>(&p, &cpu, None)
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains("--subdomains"), "{e}");
+        assert_eq!(e.exit_code(), 2);
+    }
+}
+
+#[test]
+fn cuda_slabs_on_one_device_equal_the_cpu_reference_bit_for_bit() {
+    let Some(gpu) = common::gpu_or_skip("heat CUDA slabs") else {
+        return;
+    };
+    let placements = [on(&gpu, 2), on(&gpu, 3)];
+    slabs_equal_the_cpu_reference::<f64>(&placements);
+    slabs_equal_the_cpu_reference::<f32>(&placements);
+}
+
+#[test]
+fn cuda_slabs_on_two_devices_equal_the_cpu_reference_bit_for_bit() {
+    if common::gpu_or_skip("heat CUDA slabs on two devices").is_none() {
+        return;
+    }
+    let two = match keisan::device::place(
+        keisan::device::Backend::Cuda,
+        0,
+        Some("0,1"),
+        None,
+        &mut |_| {},
+    ) {
+        Ok(p) => p,
+        Err(e) => {
+            common::skip(&format!("heat CUDA slabs on two devices: {e}"));
+            return;
+        }
+    };
+    slabs_equal_the_cpu_reference::<f64>(std::slice::from_ref(&two));
+    slabs_equal_the_cpu_reference::<f32>(std::slice::from_ref(&two));
+}

@@ -80,8 +80,7 @@ impl<T: Real> CpuHeat<T> {
         let u = &self.u;
         let out = &mut self.unew[first * lines * nx..(first + layers.len()) * lines * nx];
         let skip = first * lines;
-        let all_finite = out
-            .par_chunks_mut(nx)
+        out.par_chunks_mut(nx)
             .enumerate()
             .map(|(line, out)| {
                 let row = skip + line;
@@ -112,8 +111,7 @@ impl<T: Real> CpuHeat<T> {
                 }
                 finite
             })
-            .reduce(|| true, |a, b| a && b);
-        all_finite
+            .reduce(|| true, |a, b| a && b)
     }
 }
 

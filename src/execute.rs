@@ -3,7 +3,7 @@
 //! on the output schedule, checkpoints on theirs, a checkpoint and a clean exit on
 //! SIGINT/SIGTERM — then writes the final outputs as one set and fills in the summary.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::checkpoint::{self, Checkpoint, History};
@@ -121,6 +121,9 @@ pub trait Case {
 /// Outputs of a run in progress: the folder, what the series holds so far.
 struct Writer<'a> {
     problem: &'a Problem,
+    /// The run has an output folder: every rank takes the snapshots (collective under
+    /// mpirun), and the one that writes files has `dir`.
+    has_dir: bool,
     dir: Option<OutputDir>,
     history: History,
     /// Digits of the step in numbered file names.
@@ -139,8 +142,11 @@ impl Writer<'_> {
     /// The numbered field of `step`, the series collection and the diagnostics table, as
     /// one set.
     fn series<C: Case>(&mut self, case: &mut C, step: u64, residuals: &[f64]) -> Result<()> {
-        let Some(dir) = &self.dir else { return Ok(()) };
+        if !self.has_dir {
+            return Ok(());
+        }
         let u = case.engine().snapshot()?;
+        let Some(dir) = &self.dir else { return Ok(()) };
         let scalars = case.scalars(step, &u, residuals);
         let mut header = vec!["step".to_string()];
         let mut row = vec![step as f64];
@@ -180,13 +186,13 @@ impl Writer<'_> {
         status: run::Status,
         residuals: &[f64],
     ) -> Result<PathBuf> {
-        let dir = self
-            .dir
-            .as_ref()
-            .expect("checkpoints need a folder (validated)");
+        let fields = engine.state()?;
+        let Some(dir) = self.dir.as_ref() else {
+            let folder = self.problem.output.dir.as_deref().unwrap_or(Path::new("."));
+            return Ok(folder.join(checkpoint::FILE));
+        };
         let path = dir.file(checkpoint::FILE);
         self.history.residuals = residuals.to_vec();
-        let fields = engine.state()?;
         checkpoint::write(&path, self.problem, step, status, &fields, &self.history)?;
         Ok(path)
     }
@@ -242,7 +248,11 @@ pub fn run_case<C: Case>(
     let max = p.spec.max_steps();
     let mut w = Writer {
         problem: p,
-        dir: p.output.dir.as_deref().map(OutputDir::create).transpose()?,
+        has_dir: p.output.dir.is_some(),
+        dir: (p.output.dir.as_deref())
+            .filter(|_| crate::parallel::world::writes_files())
+            .map(OutputDir::create)
+            .transpose()?,
         history,
         width: max.to_string().len().max(6),
         written: Vec::new(),
@@ -317,7 +327,7 @@ pub fn run_case<C: Case>(
     };
     // The host copy serves both the checks and the outputs; an out-of-core engine hands
     // over its grid instead of copying it.
-    let u = if w.dir.is_some() || case.needs_final_field() {
+    let u = if w.has_dir || case.needs_final_field() {
         let lap = Instant::now();
         let u = case.engine().take_snapshot()?;
         t.download_s = lap.elapsed().as_secs_f64();

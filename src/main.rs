@@ -149,9 +149,23 @@ fn command() -> clap::Command {
 
 fn main() -> ExitCode {
     let start = Instant::now();
+    // Under mpirun (built with `mpi`): MPI lives until main returns.
+    #[cfg(feature = "mpi")]
+    let _universe = keisan::parallel::world::init();
     let matches = command().get_matches();
     match dispatch(&matches, start) {
         Ok(()) => ExitCode::SUCCESS,
+        // One rank's failure ends every rank (none waits forever in a collective).
+        Err(e) if keisan::parallel::World::current().is_some() => {
+            let w = keisan::parallel::World::current().expect("checked");
+            eprintln!(
+                "error (rank {} of {}): {}",
+                w.rank,
+                w.size,
+                printable(&e.to_string())
+            );
+            keisan::parallel::world::abort(e.exit_code())
+        }
         Err(e @ Error::Interrupted { .. }) => {
             eprintln!("keisan: {e}");
             ExitCode::from(e.exit_code() as u8)
@@ -288,7 +302,11 @@ fn model(name: &str, m: &clap::ArgMatches) -> Result<()> {
     Ok(())
 }
 
-fn run(args: RunArgs, start: Instant) -> Result<()> {
+fn run(mut args: RunArgs, start: Instant) -> Result<()> {
+    // Under mpirun only rank 0 reports (and writes: see execute.rs).
+    let speaks = keisan::parallel::world::writes_files();
+    args.quiet |= !speaks;
+    args.json &= speaks;
     keisan::signals::install().map_err(|e| Error::Parse(format!("signal handlers: {e}")))?;
     let o = Overrides {
         set: args.set,

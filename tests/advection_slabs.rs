@@ -58,9 +58,7 @@ fn run<T: Real>(
 }
 
 fn on(device: &Device, n: usize) -> Placement {
-    Placement {
-        parts: vec![device.clone(); n],
-    }
+    Placement::local(vec![device.clone(); n])
 }
 
 fn cpu_slabs_equal_the_whole_grid<T: Real>() {

@@ -11,9 +11,7 @@ use keisan::run::{Field, Restart, Status};
 use keisan::solvers::heat::{self, HeatProblem};
 
 fn on(device: &Device, n: usize) -> Placement {
-    Placement {
-        parts: vec![device.clone(); n],
-    }
+    Placement::local(vec![device.clone(); n])
 }
 
 /// `p.steps` steps from a random field on `placement`, in chunks that end mid-pass.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::parallel::World;
 pub use cuda::Gpu;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
@@ -64,18 +65,37 @@ pub fn select(backend: Backend, ordinal: usize, notice: &mut dyn FnMut(String)) 
 /// may hold several). One subdomain is the undecomposed run.
 #[derive(Debug, Clone)]
 pub struct Placement {
+    /// This process's subdomains.
     pub parts: Vec<Device>,
+    /// Under mpirun: this process's rank; every rank holds one subdomain.
+    pub world: Option<World>,
 }
 
 impl Placement {
     pub fn single(device: Device) -> Self {
-        Self {
-            parts: vec![device],
-        }
+        Self::local(vec![device])
+    }
+
+    /// Subdomains all in this process.
+    pub fn local(parts: Vec<Device>) -> Self {
+        Self { parts, world: None }
     }
 
     pub fn is_single(&self) -> bool {
-        self.parts.len() == 1
+        self.parts.len() == 1 && self.world.is_none()
+    }
+
+    /// Subdomains of the whole run (all ranks).
+    pub fn total(&self) -> usize {
+        self.world.map_or(self.parts.len(), |w| w.size)
+    }
+
+    /// The run-wide numbers of this process's subdomains.
+    pub fn ids(&self) -> Vec<usize> {
+        match self.world {
+            Some(w) => vec![w.rank],
+            None => (0..self.parts.len()).collect(),
+        }
     }
 
     /// The first subdomain's device (the whole run's when undecomposed).
@@ -84,6 +104,13 @@ impl Placement {
     }
 
     pub fn describe(&self) -> String {
+        if let Some(w) = self.world {
+            return format!(
+                "{} MPI ranks, one subdomain each (rank 0 on {})",
+                w.size,
+                self.parts[0].describe()
+            );
+        }
         if self.is_single() {
             return self.parts[0].describe();
         }
@@ -131,12 +158,36 @@ pub fn place(
     if subdomains == Some(0) {
         return Err(Error::invalid("--subdomains", 0, "at least 1"));
     }
+    if let Some(world) = World::current() {
+        if devices.is_some() || subdomains.is_some() {
+            return Err(Error::invalid(
+                if devices.is_some() {
+                    "--devices"
+                } else {
+                    "--subdomains"
+                },
+                devices.map_or_else(|| subdomains.unwrap_or(0).to_string(), str::to_string),
+                "under mpirun every rank takes one subdomain (on GPU local-rank mod the \
+                 node's GPUs); leave the option out",
+            ));
+        }
+        let local = crate::parallel::world::local_rank();
+        let device = match backend {
+            Backend::Cpu => select(Backend::Cpu, 0, notice)?,
+            _ => match cuda::device_count() {
+                Ok(n) => select(backend, local % n, notice)?,
+                Err(_) => select(backend, ordinal, notice)?,
+            },
+        };
+        return Ok(Placement {
+            parts: vec![device],
+            world: Some(world),
+        });
+    }
     let Some(list) = devices else {
         let device = select(backend, ordinal, notice)?;
         let n = subdomains.unwrap_or(1);
-        return Ok(Placement {
-            parts: vec![device; n],
-        });
+        return Ok(Placement::local(vec![device; n]));
     };
     if backend == Backend::Cpu {
         return Err(Error::invalid(
@@ -182,7 +233,7 @@ pub fn place(
             Device::Cuda(gpu.clone())
         })
         .collect();
-    Ok(Placement { parts })
+    Ok(Placement::local(parts))
 }
 
 /// One line per CUDA device (name, compute capability, memory), for `keisan info`.

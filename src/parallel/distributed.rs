@@ -15,6 +15,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
 use super::Window;
+use super::world::{self, World};
 use crate::device::Gpu;
 use crate::error::{Error, Result};
 use crate::run::{Diagnostics, Engine, Field, Status};
@@ -96,31 +97,51 @@ pub struct Distributed<S: Subdomain> {
     /// Per slab: the owned grid rows neighbours read (computed first), and the rest.
     bands: Vec<Vec<Range<usize>>>,
     interior: Vec<Range<usize>>,
-    /// Device slabs only.
+    /// Device slabs in one process only.
     sync: Option<Vec<DeviceSync>>,
+    /// The run-wide number of each of this process's slabs, and the ranks (mpirun).
+    ids: Vec<usize>,
+    world: Option<World>,
+    /// Values each slab of the run owns (the gather's counts).
+    owned_values: Vec<usize>,
     field_of: FieldOf<S::Real>,
 }
 
 impl<S: Subdomain> Distributed<S> {
     /// `parts` in row order, their halos already filled (built from the whole field);
     /// `field_of` turns the gathered owned rows into the solver's field.
+    /// Slabs all in this process: `parts[k]` is slab k.
     pub fn new(
         parts: Vec<S>,
         field_of: impl Fn(Vec<S::Real>) -> Field<S::Real> + Send + 'static,
     ) -> Result<Self> {
+        let all: Vec<Window> = parts.iter().map(|p| p.window().clone()).collect();
+        let ids = (0..parts.len()).collect();
+        Self::placed(parts, &all, ids, None, field_of)
+    }
+
+    /// This process's slabs `parts`, slab `ids[k]` of the run's `all`; under mpirun
+    /// (`world`) one per rank, slab r on rank r.
+    pub fn placed(
+        parts: Vec<S>,
+        all: &[Window],
+        ids: Vec<usize>,
+        world: Option<World>,
+        field_of: impl Fn(Vec<S::Real>) -> Field<S::Real> + Send + 'static,
+    ) -> Result<Self> {
         let mut transfers = Vec::new();
-        for (dst, part) in parts.iter().enumerate() {
-            for (to, rows) in part.window().halos() {
-                let src = parts
+        for (dst, window) in all.iter().enumerate() {
+            for (to, rows) in window.halos() {
+                let src = all
                     .iter()
-                    .position(|p| p.window().own.contains(&rows.start))
-                    .filter(|&s| parts[s].window().own.contains(&(rows.end - 1)))
+                    .position(|w| w.own.contains(&rows.start))
+                    .filter(|&s| all[s].own.contains(&(rows.end - 1)))
                     .ok_or_else(|| {
                         Error::Parse(format!(
                             "internal: no single slab owns the halo rows {rows:?} of slab {dst}"
                         ))
                     })?;
-                let from = parts[src].window().buffer_row(rows.start as isize);
+                let from = all[src].buffer_row(rows.start as isize);
                 transfers.push(Transfer {
                     src,
                     from,
@@ -137,9 +158,13 @@ impl<S: Subdomain> Distributed<S> {
             .unwrap_or(1)
             .max(1);
         let mut parts = parts;
-        let (bands, interior) = (0..parts.len())
-            .map(|i| split_bands(parts[i].window(), &transfers, i))
+        let (bands, interior) = ids
+            .iter()
+            .map(|&i| split_bands(&all[i], &transfers, i))
             .unzip();
+        let row_len = parts.first().map_or(0, |p| p.row_len());
+        let owned_values = all.iter().map(|w| w.own.len() * row_len).collect();
+        let in_process = world.is_none() && !parts.is_empty();
         let sync = parts
             .iter_mut()
             .map(|p| match p.field() {
@@ -147,6 +172,7 @@ impl<S: Subdomain> Distributed<S> {
                 Rows::Host(_) => None,
             })
             .collect::<Option<Vec<_>>>()
+            .filter(|_| in_process)
             .map(|gpus| {
                 gpus.iter()
                     .map(|g| -> Result<DeviceSync> {
@@ -173,8 +199,45 @@ impl<S: Subdomain> Distributed<S> {
             bands,
             interior,
             sync,
+            ids,
+            world,
+            owned_values,
             field_of: Box::new(field_of),
         })
+    }
+
+    /// Under mpirun: fill every halo, sending and receiving blocks between ranks (device
+    /// slabs stage them through the host) and copying those within this process.
+    fn exchange_world(&mut self) -> Result<()> {
+        let local = |id: usize| self.ids.iter().position(|&i| i == id);
+        let size = std::mem::size_of::<S::Real>();
+        let mut sends = Vec::new();
+        let mut receives = Vec::new();
+        let mut landing = Vec::new();
+        for (k, t) in self.transfers.iter().enumerate() {
+            match (local(t.src), local(t.dst)) {
+                (Some(s), Some(d)) => {
+                    let rows = read_rows(&mut self.parts[s], t.from, t.rows)?;
+                    write_rows(&mut self.parts[d], t.to, &rows)?;
+                }
+                (Some(s), None) => {
+                    let rows = read_rows(&mut self.parts[s], t.from, t.rows)?;
+                    sends.push((t.dst, k as i32, to_bytes(&rows)));
+                }
+                (None, Some(d)) => {
+                    let n = t.rows * self.parts[d].row_len() * size;
+                    receives.push((t.src, k as i32, n));
+                    landing.push((d, t.to));
+                }
+                (None, None) => {}
+            }
+        }
+        let got = world::exchange(&sends, &receives)?;
+        for ((d, to), bytes) in landing.into_iter().zip(got) {
+            write_rows(&mut self.parts[d], to, &from_bytes::<S::Real>(&bytes))?;
+        }
+        self.fresh = true;
+        Ok(())
     }
 
     /// One pass of `k` steps on device slabs, the halo pulls overlapped with the interior.
@@ -261,12 +324,18 @@ impl<S: Subdomain> Distributed<S> {
         Ok(())
     }
 
+    /// The whole field's owned rows in slab order, on every process.
     fn gather(&mut self) -> Result<Vec<S::Real>> {
-        let mut all = Vec::new();
+        let mut mine = Vec::new();
         for p in &mut self.parts {
-            all.extend(p.owned()?);
+            mine.extend(p.owned()?);
         }
-        Ok(all)
+        if self.world.is_none() {
+            return Ok(mine);
+        }
+        let size = std::mem::size_of::<S::Real>();
+        let counts: Vec<usize> = self.owned_values.iter().map(|v| v * size).collect();
+        Ok(from_bytes(&world::all_gather(&to_bytes(&mine), &counts)?))
     }
 }
 
@@ -319,6 +388,54 @@ impl<S: Subdomain> Drop for Distributed<S> {
     }
 }
 
+/// Rows `from..from + rows` of a slab's buffer, on the host.
+fn read_rows<S: Subdomain>(p: &mut S, from: usize, rows: usize) -> Result<Vec<S::Real>> {
+    let n = p.row_len();
+    Ok(match p.field() {
+        Rows::Host(b) => b[from * n..(from + rows) * n].to_vec(),
+        Rows::Device { gpu, buf, offset } => {
+            let at = offset + from * n;
+            gpu.stream.clone_dtoh(&buf.slice(at..at + rows * n))?
+        }
+    })
+}
+
+/// Write `values` into a slab's buffer from row `to`.
+fn write_rows<S: Subdomain>(p: &mut S, to: usize, values: &[S::Real]) -> Result<()> {
+    let n = p.row_len();
+    match p.field() {
+        Rows::Host(b) => b[to * n..to * n + values.len()].copy_from_slice(values),
+        Rows::Device { gpu, buf, offset } => {
+            let at = offset + to * n;
+            gpu.stream
+                .memcpy_htod(values, &mut buf.slice_mut(at..at + values.len()))?;
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of plain numbers (f32, f64, u64), for MPI.
+fn to_bytes<T: Copy>(v: &[T]) -> Vec<u8> {
+    // SAFETY: T is a plain number type: every byte is initialised and any is valid to read.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        .to_vec()
+}
+
+/// Plain numbers back from their bytes (the length a multiple of the size).
+fn from_bytes<T: Copy + Default>(b: &[u8]) -> Vec<T> {
+    let n = b.len() / std::mem::size_of::<T>();
+    let mut v = vec![T::default(); n];
+    // SAFETY: v has room for n values; any bit pattern is a valid f32, f64 or u64.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            b.as_ptr(),
+            v.as_mut_ptr().cast::<u8>(),
+            n * std::mem::size_of::<T>(),
+        )
+    };
+    v
+}
+
 /// Mutable borrows of two different elements.
 fn two_mut<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
     assert_ne!(a, b, "a slab never sends to itself");
@@ -342,7 +459,10 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 self.overlapped_pass(k)?;
             } else {
                 if !self.fresh {
-                    self.exchange()?;
+                    match self.world {
+                        Some(_) => self.exchange_world()?,
+                        None => self.exchange()?,
+                    }
                 }
                 for p in &mut self.parts {
                     p.compute(k, p.window().own.clone(), None)?;
@@ -381,7 +501,16 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 stopped = Some((d.steps, d.status));
             }
         }
-        let (steps, status) = stopped.unwrap_or((running.unwrap_or(0), Status::Running));
+        let (mut steps, mut status) = stopped.unwrap_or((running.unwrap_or(0), Status::Running));
+        if let Some(w) = self.world {
+            // Every rank decides alike: the earliest stop of any rank, else the step.
+            let mine = [steps, status.device_flag()];
+            let all = from_bytes::<u64>(&world::all_gather(&to_bytes(&mine), &vec![16; w.size])?);
+            let stops = all.chunks(2).filter(|r| r[1] != 0).min_by_key(|r| r[0]);
+            if let Some(r) = stops {
+                (steps, status) = (r[0], Status::from_device_flag(r[1]));
+            }
+        }
         Ok(Diagnostics::steps_only(steps, status))
     }
 

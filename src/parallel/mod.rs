@@ -6,10 +6,13 @@
 //! A solver takes part by building its engines on a [`Window`] (the rows a slab owns and
 //! the halo rows it reads) and implementing [`Subdomain`]; [`Distributed`] then drives
 //! any number of them as one [`crate::run::Engine`], on CPU subdomains or on CUDA devices
-//! (several slabs may share one device; distinct devices exchange by peer copies).
+//! (several slabs may share one device; distinct devices exchange by peer copies), or
+//! one slab per MPI rank ([`world`], cargo feature `mpi`).
 
 mod distributed;
 mod slabs;
+pub mod world;
 
 pub use distributed::{Distributed, Rows, Subdomain, owned_of, slab_of};
 pub use slabs::{Window, windows};
+pub use world::World;

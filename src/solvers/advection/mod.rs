@@ -271,7 +271,7 @@ pub fn slabs<T: Real>(
     step: u64,
     source: cuda::VelocitySource,
 ) -> Result<Box<dyn Engine<Real = T>>> {
-    let n = placement.parts.len();
+    let (n, ids) = (placement.total(), placement.ids());
     let q = p.clone();
     let field_of = move |data| field_of(&q, data);
     let gpus: Vec<_> = placement
@@ -283,14 +283,20 @@ pub fn slabs<T: Real>(
         })
         .collect();
     if gpus.is_empty() {
-        let windows = windows(p.ny, n, 2, p.periodic(), "--subdomains")?;
-        let parts = windows
-            .into_iter()
-            .map(|w| cpu::CpuAdvection::on_window(p, w, f0, step))
+        let all = windows(p.ny, n, 2, p.periodic(), "--subdomains")?;
+        let parts = ids
+            .iter()
+            .map(|&i| cpu::CpuAdvection::on_window(p, all[i].clone(), f0, step))
             .collect::<Result<Vec<_>>>()?;
-        return Ok(Box::new(Distributed::new(parts, field_of)?));
+        return Ok(Box::new(Distributed::placed(
+            parts,
+            &all,
+            ids,
+            placement.world,
+            field_of,
+        )?));
     }
-    if gpus.len() != n {
+    if gpus.len() != placement.parts.len() {
         return Err(Error::invalid(
             "--devices",
             n,
@@ -298,13 +304,19 @@ pub fn slabs<T: Real>(
         ));
     }
     let halo = 2 * cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize;
-    let windows = windows(p.ny, n, halo, p.periodic(), "--subdomains")?;
-    let parts = windows
-        .into_iter()
+    let all = windows(p.ny, n, halo, p.periodic(), "--subdomains")?;
+    let parts = ids
+        .iter()
         .zip(gpus)
-        .map(|(w, gpu)| cuda::CudaAdvection::on_window(gpu, p, w, f0, step, source))
+        .map(|(&i, gpu)| cuda::CudaAdvection::on_window(gpu, p, all[i].clone(), f0, step, source))
         .collect::<Result<Vec<_>>>()?;
-    Ok(Box::new(Distributed::new(parts, field_of)?))
+    Ok(Box::new(Distributed::placed(
+        parts,
+        &all,
+        ids,
+        placement.world,
+        field_of,
+    )?))
 }
 
 /// Where a relative file path in the table is taken from.

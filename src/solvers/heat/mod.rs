@@ -308,7 +308,7 @@ pub fn engine_placed<T: Real>(
     if placement.is_single() {
         return engine_resumed(p, placement.first(), restart);
     }
-    let n = placement.parts.len();
+    let (n, ids) = (placement.total(), placement.ids());
     if p.dims == 1 {
         return Err(Error::invalid(
             "--subdomains",
@@ -339,19 +339,33 @@ pub fn engine_placed<T: Real>(
         })
         .collect();
     let engine: Box<dyn Engine<Real = T>> = if gpus.is_empty() {
-        let parts = windows(layers, n, 1, false, "--subdomains")?
-            .into_iter()
-            .map(|w| cpu::CpuHeat::on_window(p, w, &u0, step))
+        let all = windows(layers, n, 1, false, "--subdomains")?;
+        let parts = ids
+            .iter()
+            .map(|&i| cpu::CpuHeat::on_window(p, all[i].clone(), &u0, step))
             .collect::<Result<Vec<_>>>()?;
-        Box::new(Distributed::new(parts, field_of)?)
+        Box::new(Distributed::placed(
+            parts,
+            &all,
+            ids,
+            placement.world,
+            field_of,
+        )?)
     } else {
         let halo = cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&gpus[0], p)? as usize;
-        let parts = windows(layers, n, halo, false, "--subdomains")?
-            .into_iter()
+        let all = windows(layers, n, halo, false, "--subdomains")?;
+        let parts = ids
+            .iter()
             .zip(gpus)
-            .map(|(w, gpu)| cuda_slab::CudaHeatSlab::on_window(gpu, p, w, &u0, step))
+            .map(|(&i, gpu)| cuda_slab::CudaHeatSlab::on_window(gpu, p, all[i].clone(), &u0, step))
             .collect::<Result<Vec<_>>>()?;
-        Box::new(Distributed::new(parts, field_of)?)
+        Box::new(Distributed::placed(
+            parts,
+            &all,
+            ids,
+            placement.world,
+            field_of,
+        )?)
     };
     Ok((engine, Layout::in_core(0)))
 }

@@ -1,0 +1,190 @@
+//! The processes of an `mpirun` (cargo feature `mpi`, rsmpi over the system's MPI): which
+//! rank this is, and the few operations decomposed runs need — halo blocks between ranks
+//! and gathers — on bytes, so any field type travels. Without the feature, or in a
+//! process started alone, there is no world and runs stay in one process.
+
+use crate::error::Result;
+
+/// This process among several.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct World {
+    pub rank: usize,
+    pub size: usize,
+}
+
+impl World {
+    /// The world of this run: Some when started by mpirun with more than one process.
+    pub fn current() -> Option<World> {
+        imp::current()
+    }
+}
+
+/// Whether this process writes files and prints: rank 0, or the only process.
+pub fn writes_files() -> bool {
+    World::current().is_none_or(|w| w.rank == 0)
+}
+
+/// Whether an MPI launcher started this process (Open MPI, MPICH, Slurm's PMI).
+pub fn launched_by_mpirun() -> bool {
+    ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// The rank among the processes of this node (one GPU each).
+pub fn local_rank() -> usize {
+    [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "SLURM_LOCALID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(0)
+}
+
+/// A block of bytes to send: (rank, tag, bytes).
+pub type Send = (usize, i32, Vec<u8>);
+/// A block to receive: (rank, tag, length in bytes).
+pub type Receive = (usize, i32, usize);
+
+/// Post every receive and send at once and wait for all: the received blocks, in the
+/// order of `receives`.
+pub fn exchange(sends: &[Send], receives: &[Receive]) -> Result<Vec<Vec<u8>>> {
+    imp::exchange(sends, receives)
+}
+
+/// Every rank's `mine` (of `counts[r]` bytes on rank r), concatenated in rank order, on
+/// every rank.
+pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {
+    imp::all_gather(mine, counts)
+}
+
+/// End every rank of the run with `code` (MPI_Abort); without a world, exit.
+pub fn abort(code: i32) -> ! {
+    imp::abort(code)
+}
+
+#[cfg(feature = "mpi")]
+mod imp {
+    use std::sync::OnceLock;
+
+    use mpi::datatype::PartitionMut;
+    use mpi::topology::SimpleCommunicator;
+    use mpi::traits::*;
+
+    use super::{Receive, Send, World};
+    use crate::error::{Error, Result};
+
+    static WORLD: OnceLock<Option<World>> = OnceLock::new();
+
+    /// Start MPI when mpirun started this process; the universe ends MPI when dropped
+    /// (keep it for the life of `main`).
+    pub fn init() -> Option<mpi::environment::Universe> {
+        if !super::launched_by_mpirun() {
+            return None;
+        }
+        let universe = mpi::initialize()?;
+        let w = universe.world();
+        let (rank, size) = (w.rank() as usize, w.size() as usize);
+        let _ = WORLD.set((size > 1).then_some(World { rank, size }));
+        Some(universe)
+    }
+
+    pub fn current() -> Option<World> {
+        WORLD.get().copied().flatten()
+    }
+
+    fn comm() -> SimpleCommunicator {
+        SimpleCommunicator::world()
+    }
+
+    pub fn abort(code: i32) -> ! {
+        comm().abort(code)
+    }
+
+    pub fn exchange(sends: &[Send], receives: &[Receive]) -> Result<Vec<Vec<u8>>> {
+        let world = comm();
+        let mut got: Vec<Vec<u8>> = receives.iter().map(|r| vec![0u8; r.2]).collect();
+        mpi::request::scope(|scope| {
+            let mut pending = Vec::new();
+            for ((rank, tag, _), buf) in receives.iter().zip(got.iter_mut()) {
+                pending.push(
+                    world
+                        .process_at_rank(*rank as i32)
+                        .immediate_receive_into_with_tag(scope, &mut buf[..], *tag),
+                );
+            }
+            let mut sent = Vec::new();
+            for (rank, tag, data) in sends {
+                sent.push(world.process_at_rank(*rank as i32).immediate_send_with_tag(
+                    scope,
+                    &data[..],
+                    *tag,
+                ));
+            }
+            for r in pending {
+                r.wait();
+            }
+            for r in sent {
+                r.wait();
+            }
+        });
+        Ok(got)
+    }
+
+    pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {
+        let world = comm();
+        let total: usize = counts.iter().sum();
+        if total > i32::MAX as usize {
+            return Err(Error::TooLarge(format!(
+                "gathering {total} bytes in one MPI call (at most 2 GiB); write per-rank \
+                 outputs instead (not yet available)"
+            )));
+        }
+        let counts: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
+        let displs: Vec<i32> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mut all = vec![0u8; total];
+        {
+            let mut part = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
+            world.all_gather_varcount_into(mine, &mut part);
+        }
+        Ok(all)
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+mod imp {
+    use super::{Receive, Send, World};
+    use crate::error::{Error, Result};
+
+    pub fn current() -> Option<World> {
+        None
+    }
+
+    pub fn abort(code: i32) -> ! {
+        std::process::exit(code)
+    }
+
+    fn absent() -> Error {
+        Error::Parse("internal: an MPI operation in a build without the `mpi` feature".into())
+    }
+
+    pub fn exchange(_: &[Send], _: &[Receive]) -> Result<Vec<Vec<u8>>> {
+        Err(absent())
+    }
+
+    pub fn all_gather(_: &[u8], _: &[usize]) -> Result<Vec<u8>> {
+        Err(absent())
+    }
+}
+
+#[cfg(feature = "mpi")]
+pub use imp::init;

@@ -164,7 +164,6 @@ impl<S: Subdomain> Distributed<S> {
             .unzip();
         let row_len = parts.first().map_or(0, |p| p.row_len());
         let owned_values = all.iter().map(|w| w.own.len() * row_len).collect();
-        let in_process = world.is_none() && !parts.is_empty();
         let sync = parts
             .iter_mut()
             .map(|p| match p.field() {
@@ -172,7 +171,7 @@ impl<S: Subdomain> Distributed<S> {
                 Rows::Host(_) => None,
             })
             .collect::<Option<Vec<_>>>()
-            .filter(|_| in_process)
+            .filter(|g| !g.is_empty())
             .map(|gpus| {
                 gpus.iter()
                     .map(|g| -> Result<DeviceSync> {
@@ -243,12 +242,17 @@ impl<S: Subdomain> Distributed<S> {
     /// One pass of `k` steps on device slabs, the halo pulls overlapped with the interior.
     fn overlapped_pass(&mut self, k: u64) -> Result<()> {
         let sync = self.sync.as_ref().expect("device slabs");
+        let ids = &self.ids;
+        let local = |id: usize| ids.iter().position(|&i| i == id);
         // A slab reads its halo only once pulled, and overwrites the rows it sent only
-        // once its readers have pulled them (events never recorded wait for nothing).
+        // once its readers have pulled them (events never recorded wait for nothing;
+        // rows sent to other ranks were copied out before their pull was recorded).
         for (i, s) in sync.iter().enumerate() {
             s.compute.wait(&s.pulled)?;
-            for t in self.transfers.iter().filter(|t| t.src == i) {
-                s.compute.wait(&sync[t.dst].pulled)?;
+            for t in self.transfers.iter().filter(|t| t.src == ids[i]) {
+                if let Some(d) = local(t.dst) {
+                    s.compute.wait(&sync[d].pulled)?;
+                }
             }
             s.start.record(&s.compute)?;
             s.bands.wait(&s.start)?;
@@ -266,21 +270,47 @@ impl<S: Subdomain> Distributed<S> {
         }
         // Pull into the new field's halo rows, which no kernel of this pass touches.
         let bases: Vec<_> = self.parts.iter_mut().map(device_base).collect();
+        let (mut sends, mut receives, mut landing) = (Vec::new(), Vec::new(), Vec::new());
         for (i, s) in sync.iter().enumerate() {
             s.copy.wait(&s.bands_done)?;
             s.ctx.bind_to_thread()?;
-            for t in self.transfers.iter().filter(|t| t.dst == i) {
-                s.copy.wait(&sync[t.src].bands_done)?;
-                let (src, dst) = (bases[t.src], bases[t.dst]);
-                let row = src.1 as u64;
-                let bytes = t.rows * src.1;
-                let (from, to) = (src.0 + t.from as u64 * row, dst.0 + t.to as u64 * row);
+            for (n, t) in self.transfers.iter().enumerate() {
+                let (from_here, to_here) = (local(t.src), local(t.dst));
+                if to_here == Some(i) && from_here.is_none() {
+                    receives.push((t.src, n as i32, t.rows * bases[i].1));
+                    landing.push((i, bases[i].0 + t.to as u64 * bases[i].1 as u64));
+                }
+                if from_here == Some(i) && to_here.is_none() {
+                    // Rows for another rank: out to the host once this pass's bands are
+                    // done (the copy stream waited for them); the interior keeps running.
+                    let at = bases[i].0 + t.from as u64 * bases[i].1 as u64;
+                    let mut rows = vec![0u8; t.rows * bases[i].1];
+                    // SAFETY: the range lies inside this slab's live buffer; the copy
+                    // stream is synchronised before `rows` is read.
+                    unsafe {
+                        cudarc::driver::result::memcpy_dtoh_async(
+                            &mut rows[..],
+                            at,
+                            s.copy.cu_stream(),
+                        )?;
+                    }
+                    s.copy.synchronize()?;
+                    sends.push((t.dst, n as i32, rows));
+                }
+                let (Some(src), true) = (from_here, to_here == Some(i)) else {
+                    continue;
+                };
+                s.copy.wait(&sync[src].bands_done)?;
+                let (a, b) = (bases[src], bases[i]);
+                let row = a.1 as u64;
+                let bytes = t.rows * a.1;
+                let (from, to) = (a.0 + t.from as u64 * row, b.0 + t.to as u64 * row);
                 // SAFETY: both ranges lie inside live buffers of their slabs (halo and
                 // owned rows of windows built together); the events above order the copy
                 // after the kernels that wrote the source and before those that read or
                 // overwrite either range.
                 unsafe {
-                    if Arc::ptr_eq(&sync[t.src].ctx, &s.ctx) {
+                    if Arc::ptr_eq(&sync[src].ctx, &s.ctx) {
                         cudarc::driver::result::memcpy_dtod_async(
                             to,
                             from,
@@ -291,7 +321,7 @@ impl<S: Subdomain> Distributed<S> {
                         cudarc::driver::result::memcpy_peer_async(
                             s.ctx.cu_ctx(),
                             to,
-                            sync[t.src].ctx.cu_ctx(),
+                            sync[src].ctx.cu_ctx(),
                             from,
                             bytes,
                             s.copy.cu_stream(),
@@ -299,6 +329,22 @@ impl<S: Subdomain> Distributed<S> {
                     }
                 }
             }
+        }
+        if !sends.is_empty() || !receives.is_empty() {
+            // Blocking on the host only: the devices go on with the interior meanwhile.
+            let got = world::exchange(&sends, &receives)?;
+            for ((i, to), bytes) in landing.into_iter().zip(got) {
+                let s = &sync[i];
+                s.ctx.bind_to_thread()?;
+                // SAFETY: the halo rows lie inside this slab's live buffer; the stream is
+                // synchronised before `bytes` is dropped.
+                unsafe {
+                    cudarc::driver::result::memcpy_htod_async(to, &bytes[..], s.copy.cu_stream())?;
+                }
+                s.copy.synchronize()?;
+            }
+        }
+        for s in sync {
             s.pulled.record(&s.copy)?;
         }
         Ok(())
@@ -458,6 +504,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
             if self.sync.is_some() {
                 self.overlapped_pass(k)?;
             } else {
+                // Host slabs.
                 if !self.fresh {
                     match self.world {
                         Some(_) => self.exchange_world()?,

@@ -10,6 +10,9 @@
 #   gpu/gpu.sh es               # there: bench electrostatics (f32, f64, time to solution)
 #   gpu/gpu.sh es-tune          # there: electrostatics launch shapes (KEISAN_ES_* overrides)
 #   gpu/gpu.sh multi            # there: bench advection on slabs over DEVICES (default 0,1)
+#   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
+#   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
+#                               #   mpirun -np 2 against one process (files, contest 5 time)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -21,10 +24,10 @@ export KEISAN_BIN=$PWD/gpu/keisan
 
 build() {
   set -e
-  cargo build --release
+  cargo build --release ${FEATURES:-}
   rm -rf gpu && mkdir -p gpu/tests
   cp target/release/keisan gpu/
-  cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
+  cargo test --release ${FEATURES:-} --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
     m = json.loads(line)
@@ -135,14 +138,52 @@ multi() {
   echo "== bench advection --devices 0,0 (two slabs on one device)"; timeout 150 $K bench advection --devices 0,0 | tail -2
 }
 
+# Heat 3D on slabs, from the run summaries: weak (512³ per GPU) and strong scaling.
+heat_multi() {
+  device
+  local steps=${STEPS:-2000}
+  t() { $K run examples/heat-3d-640.toml --set "heat.shape=$1" --set heat.dt=2e-7 \
+        --set heat.steps=$steps --quiet --json "${@:2}" |
+        python3 -c "import json,sys; print('solve %.3f s' % json.load(sys.stdin)['timings']['solve_s'])"; }
+  for cfg in "[512,512,512]|--devices 0" "[1024,512,512]|--devices 0,1" "[1024,512,512]|--devices 0" \
+             "[512,512,512]|--devices 0,0" "[512,512,512]|--devices 0,1"; do
+    local shape=${cfg%%|*} args=${cfg#*|}
+    echo "== heat 3D $shape f32 $steps steps $args: $(t "$shape" $args)"
+  done
+}
+
+# MPI on GPUs (binary built with FEATURES=--features mpi): 2 ranks against one process,
+# the same files, and contest 5 for 512 steps timed three times.
+mpi_gpu() {
+  device
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local k=$PWD/$K w; w=$(mktemp -d)
+  printf 'solver = "advection"\n[advection]\nnx = 1024\nny = 777\nsteps = 64\ncfl = 0.9\nvelocity = { kind = "rotation" }\ninitial = { preset = "zalesak" }\n[output]\nevery = 32\n' > "$w/a.toml"
+  printf 'solver = "heat"\nprecision = "f32"\n[heat]\nshape = [130, 64, 128]\ndt = 2e-6\nsteps = 40\ninitial = { preset = "hot_box" }\n[output]\nevery = 20\n' > "$w/h.toml"
+  for f in a h; do
+    (cd "$w" && $k run $f.toml -q --out one-$f && timeout 120 mpirun -np 2 $k run $f.toml -q --out two-$f)
+    for x in $(cd "$w/one-$f" && ls *.npy diagnostics.csv); do
+      cmp -s "$w/one-$f/$x" "$w/two-$f/$x" && echo "$f $x same" || echo "$f $x DIFFERS"
+    done
+  done
+  solve() { python3 -c "import json,sys; print('$1 solve %.3f s' % json.load(sys.stdin)['timings']['solve_s'])"; }
+  for n in 1 2 3; do
+    $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 | solve "one process"
+    timeout 200 mpirun -np 2 $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 | solve "2 ranks"
+  done
+  $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --devices 0,1 | solve "1 process, 2 GPUs"
+}
+
 case "${1:-}" in
   build) build ;;
   multi) multi ;;
+  heat-multi) heat_multi ;;
+  mpi) mpi_gpu ;;
   test) tests ;;
   bench) bench ;;
   tune) tune ;;
   es) es ;;
   es-tune) es_tune ;;
   all) tests; s=$?; bench; exit $s ;;
-  *) sed -n '2,14p' "$0"; exit 2 ;;
+  *) sed -n '2,17p' "$0"; exit 2 ;;
 esac

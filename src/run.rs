@@ -145,6 +145,11 @@ pub trait Engine {
     fn state(&mut self) -> Result<Vec<Field<Self::Real>>> {
         Ok(vec![self.snapshot()?])
     }
+    /// Decomposed engines: seconds one halo exchange takes alone (no compute beside it),
+    /// the mean of `reps`; None for engines without halos.
+    fn halo_exchange_seconds(&mut self, _reps: usize) -> Result<Option<f64>> {
+        Ok(None)
+    }
 }
 
 /// Where an engine starts when it continues from a checkpoint: the step count, the

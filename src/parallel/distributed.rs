@@ -301,33 +301,7 @@ impl<S: Subdomain> Distributed<S> {
                     continue;
                 };
                 s.copy.wait(&sync[src].bands_done)?;
-                let (a, b) = (bases[src], bases[i]);
-                let row = a.1 as u64;
-                let bytes = t.rows * a.1;
-                let (from, to) = (a.0 + t.from as u64 * row, b.0 + t.to as u64 * row);
-                // SAFETY: both ranges lie inside live buffers of their slabs (halo and
-                // owned rows of windows built together); the events above order the copy
-                // after the kernels that wrote the source and before those that read or
-                // overwrite either range.
-                unsafe {
-                    if Arc::ptr_eq(&sync[src].ctx, &s.ctx) {
-                        cudarc::driver::result::memcpy_dtod_async(
-                            to,
-                            from,
-                            bytes,
-                            s.copy.cu_stream(),
-                        )?;
-                    } else {
-                        cudarc::driver::result::memcpy_peer_async(
-                            s.ctx.cu_ctx(),
-                            to,
-                            sync[src].ctx.cu_ctx(),
-                            from,
-                            bytes,
-                            s.copy.cu_stream(),
-                        )?;
-                    }
-                }
+                pull(sync, &bases, t, src, i)?;
             }
         }
         if !sends.is_empty() || !receives.is_empty() {
@@ -383,6 +357,41 @@ impl<S: Subdomain> Distributed<S> {
         let counts: Vec<usize> = self.owned_values.iter().map(|v| v * size).collect();
         Ok(from_bytes(&world::all_gather(&to_bytes(&mine), &counts)?))
     }
+}
+
+/// Copy transfer `t` from local device slab `src` into local slab `dst` on `dst`'s copy
+/// stream (a peer copy between devices), ordered by the caller's events.
+fn pull(
+    sync: &[DeviceSync],
+    bases: &[(u64, usize)],
+    t: &Transfer,
+    src: usize,
+    dst: usize,
+) -> Result<()> {
+    let (a, b) = (bases[src], bases[dst]);
+    let row = a.1 as u64;
+    let bytes = t.rows * a.1;
+    let (from, to) = (a.0 + t.from as u64 * row, b.0 + t.to as u64 * row);
+    let s = &sync[dst];
+    s.ctx.bind_to_thread()?;
+    // SAFETY: both ranges lie inside live buffers of their slabs (halo and owned rows of
+    // windows built together); the caller's events order the copy after the kernels that
+    // wrote the source and before those that read or overwrite either range.
+    unsafe {
+        if Arc::ptr_eq(&sync[src].ctx, &s.ctx) {
+            cudarc::driver::result::memcpy_dtod_async(to, from, bytes, s.copy.cu_stream())?;
+        } else {
+            cudarc::driver::result::memcpy_peer_async(
+                s.ctx.cu_ctx(),
+                to,
+                sync[src].ctx.cu_ctx(),
+                from,
+                bytes,
+                s.copy.cu_stream(),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// The owned grid rows of slab `i` that other slabs pull, as disjoint bands in order,
@@ -564,6 +573,34 @@ impl<S: Subdomain> Engine for Distributed<S> {
     fn snapshot(&mut self) -> Result<Field<Self::Real>> {
         let all = self.gather()?;
         Ok((self.field_of)(all))
+    }
+
+    fn halo_exchange_seconds(&mut self, reps: usize) -> Result<Option<f64>> {
+        if self.world.is_some() || reps == 0 {
+            return Ok(None);
+        }
+        self.diagnostics()?;
+        let t = std::time::Instant::now();
+        match &self.sync {
+            Some(sync) => {
+                let bases: Vec<_> = self.parts.iter_mut().map(device_base).collect();
+                for _ in 0..reps {
+                    for tr in &self.transfers {
+                        pull(sync, &bases, tr, tr.src, tr.dst)?;
+                    }
+                    // One exchange as a pass sees it: every pull landed.
+                    for s in sync {
+                        s.copy.synchronize()?;
+                    }
+                }
+            }
+            None => {
+                for _ in 0..reps {
+                    self.exchange()?;
+                }
+            }
+        }
+        Ok(Some(t.elapsed().as_secs_f64() / reps as f64))
     }
 }
 

@@ -82,6 +82,15 @@ pub struct AdvectionCase {
     pub speedup: Option<f64>,
     /// speedup ÷ devices.
     pub efficiency: Option<f64>,
+    /// Decomposed runs: one halo exchange alone, per step (an exchange serves a pass).
+    pub exchange_s_per_step: Option<f64>,
+    /// What the slabs took per step beyond the first device's time ÷ devices.
+    pub exposed_s_per_step: Option<f64>,
+    /// 1 − exposed ÷ exchange (clamped to [0, 1]).
+    pub hidden_fraction: Option<f64>,
+    /// The model T(P) = T(1)/P + steps × exposed per step, at 8 and 64 devices.
+    pub model_8_s: Option<f64>,
+    pub model_64_s: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -214,6 +223,15 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
             c.one_device_s = Some(one.seconds);
             c.speedup = Some(speedup);
             c.efficiency = Some(speedup / c.devices as f64);
+            let steps = c.steps as f64;
+            let exposed = ((c.seconds - one.seconds / c.devices as f64) / steps).max(0.0);
+            c.exposed_s_per_step = Some(exposed);
+            if let Some(x) = c.exchange_s_per_step {
+                c.hidden_fraction = Some((1.0 - exposed / x).clamp(0.0, 1.0));
+            }
+            // Slabs keep two neighbours at any count: the exposed part stays per step.
+            c.model_8_s = Some(one.seconds / 8.0 + steps * exposed);
+            c.model_64_s = Some(one.seconds / 64.0 + steps * exposed);
         }
         out.push(AdvectionCase {
             name,
@@ -265,6 +283,20 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
                 100.0 * e
             );
         }
+        if let (Some(x), Some(e), Some(h)) = (
+            c.exchange_s_per_step,
+            c.exposed_s_per_step,
+            c.hidden_fraction,
+        ) {
+            human += &format!(
+                "             halo exchange alone {} per step, exposed {} per step ({:.0} % hidden); model T(1)/P + exposed: {} on 8 devices, {} on 64\n",
+                crate::units::seconds(x),
+                crate::units::seconds(e),
+                100.0 * h,
+                crate::units::seconds(c.model_8_s.unwrap_or(0.0)),
+                crate::units::seconds(c.model_64_s.unwrap_or(0.0)),
+            );
+        }
     }
     Ok(Report {
         human,
@@ -311,6 +343,7 @@ fn case<T: Real>(
         sorted_wall_seconds(e.as_mut(), p.steps, reps)?
     };
     let seconds = times[times.len() / 2];
+    let exchange = e.halo_exchange_seconds(20)?.map(|x| x / per_pass as f64);
     // Every device moves its slab's bytes at the copy bandwidth measured on the first.
     let bandwidth = ceilings.copy_bandwidth * devices as f64;
     // The CPU engine reads du, dv arrays for every steady velocity.
@@ -334,5 +367,10 @@ fn case<T: Real>(
         one_device_s: None,
         speedup: None,
         efficiency: None,
+        exchange_s_per_step: exchange,
+        exposed_s_per_step: None,
+        hidden_fraction: None,
+        model_8_s: None,
+        model_64_s: None,
     })
 }

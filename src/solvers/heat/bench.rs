@@ -8,8 +8,8 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use crate::bench::{Timer, ceilings_for};
-use crate::device::Device;
 use crate::device::ceilings::Ceilings;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
 use crate::run::Engine;
@@ -505,4 +505,110 @@ pub fn model_sweep<T: Real>(
         }
     }
     Ok(points)
+}
+
+/// One row of `keisan bench heat --devices …`.
+#[derive(Debug, Serialize)]
+pub struct SlabCase {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub steps: u64,
+    pub seconds: f64,
+    pub one_device_s: f64,
+    /// Weak: one device's grid ÷ this; strong: the speedup ÷ devices.
+    pub efficiency: f64,
+    pub gcells_per_s: f64,
+}
+
+/// `keisan bench heat --devices …`: in-core 3D on slabs, weak scaling (`--size-3d` per
+/// device, the slowest axis times the devices) and strong scaling (the grown grid on one
+/// device and on all), each timed against the first device alone in the same run.
+pub fn slabs(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+    let a = HeatBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if a.repetitions == 0 || a.steps == 0 {
+        return Err(Error::invalid(
+            "--steps/--repetitions",
+            0,
+            "must be at least 1",
+        ));
+    }
+    let shape = parse_shape("--size-3d", &a.size_3d, 3)?;
+    let cases = match a.precision {
+        Precision::F32 => slab_cases::<f32>(placement, &shape, a.steps, a.repetitions)?,
+        Precision::F64 => slab_cases::<f64>(placement, &shape, a.steps, a.repetitions)?,
+    };
+    let mut human = format!(
+        "heat bench on {}, {}, in-core 3D, median of {}\n",
+        placement.describe(),
+        a.precision,
+        a.repetitions
+    );
+    for c in &cases {
+        human += &format!(
+            "  {:<8} {:>16} {:>5} steps: {} ({:.1} Gcell/s); first device alone {}: {:.1} % efficiency\n",
+            c.name,
+            c.shape
+                .iter()
+                .map(|v| v.to_string())
+                .collect::<Vec<_>>()
+                .join("x"),
+            c.steps,
+            crate::units::seconds(c.seconds),
+            c.gcells_per_s,
+            crate::units::seconds(c.one_device_s),
+            100.0 * c.efficiency
+        );
+    }
+    Ok(Report {
+        human,
+        json: serde_json::json!({ "placement": placement.describe(), "precision": a.precision.to_string(), "cases": cases }),
+    })
+}
+
+fn slab_cases<T: Real>(
+    placement: &Placement,
+    shape: &[usize],
+    steps: u64,
+    reps: usize,
+) -> Result<Vec<SlabCase>> {
+    let d = placement.total();
+    let mut grown = shape.to_vec();
+    grown[0] *= d;
+    let single = Placement::single(placement.first().clone());
+    let time = |shape: &[usize], on: &Placement| -> Result<f64> {
+        let in_core = heat::OutOfCore {
+            strategy: Strategy::InCore,
+            ..Default::default()
+        };
+        let p = bench_problem(shape, steps, in_core)?;
+        let (mut e, _) = heat::engine_placed::<T>(&p, on, None)?;
+        e.advance(1)?;
+        e.diagnostics()?;
+        let t = crate::bench::sorted_wall_seconds(e.as_mut(), steps, reps)?;
+        Ok(t[t.len() / 2])
+    };
+    let one = time(shape, &single)?;
+    let weak = time(&grown, placement)?;
+    let strong_one = time(&grown, &single)?;
+    let cells = |s: &[usize]| s.iter().product::<usize>() as f64 * steps as f64;
+    Ok(vec![
+        SlabCase {
+            name: "weak".into(),
+            shape: grown.clone(),
+            steps,
+            seconds: weak,
+            one_device_s: one,
+            efficiency: one / weak,
+            gcells_per_s: cells(&grown) / weak * 1e-9,
+        },
+        SlabCase {
+            name: "strong".into(),
+            shape: grown.clone(),
+            steps,
+            seconds: weak,
+            one_device_s: strong_one,
+            efficiency: strong_one / weak / d as f64,
+            gcells_per_s: cells(&grown) / weak * 1e-9,
+        },
+    ])
 }

@@ -1,8 +1,8 @@
 //! The heat solver's entry in the registry: its table, its run, its bench and model.
 
 use super::{HeatConfig, HeatProblem, Initial, Layout, Strategy, bench};
-use crate::device::Device;
 use crate::device::cuda::KernelSource;
+use crate::device::{Device, Placement};
 use crate::error::Result;
 use crate::execute::{Case, Execution, run_case};
 use crate::precision::{Precision, Real};
@@ -39,6 +39,12 @@ impl Solver for Heat {
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(device, args)
+    }
+    fn bench_placed(&self, placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+        match placement.is_single() {
+            true => bench::run(placement.first(), args),
+            false => bench::slabs(placement, args),
+        }
     }
     fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
         Some(<bench::HeatModelArgs as clap::Args>::augment_args(cmd))

@@ -4,7 +4,7 @@
 
 mod common;
 
-use keisan::device::{Device, Placement};
+use keisan::device::Placement;
 use keisan::precision::Real;
 use keisan::run::Engine;
 use keisan::solvers::advection::cuda::VelocitySource;
@@ -57,18 +57,24 @@ fn run<T: Real>(
     e.snapshot().unwrap().data
 }
 
-fn on(device: &Device, n: usize) -> Placement {
-    Placement::local(vec![device.clone(); n])
-}
-
 fn cpu_slabs_equal_the_whole_grid<T: Real>() {
     for boundary in ["contest", "periodic"] {
         for velocity in VELOCITIES {
             let p = problem(boundary, velocity, 9);
             let f0 = random::<T>(p.cells());
-            let whole = run(&p, &on(&common::cpu(), 1), &f0, VelocitySource::Kernel);
+            let whole = run(
+                &p,
+                &common::on(&common::cpu(), 1),
+                &f0,
+                VelocitySource::Kernel,
+            );
             for n in [2, 3, 4, 6] {
-                let slabs = run(&p, &on(&common::cpu(), n), &f0, VelocitySource::Kernel);
+                let slabs = run(
+                    &p,
+                    &common::on(&common::cpu(), n),
+                    &f0,
+                    VelocitySource::Kernel,
+                );
                 assert!(
                     common::same_bits(&whole, &slabs),
                     "{boundary} {velocity}: {n} slabs"
@@ -88,9 +94,15 @@ fn cpu_slabs_equal_the_whole_grid_bit_for_bit() {
 fn slabs_thinner_than_their_halo_are_refused_by_name() {
     let p = problem("contest", VELOCITIES[0], 1);
     let f0 = random::<f64>(p.cells());
-    let e = advection::slabs(&p, &on(&common::cpu(), 40), &f0, 0, VelocitySource::Kernel)
-        .err()
-        .expect("refused");
+    let e = advection::slabs(
+        &p,
+        &common::on(&common::cpu(), 40),
+        &f0,
+        0,
+        VelocitySource::Kernel,
+    )
+    .err()
+    .expect("refused");
     assert!(e.to_string().contains("--subdomains"), "{e}");
     assert_eq!(e.exit_code(), 2);
 }
@@ -127,31 +139,23 @@ fn cuda_slabs_on_one_device_equal_the_whole_grid_bit_for_bit() {
     let Some(gpu) = common::gpu_or_skip("advection CUDA slabs") else {
         return;
     };
-    let placements = [on(&gpu, 2), on(&gpu, 3), on(&gpu, 5)];
-    cuda_slabs_equal_the_whole_grid::<f64>(&placements, &on(&gpu, 1));
-    cuda_slabs_equal_the_whole_grid::<f32>(&placements, &on(&gpu, 1));
+    let placements = [
+        common::on(&gpu, 2),
+        common::on(&gpu, 3),
+        common::on(&gpu, 5),
+    ];
+    cuda_slabs_equal_the_whole_grid::<f64>(&placements, &common::on(&gpu, 1));
+    cuda_slabs_equal_the_whole_grid::<f32>(&placements, &common::on(&gpu, 1));
 }
 
 #[test]
 fn cuda_slabs_on_two_devices_equal_one_device_bit_for_bit() {
-    let Some(gpu) = common::gpu_or_skip("advection CUDA slabs on two devices") else {
+    let Some(two) = common::two_gpus_or_skip("advection CUDA slabs on two devices", Some(3)) else {
         return;
     };
-    let two = match keisan::device::place(
-        keisan::device::Backend::Cuda,
-        0,
-        Some("0,1"),
-        Some(3),
-        &mut |_| {},
-    ) {
-        Ok(p) => p,
-        Err(e) => {
-            common::skip(&format!("advection CUDA slabs on two devices: {e}"));
-            return;
-        }
-    };
-    cuda_slabs_equal_the_whole_grid::<f64>(std::slice::from_ref(&two), &on(&gpu, 1));
-    cuda_slabs_equal_the_whole_grid::<f32>(std::slice::from_ref(&two), &on(&gpu, 1));
+    let one = common::on(two.first(), 1);
+    cuda_slabs_equal_the_whole_grid::<f64>(std::slice::from_ref(&two), &one);
+    cuda_slabs_equal_the_whole_grid::<f32>(std::slice::from_ref(&two), &one);
 }
 
 fn keisan(dir: &std::path::Path, args: &[&str]) -> std::process::Output {

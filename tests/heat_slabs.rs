@@ -5,14 +5,10 @@
 
 mod common;
 
-use keisan::device::{Device, Placement};
+use keisan::device::Placement;
 use keisan::precision::Real;
 use keisan::run::{Field, Restart, Status};
 use keisan::solvers::heat::{self, HeatProblem};
-
-fn on(device: &Device, n: usize) -> Placement {
-    Placement::local(vec![device.clone(); n])
-}
 
 /// `p.steps` steps from a random field on `placement`, in chunks that end mid-pass.
 fn run<T: Real>(p: &HeatProblem, placement: &Placement, u0: &[f64]) -> Vec<T> {
@@ -71,14 +67,18 @@ fn slabs_equal_the_cpu_reference<T: Real>(placements: &[Placement]) {
 #[test]
 fn cpu_slabs_equal_the_whole_grid_bit_for_bit() {
     let cpu = common::cpu();
-    let placements = [on(&cpu, 2), on(&cpu, 3), on(&cpu, 5)];
+    let placements = [
+        common::on(&cpu, 2),
+        common::on(&cpu, 3),
+        common::on(&cpu, 5),
+    ];
     slabs_equal_the_cpu_reference::<f64>(&placements);
     slabs_equal_the_cpu_reference::<f32>(&placements);
 }
 
 #[test]
 fn a_1d_grid_and_out_of_core_slabs_are_refused_by_name() {
-    let cpu = on(&common::cpu(), 2);
+    let cpu = common::on(&common::cpu(), 2);
     for (shape, extra) in [("[100]", ""), ("[40, 40]", "strategy = \"pyramid\"")] {
         let p = common::heat_problem(shape, 1, extra);
         let e = heat::engine_placed::<f64>(&p, &cpu, None)
@@ -94,28 +94,15 @@ fn cuda_slabs_on_one_device_equal_the_cpu_reference_bit_for_bit() {
     let Some(gpu) = common::gpu_or_skip("heat CUDA slabs") else {
         return;
     };
-    let placements = [on(&gpu, 2), on(&gpu, 3)];
+    let placements = [common::on(&gpu, 2), common::on(&gpu, 3)];
     slabs_equal_the_cpu_reference::<f64>(&placements);
     slabs_equal_the_cpu_reference::<f32>(&placements);
 }
 
 #[test]
 fn cuda_slabs_on_two_devices_equal_the_cpu_reference_bit_for_bit() {
-    if common::gpu_or_skip("heat CUDA slabs on two devices").is_none() {
+    let Some(two) = common::two_gpus_or_skip("heat CUDA slabs on two devices", None) else {
         return;
-    }
-    let two = match keisan::device::place(
-        keisan::device::Backend::Cuda,
-        0,
-        Some("0,1"),
-        None,
-        &mut |_| {},
-    ) {
-        Ok(p) => p,
-        Err(e) => {
-            common::skip(&format!("heat CUDA slabs on two devices: {e}"));
-            return;
-        }
     };
     slabs_equal_the_cpu_reference::<f64>(std::slice::from_ref(&two));
     slabs_equal_the_cpu_reference::<f32>(std::slice::from_ref(&two));

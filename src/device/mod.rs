@@ -103,6 +103,37 @@ impl Placement {
         &self.parts[0]
     }
 
+    /// The devices the subdomains are on, each once, in order of first use.
+    pub fn distinct_devices(&self) -> Vec<&Device> {
+        let mut seen: Vec<&Device> = Vec::new();
+        for d in &self.parts {
+            if !seen.iter().any(|s| s.describe() == d.describe()) {
+                seen.push(d);
+            }
+        }
+        seen
+    }
+
+    /// The CUDA device of each subdomain, in order; None when all are on the CPU. A run
+    /// is all on one kind.
+    pub fn gpus(&self) -> Result<Option<Vec<Arc<Gpu>>>> {
+        let gpus: Vec<_> = (self.parts.iter())
+            .filter_map(|d| match d {
+                Device::Cuda(g) => Some(g.clone()),
+                Device::Cpu { .. } => None,
+            })
+            .collect();
+        match gpus.len() {
+            0 => Ok(None),
+            n if n == self.parts.len() => Ok(Some(gpus)),
+            _ => Err(Error::invalid(
+                "--devices",
+                self.parts.len(),
+                "the subdomains of one run are all on CUDA devices or all on the CPU",
+            )),
+        }
+    }
+
     pub fn describe(&self) -> String {
         if let Some(w) = self.world {
             return format!(
@@ -114,13 +145,9 @@ impl Placement {
         if self.is_single() {
             return self.parts[0].describe();
         }
-        let mut distinct: Vec<String> = Vec::new();
-        for d in &self.parts {
-            let s = d.describe();
-            if !distinct.contains(&s) {
-                distinct.push(s);
-            }
-        }
+        let distinct: Vec<String> = (self.distinct_devices().iter())
+            .map(|d| d.describe())
+            .collect();
         format!("{} subdomains on {}", self.parts.len(), distinct.join(", "))
     }
 }

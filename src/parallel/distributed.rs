@@ -17,6 +17,7 @@ use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 use super::Window;
 use super::world::{self, World};
 use crate::device::Gpu;
+use crate::device::Placement;
 use crate::error::{Error, Result};
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -54,7 +55,13 @@ pub trait Subdomain: Engine {
     /// Every owned row has been computed: the next field becomes the current one.
     fn commit(&mut self, steps: u64);
     /// The owned rows, on the host.
-    fn owned(&mut self) -> Result<Vec<Self::Real>>;
+    fn owned(&mut self) -> Result<Vec<Self::Real>>
+    where
+        Self: Sized,
+    {
+        let own = self.window().own_in_buffer();
+        read_rows(self, own.start, own.len())
+    }
 }
 
 /// A device slab's streams and events: the interior on the device's stream, the bands on
@@ -108,27 +115,21 @@ pub struct Distributed<S: Subdomain> {
 }
 
 impl<S: Subdomain> Distributed<S> {
-    /// `parts` in row order, their halos already filled (built from the whole field);
-    /// `field_of` turns the gathered owned rows into the solver's field.
-    /// Slabs all in this process: `parts[k]` is slab k.
-    pub fn new(
-        parts: Vec<S>,
+    /// The run's slabs `all` over `placement`: `build(k, window)` makes the engine of
+    /// this process's k-th subdomain (its halos filled from the whole field); under
+    /// mpirun slab r is rank r's. `field_of` turns the gathered owned rows into the
+    /// solver's field.
+    pub fn on(
+        placement: &Placement,
+        all: Vec<Window>,
+        mut build: impl FnMut(usize, Window) -> Result<S>,
         field_of: impl Fn(Vec<S::Real>) -> Field<S::Real> + Send + 'static,
     ) -> Result<Self> {
-        let all: Vec<Window> = parts.iter().map(|p| p.window().clone()).collect();
-        let ids = (0..parts.len()).collect();
-        Self::placed(parts, &all, ids, None, field_of)
-    }
-
-    /// This process's slabs `parts`, slab `ids[k]` of the run's `all`; under mpirun
-    /// (`world`) one per rank, slab r on rank r.
-    pub fn placed(
-        parts: Vec<S>,
-        all: &[Window],
-        ids: Vec<usize>,
-        world: Option<World>,
-        field_of: impl Fn(Vec<S::Real>) -> Field<S::Real> + Send + 'static,
-    ) -> Result<Self> {
+        let ids = placement.ids();
+        let parts = (ids.iter().enumerate())
+            .map(|(k, &i)| build(k, all[i].clone()))
+            .collect::<Result<Vec<_>>>()?;
+        let world = placement.world;
         let mut transfers = Vec::new();
         for (dst, window) in all.iter().enumerate() {
             for (to, rows) in window.halos() {
@@ -322,10 +323,6 @@ impl<S: Subdomain> Distributed<S> {
             s.pulled.record(&s.copy)?;
         }
         Ok(())
-    }
-
-    pub fn parts(&self) -> usize {
-        self.parts.len()
     }
 
     /// Host slabs: fill every halo from the slab that owns its rows.
@@ -613,10 +610,4 @@ pub fn slab_of<T: Copy>(w: &Window, full: &[T], row_len: usize) -> Vec<T> {
         out.extend_from_slice(&full[g * row_len..(g + 1) * row_len]);
     }
     out
-}
-
-/// Owned rows of a buffer of `w`.
-pub fn owned_of<T: Copy>(w: &Window, buf: &[T], row_len: usize) -> Vec<T> {
-    let r = w.own_in_buffer();
-    buf[r.start * row_len..r.end * row_len].to_vec()
 }

@@ -37,10 +37,6 @@ impl Window {
         }
     }
 
-    pub fn is_whole(&self) -> bool {
-        self.own == (0..self.n)
-    }
-
     /// The buffer row that holds grid row `r`: `r` itself where the buffer has it (halo
     /// rows included), else wrapped (periodic, the whole grid in the buffer) or clamped
     /// to the grid's edge (rows a held boundary never reads for a result).

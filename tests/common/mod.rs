@@ -162,3 +162,30 @@ pub fn advection_run<T: keisan::precision::Real>(
         .map(|v| v.as_f64())
         .collect()
 }
+
+/// `n` subdomains of one run, all on `device`.
+pub fn on(device: &Device, n: usize) -> keisan::device::Placement {
+    keisan::device::Placement::local(vec![device.clone(); n])
+}
+
+/// `subdomains` slabs over CUDA devices 0 and 1, or None (with a message saying why)
+/// where the machine has no second device.
+pub fn two_gpus_or_skip(
+    test: &str,
+    subdomains: Option<usize>,
+) -> Option<keisan::device::Placement> {
+    gpu_or_skip(test)?;
+    match keisan::device::place(
+        keisan::device::Backend::Cuda,
+        0,
+        Some("0,1"),
+        subdomains,
+        &mut |_| {},
+    ) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            skip(&format!("{test}: {e}"));
+            None
+        }
+    }
+}

@@ -133,21 +133,6 @@ pub fn bytes_per_cell<T: Real>(arrays: bool, per_pass: u64) -> f64 {
     (std::mem::size_of::<T>() * if arrays { 4 } else { 2 }) as f64 / per_pass as f64
 }
 
-/// Distinct devices of a placement (slabs may share one).
-fn distinct_devices(placement: &Placement) -> usize {
-    let mut seen: Vec<String> = Vec::new();
-    for d in &placement.parts {
-        let key = match d {
-            Device::Cpu { .. } => "cpu".to_string(),
-            Device::Cuda(g) => g.ordinal.to_string(),
-        };
-        if !seen.contains(&key) {
-            seen.push(key);
-        }
-    }
-    seen.len()
-}
-
 pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
     let device = placement.first();
     let a = AdvectionBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
@@ -319,7 +304,7 @@ fn case<T: Real>(
     } else {
         VelocitySource::Kernel
     };
-    let devices = distinct_devices(placement);
+    let devices = placement.distinct_devices().len();
     let (mut e, per_pass): (Box<dyn Engine<Real = T>>, u64) = match device {
         _ if !placement.is_single() => (
             super::slabs(p, placement, &f0, 0, velocity)?,

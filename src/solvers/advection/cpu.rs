@@ -11,7 +11,7 @@ use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_arrays};
 use crate::error::Result;
 use crate::memory::try_filled;
-use crate::parallel::{Rows, Subdomain, Window, owned_of, slab_of};
+use crate::parallel::{Rows, Subdomain, Window, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -190,8 +190,5 @@ impl<T: Real> Subdomain for CpuAdvection<T> {
     fn commit(&mut self, steps: u64) {
         std::mem::swap(&mut self.f, &mut self.g);
         self.steps += steps;
-    }
-    fn owned(&mut self) -> Result<Vec<T>> {
-        Ok(owned_of(&self.window, &self.f, self.p.nx))
     }
 }

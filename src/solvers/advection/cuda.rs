@@ -429,10 +429,4 @@ impl<T: Real> Subdomain for CudaAdvection<T> {
         std::mem::swap(&mut self.f, &mut self.g);
         self.steps += steps;
     }
-    fn owned(&mut self) -> Result<Vec<T>> {
-        let r = self.window.own_in_buffer();
-        let nx = self.p.nx;
-        let own = self.f.slice(PAD + r.start * nx..PAD + r.end * nx);
-        Ok(self.gpu.stream.clone_dtoh(&own)?)
-    }
 }

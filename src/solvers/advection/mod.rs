@@ -271,52 +271,24 @@ pub fn slabs<T: Real>(
     step: u64,
     source: cuda::VelocitySource,
 ) -> Result<Box<dyn Engine<Real = T>>> {
-    let (n, ids) = (placement.total(), placement.ids());
+    let n = placement.total();
     let q = p.clone();
     let field_of = move |data| field_of(&q, data);
-    let gpus: Vec<_> = placement
-        .parts
-        .iter()
-        .filter_map(|d| match d {
-            Device::Cuda(g) => Some(g.clone()),
-            Device::Cpu { .. } => None,
-        })
-        .collect();
-    if gpus.is_empty() {
-        let all = windows(p.ny, n, 2, p.periodic(), "--subdomains")?;
-        let parts = ids
-            .iter()
-            .map(|&i| cpu::CpuAdvection::on_window(p, all[i].clone(), f0, step))
-            .collect::<Result<Vec<_>>>()?;
-        return Ok(Box::new(Distributed::placed(
-            parts,
-            &all,
-            ids,
-            placement.world,
-            field_of,
-        )?));
-    }
-    if gpus.len() != placement.parts.len() {
-        return Err(Error::invalid(
-            "--devices",
-            n,
-            "the subdomains of one run are all on CUDA devices or all on the CPU",
-        ));
-    }
-    let halo = 2 * cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize;
-    let all = windows(p.ny, n, halo, p.periodic(), "--subdomains")?;
-    let parts = ids
-        .iter()
-        .zip(gpus)
-        .map(|(&i, gpu)| cuda::CudaAdvection::on_window(gpu, p, all[i].clone(), f0, step, source))
-        .collect::<Result<Vec<_>>>()?;
-    Ok(Box::new(Distributed::placed(
-        parts,
-        &all,
-        ids,
-        placement.world,
-        field_of,
-    )?))
+    Ok(match placement.gpus()? {
+        None => {
+            let all = windows(p.ny, n, 2, p.periodic(), "--subdomains")?;
+            let build = |_, w| cpu::CpuAdvection::on_window(p, w, f0, step);
+            Box::new(Distributed::on(placement, all, build, field_of)?)
+        }
+        Some(gpus) => {
+            let halo = 2 * cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize;
+            let all = windows(p.ny, n, halo, p.periodic(), "--subdomains")?;
+            let build = |k: usize, w| {
+                cuda::CudaAdvection::on_window(gpus[k].clone(), p, w, f0, step, source)
+            };
+            Box::new(Distributed::on(placement, all, build, field_of)?)
+        }
+    })
 }
 
 /// Where a relative file path in the table is taken from.

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use super::HeatProblem;
 use crate::error::Result;
 use crate::memory::try_filled;
-use crate::parallel::{Rows, Subdomain, Window, owned_of, slab_of};
+use crate::parallel::{Rows, Subdomain, Window, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -182,8 +182,5 @@ impl<T: Real> Subdomain for CpuHeat<T> {
             std::mem::swap(&mut self.u, &mut self.unew);
             self.steps += steps;
         }
-    }
-    fn owned(&mut self) -> Result<Vec<T>> {
-        Ok(owned_of(&self.window, &self.u, super::layer_len(&self.p)))
     }
 }

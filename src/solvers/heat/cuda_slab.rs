@@ -181,10 +181,4 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
         self.buf.swap(0, 1);
         self.steps += steps;
     }
-    fn owned(&mut self) -> Result<Vec<T>> {
-        let r = self.window.own_in_buffer();
-        let n = super::layer_len(&self.p);
-        let own = self.buf[0].slice(r.start * n..r.end * n);
-        Ok(self.gpu.stream.clone_dtoh(&own)?)
-    }
 }

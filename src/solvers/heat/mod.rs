@@ -291,10 +291,7 @@ pub fn engine_resumed<T: Real>(
     device: &Device,
     restart: Option<Restart<T>>,
 ) -> Result<(Box<dyn Engine<Real = T>>, Layout)> {
-    let (u0, step) = match restart {
-        Some(mut r) => (r.take("u")?, r.step),
-        None => (initial::field::<T>(problem)?, 0),
-    };
+    let (u0, step) = start_field(problem, restart)?;
     start_from(problem, device, u0, step)
 }
 
@@ -308,7 +305,7 @@ pub fn engine_placed<T: Real>(
     if placement.is_single() {
         return engine_resumed(p, placement.first(), restart);
     }
-    let (n, ids) = (placement.total(), placement.ids());
+    let n = placement.total();
     if p.dims == 1 {
         return Err(Error::invalid(
             "--subdomains",
@@ -323,51 +320,33 @@ pub fn engine_placed<T: Real>(
             "decomposed heat runs are in-core on every slab: leave heat.strategy out",
         ));
     }
-    let (u0, step) = match restart {
-        Some(mut r) => (r.take("u")?, r.step),
-        None => (initial::field::<T>(p)?, 0),
-    };
+    let (u0, step) = start_field(p, restart)?;
     let layers = p.shape[slab_axis(p.dims)];
     let q = p.clone();
     let field_of = move |data| field_of(&q, data);
-    let gpus: Vec<_> = placement
-        .parts
-        .iter()
-        .filter_map(|d| match d {
-            Device::Cuda(g) => Some(g.clone()),
-            Device::Cpu { .. } => None,
-        })
-        .collect();
-    let engine: Box<dyn Engine<Real = T>> = if gpus.is_empty() {
-        let all = windows(layers, n, 1, false, "--subdomains")?;
-        let parts = ids
-            .iter()
-            .map(|&i| cpu::CpuHeat::on_window(p, all[i].clone(), &u0, step))
-            .collect::<Result<Vec<_>>>()?;
-        Box::new(Distributed::placed(
-            parts,
-            &all,
-            ids,
-            placement.world,
-            field_of,
-        )?)
-    } else {
-        let halo = cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&gpus[0], p)? as usize;
-        let all = windows(layers, n, halo, false, "--subdomains")?;
-        let parts = ids
-            .iter()
-            .zip(gpus)
-            .map(|(&i, gpu)| cuda_slab::CudaHeatSlab::on_window(gpu, p, all[i].clone(), &u0, step))
-            .collect::<Result<Vec<_>>>()?;
-        Box::new(Distributed::placed(
-            parts,
-            &all,
-            ids,
-            placement.world,
-            field_of,
-        )?)
+    let engine: Box<dyn Engine<Real = T>> = match placement.gpus()? {
+        None => {
+            let all = windows(layers, n, 1, false, "--subdomains")?;
+            let build = |_, w| cpu::CpuHeat::on_window(p, w, &u0, step);
+            Box::new(Distributed::on(placement, all, build, field_of)?)
+        }
+        Some(gpus) => {
+            let halo = cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&gpus[0], p)? as usize;
+            let all = windows(layers, n, halo, false, "--subdomains")?;
+            let build =
+                |k: usize, w| cuda_slab::CudaHeatSlab::on_window(gpus[k].clone(), p, w, &u0, step);
+            Box::new(Distributed::on(placement, all, build, field_of)?)
+        }
     };
     Ok((engine, Layout::in_core(0)))
+}
+
+/// The field a run starts from and its step: the checkpoint's, or the initial field.
+fn start_field<T: Real>(p: &HeatProblem, restart: Option<Restart<T>>) -> Result<(Vec<T>, u64)> {
+    Ok(match restart {
+        Some(mut r) => (r.take("u")?, r.step),
+        None => (initial::field::<T>(p)?, 0),
+    })
 }
 
 /// As [`engine`], from a given initial field (n values, row-major; boundary values stay).

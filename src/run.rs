@@ -228,9 +228,9 @@ impl Loop {
     }
 
     /// Advance to step `target` (or convergence, or a non-finite value, or a pending
-    /// signal). Chunks grow while a chunk takes under ~0.1 s, so a fast device syncs
-    /// rarely and a slow one still updates the bar; a stop ends a chunk early, so
-    /// outputs ride on chunk boundaries and never force a sync per step.
+    /// signal). Chunks grow while a chunk takes under ~0.1 s (under mpirun: always), so a
+    /// fast device syncs rarely and a slow one still updates the bar; a stop ends a chunk
+    /// early, so outputs ride on chunk boundaries and never force a sync per step.
     pub fn run_to<E: Engine + ?Sized>(
         &mut self,
         engine: &mut E,
@@ -248,7 +248,10 @@ impl Loop {
             self.residuals.extend(&diag.new_residuals);
             self.steps = diag.steps;
             self.status = diag.status;
-            if t.elapsed() < Duration::from_millis(100) {
+            // Under mpirun every rank must take the same chunks (a decomposed engine's
+            // diagnostics are collective), so there the chunk grows without a clock.
+            let in_world = crate::parallel::World::current().is_some();
+            if in_world || t.elapsed() < Duration::from_millis(100) {
                 self.chunk = self.chunk.saturating_mul(2);
             }
             bar.set_position(self.steps);

@@ -61,7 +61,7 @@ pub fn execute_placed(
             "--subdomains",
             placement.parts.len(),
             format!(
-                "{} runs on one device or one CPU so far (decomposed runs: advection, heat)",
+                "{} runs on one device or one CPU so far (decomposed runs: advection, heat, jacobi, electrostatics)",
                 problem.solver.name()
             ),
         ));

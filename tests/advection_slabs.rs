@@ -203,10 +203,15 @@ fn the_cli_runs_slabs_and_writes_the_same_field() {
 fn placements_a_run_cannot_take_are_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    std::fs::write(
+        d.join("h.toml"),
+        "solver = \"heat\"\n[heat]\nshape = [40]\ndt = 1e-4\nsteps = 3\n",
+    )
+    .unwrap();
     let cases: [(&[&str], &str); 4] = [
         (
-            &["--backend", "cpu", "--subdomains", "2"],
-            "jacobi runs on one device",
+            &["h.toml", "--backend", "cpu", "--subdomains", "2"],
+            "a 1D heat grid runs on one device",
         ),
         (&["--backend", "cpu", "--devices", "0"], "--devices"),
         (&["--backend", "cpu", "--subdomains", "0"], "--subdomains"),

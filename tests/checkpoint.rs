@@ -117,6 +117,13 @@ fn jacobi_cpu_restart_is_bit_for_bit() {
             &["--backend", "cpu", "--precision", p],
         );
     }
+    // On CPU slabs: the residual history goes on as one engine's would.
+    restart_equals_straight(
+        JACOBI,
+        "jacobi.max_iterations",
+        13,
+        &["--backend", "cpu", "--subdomains", "3"],
+    );
 }
 
 #[test]
@@ -398,6 +405,13 @@ fn electrostatics_restart_is_bit_for_bit() {
         "electrostatics.max_iterations",
         9,
         &["--backend", "cpu"],
+    );
+    // On CPU slabs: the checkpoint holds the gathered potential.
+    restart_equals_straight(
+        ELECTROSTATICS,
+        "electrostatics.max_iterations",
+        9,
+        &["--backend", "cpu", "--subdomains", "3"],
     );
     if cuda_present("electrostatics_restart_is_bit_for_bit") {
         restart_equals_straight(

@@ -1,5 +1,6 @@
 //! Decomposed runs under mpirun (cargo feature `mpi`; CI installs Open MPI): 1, 2 and 4
-//! ranks on the CPU backend write the same files as one process, bit for bit, restart
+//! ranks on the CPU backend write the same files as one process, bit for bit (residual
+//! histories and the stopping iteration included), restart
 //! from a checkpoint of another rank count, and a request no rank can carry out ends
 //! every rank with the error instead of hanging.
 #![cfg(feature = "mpi")]
@@ -16,6 +17,18 @@ const HEAT: &str = "solver = \"heat\"\n[heat]\nshape = [30, 17, 24]\ndt = 1e-4\n
     initial = { preset = \"hot_box\" }\n[output]\nevery = 3\n";
 const HEAT_2D: &str = "solver = \"heat\"\n[heat]\nshape = [41, 33]\ndt = 1e-4\nsteps = 8\n\
     initial = { preset = \"gaussian\", width = 0.2 }\n[output]\nevery = 4\n";
+
+const JACOBI: &str = "solver = \"jacobi\"\n[jacobi]\nn = 30\nm = 23\ntolerance = 1e-6\n\
+    max_iterations = 2000\n[output]\nevery = 100\n";
+
+const ELECTROSTATICS: &str = "solver = \"electrostatics\"\n[electrostatics]\n\
+    x = { range = [0.0, 1.0], cells = 10 }\ny = { range = [0.0, 1.0], cells = 9 }\n\
+    z = { range = [0.0, 1.0], cells = 16 }\nvoltages = [1.0, 0.0]\npermittivities = [4.0]\n\
+    tolerance = 1e-8\nmax_iterations = 3000\ncapacitance = true\n\
+    [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.0, 0.0, 0.3]\nmax = [1.0, 1.0, 0.6]\n\
+    dielectric = 1\n[[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [0.5, 0.5, 0.2]\n\
+    radius = 0.15\nelectrode = 1\n[[electrostatics.shapes]]\nkind = \"box\"\n\
+    min = [0.2, 0.2, 0.8]\nmax = [0.8, 0.8, 0.9]\nelectrode = 2\n";
 
 fn mpirun(dir: &Path, ranks: usize, args: &[&str]) -> Output {
     let o = Command::new("mpirun")
@@ -60,7 +73,13 @@ fn same_files(dir: &Path, a: &str, b: &str) {
 fn ranks_write_what_one_process_writes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for (name, problem) in [("adv", ADVECTION), ("heat", HEAT), ("heat2d", HEAT_2D)] {
+    for (name, problem) in [
+        ("adv", ADVECTION),
+        ("heat", HEAT),
+        ("heat2d", HEAT_2D),
+        ("jacobi", JACOBI),
+        ("es", ELECTROSTATICS),
+    ] {
         let file = format!("{name}.toml");
         std::fs::write(d.join(&file), problem).unwrap();
         let one = format!("{name}-alone");

@@ -32,10 +32,21 @@ pub enum Rows<'a, T> {
     },
 }
 
+/// How an iterative solver's per-step sums over a slab (squared residuals) reach the
+/// total that decides, alike on every slab and rank, whether the solve stops.
+pub enum Partials {
+    /// Nothing to combine (a time-stepping solver).
+    None,
+    /// A host slab: [`Subdomain::take_partial`] after each step, `per_row` sums per
+    /// owned row.
+    Host { per_row: usize },
+}
+
 /// An engine that computes the owned rows of its [`Window`] from a buffer whose halo
 /// rows someone else fills. Between two exchanges it takes either one step or
-/// [`Subdomain::steps_per_exchange`] steps (its halo is stale after anything else); its
-/// residuals, if any, are not combined here.
+/// [`Subdomain::steps_per_exchange`] steps (its halo is stale after anything else).
+/// Iterative solvers also give per-step partial sums ([`Subdomain::partials`]); the run
+/// adds them over all slabs in slab order and hands every slab the same total.
 pub trait Subdomain: Engine {
     fn window(&self) -> &Window;
     /// Values per row.
@@ -61,6 +72,22 @@ pub trait Subdomain: Engine {
     {
         let own = self.window().own_in_buffer();
         read_rows(self, own.start, own.len())
+    }
+    /// Where this slab's per-step sums go.
+    fn partials(&mut self) -> Partials {
+        Partials::None
+    }
+    /// A host slab's sums over the step just computed, `per_row` for each owned row in
+    /// row order (each kind added up in row order over all slabs gives what one engine
+    /// adds up alone, bit for bit).
+    fn take_partial(&mut self) -> Vec<f64> {
+        Vec::new()
+    }
+    /// A host slab: each kind's sum over all slabs of the step just computed.
+    fn record_total(&mut self, _totals: &[f64]) {}
+    /// False once the solve stopped (converged, non-finite): further steps change nothing.
+    fn running(&self) -> bool {
+        true
     }
 }
 
@@ -109,9 +136,12 @@ pub struct Distributed<S: Subdomain> {
     /// The run-wide number of each of this process's slabs, and the ranks (mpirun).
     ids: Vec<usize>,
     world: Option<World>,
-    /// Values each slab of the run owns (the gather's counts).
+    /// Values and rows each slab of the run owns (the gathers' counts).
     owned_values: Vec<usize>,
+    own_rows: Vec<usize>,
     field_of: FieldOf<S::Real>,
+    /// Iterative solvers: partial sums per owned row combine per step (host slabs).
+    per_row: Option<usize>,
 }
 
 impl<S: Subdomain> Distributed<S> {
@@ -165,6 +195,7 @@ impl<S: Subdomain> Distributed<S> {
             .unzip();
         let row_len = parts.first().map_or(0, |p| p.row_len());
         let owned_values = all.iter().map(|w| w.own.len() * row_len).collect();
+        let own_rows = all.iter().map(|w| w.own.len()).collect();
         let sync = parts
             .iter_mut()
             .map(|p| match p.field() {
@@ -191,7 +222,17 @@ impl<S: Subdomain> Distributed<S> {
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
+        let per_row = match parts.first_mut().map(|p| p.partials()) {
+            Some(Partials::Host { per_row }) => Some(per_row),
+            _ => None,
+        };
+        if per_row.is_some() && sync.is_some() {
+            return Err(Error::Parse(
+                "internal: device slabs do not combine partial sums yet".into(),
+            ));
+        }
         Ok(Self {
+            per_row,
             parts,
             transfers,
             every,
@@ -202,6 +243,7 @@ impl<S: Subdomain> Distributed<S> {
             ids,
             world,
             owned_values,
+            own_rows,
             field_of: Box::new(field_of),
         })
     }
@@ -321,6 +363,28 @@ impl<S: Subdomain> Distributed<S> {
         }
         for s in sync {
             s.pulled.record(&s.copy)?;
+        }
+        Ok(())
+    }
+
+    /// Host slabs: add up each kind of the step's row sums over every slab in row order
+    /// (all ranks' under mpirun) and hand each slab the totals.
+    fn combine_on_host(&mut self, per_row: usize) -> Result<()> {
+        let mine: Vec<f64> = (self.parts.iter_mut())
+            .flat_map(|p| p.take_partial())
+            .collect();
+        let all = match self.world {
+            Some(_) => {
+                let counts: Vec<usize> = self.own_rows.iter().map(|r| 8 * per_row * r).collect();
+                from_bytes::<f64>(&world::all_gather(&to_bytes(&mine), &counts)?)
+            }
+            None => mine,
+        };
+        let totals: Vec<f64> = (0..per_row)
+            .map(|c| all.iter().skip(c).step_by(per_row).sum())
+            .collect();
+        for p in &mut self.parts {
+            p.record_total(&totals);
         }
         Ok(())
     }
@@ -510,6 +574,9 @@ impl<S: Subdomain> Engine for Distributed<S> {
             if self.sync.is_some() {
                 self.overlapped_pass(k)?;
             } else {
+                if self.per_row.is_some() && !self.parts.iter().all(|p| p.running()) {
+                    break;
+                }
                 // Host slabs.
                 if !self.fresh {
                     match self.world {
@@ -522,6 +589,9 @@ impl<S: Subdomain> Engine for Distributed<S> {
                     p.commit(k);
                 }
                 self.fresh = false;
+                if let Some(per_row) = self.per_row {
+                    self.combine_on_host(per_row)?;
+                }
             }
             left -= k;
         }
@@ -538,14 +608,17 @@ impl<S: Subdomain> Engine for Distributed<S> {
         // the run at the earliest step any slab stopped at.
         let mut running = None;
         let mut stopped: Option<(u64, Status)> = None;
+        let mut residuals = None;
         for p in &mut self.parts {
             let d = p.diagnostics()?;
-            if !d.new_residuals.is_empty() {
+            if self.per_row.is_none() && !d.new_residuals.is_empty() {
                 return Err(Error::Parse(
                     "internal: a decomposed engine reported residuals the slabs do not combine"
                         .into(),
                 ));
             }
+            // Every slab recorded the same totals: one copy is the run's.
+            residuals.get_or_insert(d.new_residuals);
             if d.status == Status::Running {
                 if *running.get_or_insert(d.steps) != d.steps {
                     return Err(Error::Parse("internal: slabs disagree on the step".into()));
@@ -564,12 +637,24 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 (steps, status) = (r[0], Status::from_device_flag(r[1]));
             }
         }
-        Ok(Diagnostics::steps_only(steps, status))
+        Ok(Diagnostics {
+            steps,
+            new_residuals: residuals.unwrap_or_default(),
+            status,
+        })
     }
 
     fn snapshot(&mut self) -> Result<Field<Self::Real>> {
         let all = self.gather()?;
         Ok((self.field_of)(all))
+    }
+
+    fn max_steps_between_diagnostics(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| p.max_steps_between_diagnostics())
+            .min()
+            .unwrap_or(u64::MAX)
     }
 
     fn halo_exchange_seconds(&mut self, reps: usize) -> Result<Option<f64>> {

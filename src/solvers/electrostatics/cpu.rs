@@ -3,11 +3,16 @@
 //! and the result does not depend on the thread count; residual sums are added plane by
 //! plane in order.
 
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use super::{ElectrostaticsProblem, Geometry};
 use crate::error::Result;
 use crate::memory::try_filled;
+use crate::parallel::{Partials, Rows, Subdomain, Window, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 
@@ -105,8 +110,13 @@ impl<T> Shared<T> {
 
 pub struct CpuElectrostatics<T> {
     p: ElectrostaticsProblem,
-    g: Geometry,
+    counts: [usize; 3],
+    /// The z-planes updated and the planes the arrays below hold (the whole mesh, or a
+    /// slab with two halo planes each side: see `compute`).
+    window: Window,
     v: Vec<T>,
+    id_volt: Vec<u8>,
+    id_epsr: Vec<u8>,
     rp: [Vec<T>; 3],
     rm: [Vec<T>; 3],
     epsr: Vec<T>,
@@ -114,7 +124,13 @@ pub struct CpuElectrostatics<T> {
     q: T,
     q_node: Option<Vec<T>>,
     it: Iterations,
+    /// Per owned plane of the iteration being computed: Σ res² and Σ V² of its red
+    /// nodes, then of its black ones.
+    partial: Vec<f64>,
 }
+
+/// Sums kept per plane (see `CpuElectrostatics::partial`).
+const PER_PLANE: usize = 4;
 
 impl<T: Real> CpuElectrostatics<T> {
     pub fn new(
@@ -126,6 +142,26 @@ impl<T: Real> CpuElectrostatics<T> {
             (p.points() * (std::mem::size_of::<T>() + 2)) as u128,
             "the potential and the id arrays",
         )?;
+        let (mut v, mut steps, mut status) = (initial_potential(&g)?, 0, Status::Running);
+        if let Some(mut r) = restart {
+            v = r.take("V")?;
+            steps = r.step;
+            status = r.status;
+        }
+        let window = Window::whole(g.counts[2], false);
+        Self::on_window(p, &g, window, &v, steps, status)
+    }
+
+    /// An engine for the z-planes `window` owns (two halo planes each side), from the
+    /// whole potential `v` after `step` iterations in `status`.
+    pub fn on_window(
+        p: &ElectrostaticsProblem,
+        g: &Geometry,
+        window: Window,
+        v: &[T],
+        step: u64,
+        status: Status,
+    ) -> Result<Self> {
         let coefficients = |a: usize| {
             let (rp, rm) = axis_coefficients(&p.nodes[a]);
             (
@@ -134,35 +170,35 @@ impl<T: Real> CpuElectrostatics<T> {
             )
         };
         let [(xp, xm), (yp, ym), (zp, zm)] = [coefficients(0), coefficients(1), coefficients(2)];
-        let (mut v, mut steps, mut status) = (initial_potential(&g)?, 0, Status::Running);
-        if let Some(mut r) = restart {
-            v = r.take("V")?;
-            steps = r.step;
-            status = r.status;
-        }
+        let plane = g.counts[0] * g.counts[1];
         Ok(Self {
             epsr: g.epsr.iter().map(|&e| T::lit(e)).collect(),
             q: T::lit(g.q_uniform),
-            q_node: charge_per_node(&g),
+            q_node: charge_per_node::<T>(g).map(|q| slab_of(&window, &q, plane)),
             p: p.clone(),
-            g,
-            v,
+            counts: g.counts,
+            v: slab_of(&window, v, plane),
+            id_volt: slab_of(&window, &g.id_volt, plane),
+            id_epsr: slab_of(&window, &g.id_epsr, plane),
             rp: [xp, yp, zp],
             rm: [xm, ym, zm],
-            it: Iterations::new(steps, status),
+            it: Iterations::new(step, status),
+            partial: vec![0.0; PER_PLANE * window.own.len()],
+            window,
         })
     }
 
-    /// One colour's sweep (`oe` = (i + j + k) mod 2); returns (Σ res², Σ V² of the
-    /// updated interior nodes).
-    fn sweep(&mut self, oe: usize) -> (f64, f64) {
-        let [nx, ny, nz] = self.g.counts;
+    /// One colour's sweep (`oe` = (i + j + k) mod 2) over the grid planes `planes`;
+    /// returns (Σ res², Σ V² of the updated interior nodes) per plane.
+    fn sweep(&mut self, oe: usize, planes: Range<usize>) -> Vec<(f64, f64)> {
+        let [nx, ny, nz] = self.counts;
         let (ni, nj, nk) = (1usize, nx, nx * ny);
+        let base = self.window.base;
         let v = Shared(self.v.as_mut_ptr());
-        let (idv, ide, epsr) = (&self.g.id_volt, &self.g.id_epsr, &self.epsr);
+        let (idv, ide, epsr) = (&self.id_volt, &self.id_epsr, &self.epsr);
         let (rp, rm, q, q_node) = (&self.rp, &self.rm, self.q, self.q_node.as_deref());
         let omega = T::lit(self.p.omega);
-        let sums: Vec<(f64, f64)> = (0..nz)
+        planes
             .into_par_iter()
             .map(|k| {
                 // SAFETY (every access below): this closure writes only nodes of colour
@@ -171,10 +207,11 @@ impl<T: Real> CpuElectrostatics<T> {
                 let at = |n: usize| unsafe { *v.ptr().add(n) };
                 let set = |n: usize, x: T| unsafe { *v.ptr().add(n) = x };
                 let (mut res2, mut v2) = (0.0f64, 0.0f64);
+                let first = (k as isize - base) as usize * nk;
                 for j in 0..ny {
                     let i0 = (oe + j + k) % 2;
                     for i in (i0..nx).step_by(2) {
-                        let n = k * nk + j * nj + i;
+                        let n = first + j * nj + i;
                         if idv[n] != 0 {
                             continue;
                         }
@@ -219,9 +256,7 @@ impl<T: Real> CpuElectrostatics<T> {
                 }
                 (res2, v2)
             })
-            .collect();
-        sums.iter()
-            .fold((0.0, 0.0), |(a, b), (c, d)| (a + c, b + d))
+            .collect()
     }
 }
 
@@ -233,11 +268,13 @@ impl<T: Real> Engine for CpuElectrostatics<T> {
             if !self.it.running() {
                 break;
             }
-            let (r0, v0) = self.sweep(0);
-            let (r1, v1) = self.sweep(1);
-            let (res, norm) = ((r0 + r1).sqrt(), (v0 + v1).sqrt());
-            self.it
-                .record(if norm > 0.0 { res / norm } else { res }, self.p.tolerance);
+            self.compute(1, self.window.own.clone(), None)?;
+            self.commit(1);
+            let sums = self.take_partial();
+            let totals: Vec<f64> = (0..PER_PLANE)
+                .map(|c| sums.iter().skip(c).step_by(PER_PLANE).sum())
+                .collect();
+            self.record_total(&totals);
         }
         Ok(())
     }
@@ -247,7 +284,72 @@ impl<T: Real> Engine for CpuElectrostatics<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        Ok(field_of(&self.p, "V", self.v.clone()))
+        let data = self.owned()?;
+        Ok(field_of(&self.p, "V", data))
+    }
+}
+
+impl<T: Real> Subdomain for CpuElectrostatics<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        self.counts[0] * self.counts[1]
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Host(&mut self.v)
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        1
+    }
+    /// One red-black iteration of the owned planes `rows`. The red nodes of the planes
+    /// next to them are updated too (from the halo's black nodes, as their owner updates
+    /// them), so the black sweep reads the red values of this iteration without a second
+    /// exchange: a halo of two planes serves one iteration.
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        _: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        assert_eq!(
+            steps, 1,
+            "the CPU engine takes one iteration between exchanges"
+        );
+        if !self.it.running() {
+            return Ok(());
+        }
+        let w = &self.window;
+        let held = w.base.max(0) as usize..(w.base + w.rows as isize) as usize;
+        let red = rows.start.saturating_sub(1).max(held.start)..(rows.end + 1).min(held.end);
+        let reds = self.sweep(0, red.clone());
+        let blacks = self.sweep(1, rows.clone());
+        let own = self.window.own.start;
+        for (o, k) in rows.enumerate() {
+            let (r, b) = (reds[k - red.start], blacks[o]);
+            let at = PER_PLANE * (k - own);
+            self.partial[at..at + PER_PLANE].copy_from_slice(&[r.0, r.1, b.0, b.1]);
+        }
+        Ok(())
+    }
+    fn commit(&mut self, _steps: u64) {}
+    fn partials(&mut self) -> Partials {
+        Partials::Host { per_row: PER_PLANE }
+    }
+    fn take_partial(&mut self) -> Vec<f64> {
+        let zeros = vec![0.0; self.partial.len()];
+        std::mem::replace(&mut self.partial, zeros)
+    }
+    fn record_total(&mut self, t: &[f64]) {
+        if self.it.running() {
+            // The study's order: the red sums, then the black ones.
+            let (res, norm) = ((t[0] + t[2]).sqrt(), (t[1] + t[3]).sqrt());
+            self.it
+                .record(if norm > 0.0 { res / norm } else { res }, self.p.tolerance);
+        }
+    }
+    fn running(&self) -> bool {
+        self.it.running()
     }
 }
 

@@ -22,10 +22,11 @@ use serde::{Deserialize, Serialize};
 pub use geometry::{Geometry, Shape};
 pub use solver::ELECTROSTATICS;
 
-use crate::device::Device;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
+use crate::parallel::{Distributed, windows};
 use crate::precision::{Precision, Real};
-use crate::run::{Engine, Restart};
+use crate::run::{Engine, Restart, Status};
 
 /// The CUDA sweep's launch shape: threads per block in x (compact columns of a colour, a
 /// multiple of 32: a warp walks one row) and y (rows), and z-planes each block walks
@@ -90,6 +91,49 @@ pub fn engine<T: Real>(
             Launch::from_env(),
         )?),
     })
+}
+
+/// The engine for `placement`: one device's, or CPU slabs of z-planes (two halo planes
+/// each side: one exchange per red-black iteration) whose per-plane residual sums are
+/// added up over all slabs in plane order: the potential, the residual history and the
+/// stopping iteration are those of one engine, bit for bit.
+pub fn engine_placed<T: Real>(
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+    placement: &Placement,
+    restart: Option<Restart<T>>,
+) -> Result<Box<dyn Engine<Real = T>>> {
+    if placement.is_single() {
+        return engine(p, g, placement.first(), restart);
+    }
+    if placement.gpus()?.is_some() {
+        return Err(Error::invalid(
+            if placement.world.is_some() {
+                "mpirun"
+            } else {
+                "--devices"
+            },
+            placement.describe(),
+            "electrostatics runs on slabs on the CPU backend (--backend cpu --subdomains N, \
+             or under mpirun) and on one CUDA device; CUDA slabs are not available yet",
+        ));
+    }
+    let (v, step, status) = match restart {
+        Some(mut r) => (r.take("V")?, r.step, r.status),
+        None => (cpu::initial_potential(g)?, 0, Status::Running),
+    };
+    if v.len() != p.points() {
+        return Err(Error::Parse(format!(
+            "the checkpoint's V holds {} values; the mesh has {}",
+            v.len(),
+            p.points()
+        )));
+    }
+    let all = windows(g.counts[2], placement.total(), 2, false, "--subdomains")?;
+    let q = p.clone();
+    let field_of = move |data| cpu::field_of(&q, "V", data);
+    let build = |_, w| cpu::CpuElectrostatics::on_window(p, g, w, &v, step, status);
+    Ok(Box::new(Distributed::on(placement, all, build, field_of)?))
 }
 
 /// ε0 in F/m.

@@ -2,7 +2,7 @@
 //! capacitance matrix after the solve), its bench.
 
 use super::{ElectrostaticsConfig, ElectrostaticsProblem, Geometry, bench, cpu, gauss};
-use crate::device::{Device, cuda::KernelSource};
+use crate::device::{Device, Placement, cuda::KernelSource};
 use crate::error::Result;
 use crate::execute::{Case, Execution, run_case};
 use crate::output::{OutputSet, csv, npy, png, vtr};
@@ -43,6 +43,9 @@ impl SolverProblem for ElectrostaticsProblem {
     fn max_steps(&self) -> u64 {
         self.max_iterations
     }
+    fn decomposes(&self) -> bool {
+        true
+    }
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["max_iterations", "tolerance", "capacitance"]
     }
@@ -65,9 +68,9 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
         let g = Geometry::build(p)?;
         Ok(ElectrostaticsCase {
             p,
-            engine: super::engine::<T>(p, &g, cx.device, restart)?,
+            engine: super::engine_placed::<T>(p, &g, cx.placement, restart)?,
             g,
-            device: cx.device,
+            placement: cx.placement,
             charges: Vec::new(),
             capacitance: None,
         })
@@ -78,7 +81,7 @@ struct ElectrostaticsCase<'a, T: Real> {
     p: &'a ElectrostaticsProblem,
     engine: Box<dyn Engine<Real = T>>,
     g: Geometry,
-    device: &'a Device,
+    placement: &'a Placement,
     /// Computed once in `finish`, for the summary and the CSVs.
     charges: Vec<f64>,
     capacitance: Option<Vec<Vec<f64>>>,
@@ -108,7 +111,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                 .iter_mut()
                 .enumerate()
                 .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
-            let mut e = super::engine::<T>(self.p, &g, self.device, None)?;
+            let mut e = super::engine_placed::<T>(self.p, &g, self.placement, None)?;
             let out = run::drive(
                 e.as_mut(),
                 self.p.max_iterations,

@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 pub use manufactured::Manufactured;
 pub use solver::JACOBI;
 
-use crate::device::Device;
+use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
+use crate::parallel::{Distributed, windows};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Restart};
 
@@ -236,6 +237,67 @@ pub fn engine_resumed<T: Real>(
         e.resume(r.step, r.status, &u)?;
     }
     Ok(e)
+}
+
+/// The engine for `placement`: one device's, or CPU slabs of rows (one halo row each
+/// side) whose row sums of squared residuals are added up over all slabs in row order
+/// each sweep: residuals and the stopping sweep are those of one engine, bit for bit.
+pub fn engine_placed<T: Real>(
+    problem: &JacobiProblem,
+    placement: &Placement,
+    restart: Option<Restart<T>>,
+) -> Result<Placed<T>> {
+    if placement.is_single() {
+        return Ok(Placed::One(engine_resumed(
+            problem,
+            placement.first(),
+            restart,
+        )?));
+    }
+    let (u, step, status) = match restart {
+        Some(mut r) => (r.take("u")?, r.step, r.status),
+        None => (Vec::new(), 0, crate::run::Status::Running),
+    };
+    if !u.is_empty() && u.len() != problem.cells() {
+        return Err(Error::Parse(format!(
+            "the checkpoint's u holds {} values; the problem has n·m = {}",
+            u.len(),
+            problem.cells()
+        )));
+    }
+    let all = windows(problem.m, placement.total(), 1, false, "--subdomains")?;
+    let q = problem.clone();
+    let field_of = move |data| cpu::field_of(&q, data);
+    if placement.gpus()?.is_some() {
+        return Err(Error::invalid(
+            if placement.world.is_some() {
+                "mpirun"
+            } else {
+                "--devices"
+            },
+            placement.describe(),
+            "jacobi runs on slabs on the CPU backend (--backend cpu --subdomains N, or under \
+             mpirun) and on one CUDA device; CUDA slabs are not available yet",
+        ));
+    }
+    let zeros;
+    let u = if u.is_empty() {
+        zeros = vec![T::zero(); problem.cells()];
+        &zeros[..]
+    } else {
+        &u[..]
+    };
+    let build = |_, w| cpu::CpuJacobi::on_window(problem, w, u, step, status);
+    Ok(Placed::Slabs(Box::new(Distributed::on(
+        placement, all, build, field_of,
+    )?)))
+}
+
+/// A Jacobi run's engine: one device's, or slabs (whose solution error is taken from
+/// the gathered iterate).
+pub enum Placed<T: Real> {
+    One(Box<dyn JacobiEngine<Real = T>>),
+    Slabs(Box<dyn Engine<Real = T>>),
 }
 
 /// As [`engine`], choosing how many sweeps the CUDA engine does per pass (1 or 2); the

@@ -1,6 +1,6 @@
 //! The Jacobi solver's entry in the registry: its table, its run, its bench.
 
-use super::{JacobiConfig, JacobiEngine, JacobiProblem, bench, cpu};
+use super::{JacobiConfig, JacobiProblem, Placed, bench, cpu};
 use crate::device::Device;
 use crate::device::cuda::KernelSource;
 use crate::error::Result;
@@ -43,6 +43,9 @@ impl SolverProblem for JacobiProblem {
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["max_iterations", "tolerance"]
     }
+    fn decomposes(&self) -> bool {
+        true
+    }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
         match cx.problem.precision {
             Precision::F32 => run::<f32>(self, cx),
@@ -55,20 +58,23 @@ fn run<T: Real>(p: &JacobiProblem, cx: &Execution) -> Result<Summary> {
     run_case(cx, |restart| {
         Ok(JacobiCase {
             p,
-            engine: super::engine_resumed::<T>(p, cx.device, restart)?,
+            engine: super::engine_placed::<T>(p, cx.placement, restart)?,
         })
     })
 }
 
 struct JacobiCase<'a, T: Real> {
     p: &'a JacobiProblem,
-    engine: Box<dyn JacobiEngine<Real = T>>,
+    engine: Placed<T>,
 }
 
 impl<T: Real> Case for JacobiCase<'_, T> {
     type Real = T;
     fn engine(&mut self) -> &mut dyn Engine<Real = T> {
-        self.engine.as_mut()
+        match &mut self.engine {
+            Placed::One(e) => e.as_mut(),
+            Placed::Slabs(e) => e.as_mut(),
+        }
     }
     fn shape(&self) -> Vec<usize> {
         vec![self.p.m, self.p.n]
@@ -85,7 +91,10 @@ impl<T: Real> Case for JacobiCase<'_, T> {
         ]
     }
     fn finish(&mut self, _: &LoopOutcome, _: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
-        s.solution_error = Some(self.engine.solution_error()?);
+        s.solution_error = Some(match &mut self.engine {
+            Placed::One(e) => e.solution_error()?,
+            Placed::Slabs(e) => cpu::solution_error(self.p, &e.snapshot()?.data),
+        });
         Ok(())
     }
 }

@@ -1,0 +1,137 @@
+//! Electrostatics on CPU slabs of z-planes (src/parallel): every decomposition gives the
+//! potential, every iteration's residual and the stopping iteration of one engine, bit
+//! for bit — dielectrics, electrodes, a fixed face, a nonuniform mesh, a random charge.
+
+mod common;
+
+use keisan::device::Placement;
+use keisan::precision::Real;
+use keisan::run::{Field, Restart, Status};
+use keisan::solvers::electrostatics::{self, ElectrostaticsProblem, Geometry};
+
+/// 19 planes in z: 2, 3, 4 and 6 slabs do not divide them evenly.
+const DEVICE: &str = "solver = \"electrostatics\"\n[electrostatics]\n\
+    x = { breakpoints = [0.0, 0.3, 1.0], divisions = [4, 9] }\n\
+    y = { range = [0.0, 1.0], cells = 11 }\nz = { range = [0.0, 1.0], cells = 18 }\n\
+    voltages = [1.0, -0.5]\npermittivities = [3.0, 7.5]\nmax_iterations = 60\n\
+    tolerance = TOL\n[electrostatics.faces]\nz_min = 0.0\n\
+    [[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [0.5, 0.5, 0.45]\nradius = 0.3\n\
+    dielectric = 1\n\
+    [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.0, 0.0, 0.7]\nmax = [1.0, 1.0, 0.8]\n\
+    dielectric = 2\n\
+    [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.4, 0.4, 0.4]\nmax = [0.6, 0.6, 0.55]\n\
+    electrode = 1\n\
+    [[electrostatics.shapes]]\nkind = \"cylinder\"\naxis = \"z\"\ncenter = [0.2, 0.8]\n\
+    radius = 0.1\nrange = [0.3, 0.9]\nelectrode = 2\n";
+
+const POISSON: &str = "solver = \"electrostatics\"\n[electrostatics]\n\
+    x = { range = [0.0, 1.0], cells = 12 }\ny = { range = [0.0, 1.0], cells = 9 }\n\
+    z = { range = [0.0, 1.0], cells = 22 }\ncharge_density = { random = 1e-9, seed = 7 }\n\
+    max_iterations = 60\ntolerance = TOL\n[electrostatics.faces]\nx_min = 0.0\nx_max = 0.0\n\
+    y_min = 0.0\ny_max = 0.0\nz_min = 0.0\nz_max = 0.0\n";
+
+fn problem(text: &str, tolerance: f64) -> ElectrostaticsProblem {
+    let toml = text.replace("TOL", &format!("{tolerance:e}"));
+    keisan::problem::parse(&toml, "test", None, &Default::default())
+        .unwrap()
+        .spec_as::<ElectrostaticsProblem>()
+        .expect("an electrostatics problem")
+        .clone()
+}
+
+/// V, the residuals, the last step and status, in chunks that line up with nothing.
+fn run<T: Real>(
+    p: &ElectrostaticsProblem,
+    placement: &Placement,
+    restart: Option<Restart<T>>,
+    iterations: u64,
+) -> (Vec<T>, Vec<f64>, u64, Status) {
+    let g = Geometry::build(p).unwrap();
+    let mut e = electrostatics::engine_placed::<T>(p, &g, placement, restart).unwrap();
+    let mut residuals = Vec::new();
+    let mut done = 0;
+    for chunk in [2, 5, 1, 3].iter().cycle() {
+        let k = (*chunk).min(iterations - done);
+        e.advance(k).unwrap();
+        done += k;
+        let d = e.diagnostics().unwrap();
+        residuals.extend(d.new_residuals);
+        if d.status != Status::Running || done == iterations {
+            return (e.snapshot().unwrap().data, residuals, d.steps, d.status);
+        }
+    }
+    unreachable!()
+}
+
+fn slabs_equal_one_engine<T: Real>(text: &str) {
+    let cpu = common::cpu();
+    let (_, r, _, _) = run::<T>(&problem(text, 0.0), &common::on(&cpu, 1), None, 40);
+    // A tolerance crossed between iterations 30 and 31, away from either residual.
+    let crossing = 0.5 * (r[29] + r[30]);
+    for tolerance in [0.0, crossing] {
+        let p = problem(text, tolerance);
+        let one = run::<T>(&p, &common::on(&cpu, 1), None, 40);
+        if tolerance > 0.0 {
+            assert_eq!((one.2, one.3), (31, Status::Converged));
+        }
+        for n in [2, 3, 4, 6] {
+            let (v, r, steps, status) = run::<T>(&p, &common::on(&cpu, n), None, 40);
+            assert!(common::same_bits(&one.0, &v), "{n} slabs: V");
+            assert!(common::same_bits(&one.1, &r), "{n} slabs: residuals");
+            assert_eq!((one.2, one.3), (steps, status), "{n} slabs");
+        }
+    }
+}
+
+#[test]
+fn cpu_slabs_equal_one_engine_with_dielectrics_and_electrodes() {
+    slabs_equal_one_engine::<f64>(DEVICE);
+    slabs_equal_one_engine::<f32>(DEVICE);
+}
+
+#[test]
+fn cpu_slabs_equal_one_engine_with_a_random_charge() {
+    slabs_equal_one_engine::<f64>(POISSON);
+}
+
+#[test]
+fn slabs_restart_from_a_checkpoint_of_one_engine() {
+    let cpu = common::cpu();
+    let p = problem(DEVICE, 0.0);
+    let (straight, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 30);
+    let (half, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 13);
+    let restart = Restart {
+        step: 13,
+        status: Status::Running,
+        fields: vec![Field {
+            name: "V",
+            shape: p.shape(),
+            spacing: vec![1.0; 3],
+            origin: vec![0.0; 3],
+            coords: None,
+            data: half,
+        }],
+    };
+    let (v, _, steps, _) = run::<f64>(&p, &common::on(&cpu, 4), Some(restart), 17);
+    assert_eq!(steps, 30);
+    assert!(common::same_bits(&straight, &v));
+}
+
+#[test]
+fn too_many_slabs_and_cuda_slabs_are_refused_by_name() {
+    let cpu = common::cpu();
+    let p = problem(DEVICE, 0.0);
+    let g = Geometry::build(&p).unwrap();
+    // 19 planes with halos of two: at most 9 slabs.
+    let Err(e) = electrostatics::engine_placed::<f64>(&p, &g, &common::on(&cpu, 10), None) else {
+        panic!("10 slabs of 19 planes were accepted");
+    };
+    assert!(e.to_string().contains("--subdomains"), "{e}");
+    if let Some(gpu) = common::gpu_or_skip("electrostatics CUDA slabs refused") {
+        let Err(e) = electrostatics::engine_placed::<f64>(&p, &g, &common::on(&gpu, 2), None)
+        else {
+            panic!("CUDA slabs of an electrostatics run were accepted");
+        };
+        assert!(e.to_string().contains("--devices"), "{e}");
+    }
+}

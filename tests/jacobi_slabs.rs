@@ -1,0 +1,110 @@
+//! Jacobi on CPU row slabs (src/parallel): every decomposition computes the fields of the
+//! undecomposed run bit for bit, records the same residual for every sweep (row sums
+//! added in row order over the slabs) and stops at the same sweep.
+
+mod common;
+
+use keisan::device::{Device, Placement};
+use keisan::precision::Real;
+use keisan::run::{Engine, Status};
+use keisan::solvers::jacobi::{self, Fields, JacobiProblem, Placed};
+
+/// The fields and residuals after at most `p.max_iterations` sweeps, in chunks that do
+/// not line up with anything.
+fn run<T: Real>(p: &JacobiProblem, placement: &Placement) -> (Vec<T>, Vec<f64>, u64, Status) {
+    let mut e: Box<dyn Engine<Real = T>> = if placement.is_single() {
+        // One sweep per pass: the slabs take one sweep between exchanges.
+        jacobi::engine_with(p, placement.first(), Fields::Manufactured, 1).unwrap()
+    } else {
+        match jacobi::engine_placed::<T>(p, placement, None).unwrap() {
+            Placed::Slabs(e) => e,
+            Placed::One(_) => panic!("several subdomains give slabs"),
+        }
+    };
+    let mut residuals = Vec::new();
+    let mut done = 0;
+    let mut last = None;
+    for chunk in [3, 1, 7, 2].iter().cycle() {
+        e.advance(*chunk).unwrap();
+        done += chunk;
+        let d = e.diagnostics().unwrap();
+        residuals.extend(d.new_residuals);
+        if d.status != Status::Running || done >= p.max_iterations {
+            last = Some((d.steps, d.status));
+            break;
+        }
+    }
+    let (steps, status) = last.unwrap();
+    (e.snapshot().unwrap().data, residuals, steps, status)
+}
+
+/// 37 rows: 2, 3 and 5 slabs do not divide them evenly.
+fn problem(tolerance: f64, iters: u64) -> JacobiProblem {
+    common::problem(29, 37, 1.3, tolerance, iters)
+}
+
+/// A tolerance the run crosses between sweeps 20 and 30, away from any residual.
+fn stopping_tolerance(device: &Device) -> f64 {
+    let (_, r, _, _) = run::<f64>(&problem(0.0, 30), &common::on(device, 1));
+    0.5 * (r[22] + r[23])
+}
+
+#[test]
+fn cpu_slabs_equal_the_whole_grid_and_stop_at_the_same_sweep() {
+    let cpu = common::cpu();
+    for tolerance in [0.0, stopping_tolerance(&cpu)] {
+        let p = problem(tolerance, 40);
+        let (u, r, steps, status) = run::<f64>(&p, &common::on(&cpu, 1));
+        if tolerance > 0.0 {
+            assert_eq!((steps, status), (24, Status::Converged));
+        }
+        for n in [2, 3, 5] {
+            let (u2, r2, steps2, status2) = run::<f64>(&p, &common::on(&cpu, n));
+            assert!(common::same_bits(&u, &u2), "{n} slabs: fields");
+            assert!(common::same_bits(&r, &r2), "{n} slabs: residuals");
+            assert_eq!((steps, status), (steps2, status2), "{n} slabs");
+        }
+        let (u, _, _, _) = run::<f32>(&p, &common::on(&cpu, 1));
+        let (u3, _, _, _) = run::<f32>(&p, &common::on(&cpu, 3));
+        assert!(common::same_bits(&u, &u3), "f32, 3 slabs");
+    }
+}
+
+#[test]
+fn cuda_slabs_are_refused_by_name() {
+    let Some(gpu) = common::gpu_or_skip("cuda_slabs_are_refused_by_name") else {
+        return;
+    };
+    let Err(e) = jacobi::engine_placed::<f64>(&problem(0.0, 5), &common::on(&gpu, 2), None) else {
+        panic!("CUDA slabs of a Jacobi run were accepted");
+    };
+    assert!(e.to_string().contains("--devices"), "{e}");
+}
+
+#[test]
+fn slabs_restart_from_a_checkpoint_of_the_whole_grid() {
+    let cpu = common::cpu();
+    let p = problem(0.0, 30);
+    let (straight, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1));
+    let (half, _, _, _) = run::<f64>(&problem(0.0, 13), &common::on(&cpu, 1));
+    let restart = keisan::run::Restart {
+        step: 13,
+        status: Status::Running,
+        fields: vec![keisan::run::Field {
+            name: "u",
+            shape: vec![p.m, p.n],
+            spacing: vec![1.0, 1.0],
+            origin: vec![0.0, 0.0],
+            coords: None,
+            data: half,
+        }],
+    };
+    let Placed::Slabs(mut e) =
+        jacobi::engine_placed::<f64>(&p, &common::on(&cpu, 4), Some(restart)).unwrap()
+    else {
+        panic!("slabs")
+    };
+    e.advance(17).unwrap();
+    assert_eq!(e.diagnostics().unwrap().steps, 30);
+    assert!(common::same_bits(&straight, &e.snapshot().unwrap().data));
+}

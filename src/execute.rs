@@ -111,6 +111,16 @@ pub trait Case {
     fn layout(&self) -> Option<serde_json::Value> {
         None
     }
+    /// Files of the solver's own beside each numbered field `stem` of the series (a
+    /// picture of particles), in the same set.
+    fn series_extras(
+        &mut self,
+        _stem: &str,
+        _u: &Field<Self::Real>,
+        _set: &mut OutputSet,
+    ) -> Result<()> {
+        Ok(())
+    }
     /// Files of the solver's own beside the final field (derived fields, tables), written
     /// into the final set; `u` is the final field on the host.
     fn extra_outputs(&mut self, _u: &Field<Self::Real>, _set: &mut OutputSet) -> Result<()> {
@@ -164,7 +174,8 @@ impl Writer<'_> {
         let stem = format!("{}_{step:0w$}", u.name, w = self.width);
         let mut set = OutputSet::begin(dir)?;
         set.field(&stem, &u)?;
-        if u.shape.len() >= 2 {
+        case.series_extras(&stem, &u, &mut set)?;
+        if u.shape.len() >= 2 && u.is_grid() {
             let vtk = format!("{stem}.{}", output::vtk_extension(&u));
             self.history.series.retain(|(_, f)| f != &vtk);
             self.history.series.push((self.time(step), vtk));

@@ -71,6 +71,15 @@ pub fn open(field: &str, path: &Path, shape: &[usize], grid: &str, kind: Kind) -
     Ok(Opened { npy, value_bytes })
 }
 
+/// The shape an .npy file's header declares (to pick the shape `open` then checks).
+pub fn shape_of(field: &str, path: &Path) -> Result<Vec<usize>> {
+    let bad = |why: String| Error::invalid(field, path.display(), why);
+    let file = File::open(path).map_err(|e| bad(e.to_string()))?;
+    let npy = NpyFile::new(BufReader::new(file))
+        .map_err(|e| bad(format!("not a readable .npy file: {e}")))?;
+    Ok(npy.shape().iter().map(|&v| v as usize).collect())
+}
+
 /// The file holds exactly the header and `data` bytes: no fewer (truncated), no more
 /// (a different array, or bytes appended).
 fn check_length(field: &str, path: &Path, data: u64) -> Result<()> {

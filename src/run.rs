@@ -107,7 +107,8 @@ impl Iterations {
 pub struct Field<T> {
     pub name: &'static str,
     pub shape: Vec<usize>,
-    /// Grid spacing per axis, in the order of `shape`.
+    /// Grid spacing per axis, in the order of `shape`; empty for a table that is not a
+    /// grid (N-body particles: rows of x y z vx vy vz m), which is written as .npy only.
     pub spacing: Vec<f64>,
     /// Coordinates of element 0 per axis, in the order of `shape`.
     pub origin: Vec<f64>,
@@ -115,6 +116,13 @@ pub struct Field<T> {
     /// None for a uniform one (`origin` + `spacing`). Writers then give .vtr, not .vti.
     pub coords: Option<Vec<Vec<f64>>>,
     pub data: Vec<T>,
+}
+
+impl<T> Field<T> {
+    /// A grid (pictures and VTK files apply), not a table.
+    pub fn is_grid(&self) -> bool {
+        !self.spacing.is_empty()
+    }
 }
 
 /// The surface a solver engine (CPU or CUDA) offers the run loop.

@@ -179,7 +179,7 @@ impl<'a> OutputSet<'a> {
     /// field, or its middle z-plane) when it is 2D or 3D.
     pub fn field<T: Real>(&mut self, stem: &str, u: &Field<T>) -> Result<()> {
         npy::write(&self.file(&format!("{stem}.npy")), &u.shape, &u.data)?;
-        if u.shape.len() >= 2 {
+        if u.shape.len() >= 2 && u.is_grid() {
             let name = format!("{stem}.{}", vtk_extension(u));
             match &u.coords {
                 Some(c) => {

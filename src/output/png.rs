@@ -25,6 +25,9 @@ const NOT_FINITE: [u8; 3] = [128, 128, 128];
 
 /// The plane a picture shows: the field itself in 2D, its middle z-plane in 3D.
 fn plane<T: Real>(u: &Field<T>) -> Option<(usize, usize, &[T])> {
+    if !u.is_grid() {
+        return None;
+    }
     match u.shape[..] {
         [ny, nx] => Some((ny, nx, &u.data[..])),
         [nz, ny, nx] => {

@@ -6,6 +6,7 @@ pub mod advection;
 pub mod electrostatics;
 pub mod heat;
 pub mod jacobi;
+pub mod nbody;
 
 use crate::device::cuda::KernelSource;
 use crate::solver::Solver;
@@ -16,6 +17,7 @@ pub static REGISTRY: &[&dyn Solver] = &[
     &heat::HEAT,
     &electrostatics::ELECTROSTATICS,
     &advection::ADVECTION,
+    &nbody::NBODY,
 ];
 
 /// The solver called `name` (`solver = "…"` in a problem file).

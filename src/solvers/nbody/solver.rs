@@ -1,0 +1,152 @@
+//! The N-body solver's entry in the registry: its table and its run (the CPU reference;
+//! the CUDA engine and `keisan bench nbody` are still to come).
+
+use super::diagnostics::Measures;
+use super::{NbodyConfig, NbodyProblem, cpu, projection};
+use crate::device::Device;
+use crate::device::cuda::KernelSource;
+use crate::error::{Error, Result};
+use crate::execute::{Case, Execution, run_case};
+use crate::output::{OutputSet, png};
+use crate::problem::Source;
+use crate::run::{Engine, Field, LoopOutcome};
+use crate::solver::{Report, Solver, SolverProblem};
+use crate::summary::Summary;
+
+pub struct Nbody;
+pub static NBODY: Nbody = Nbody;
+
+impl Solver for Nbody {
+    fn name(&self) -> &'static str {
+        "nbody"
+    }
+    fn table_hint(&self) -> &'static str {
+        "n, softening, dt, steps or end_time, [nbody.initial]"
+    }
+    fn kernels(&self) -> Vec<KernelSource> {
+        Vec::new()
+    }
+    fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
+        let mut cfg: NbodyConfig = src.deserialize("nbody", table)?;
+        if let Some(f) = &cfg.initial.file {
+            cfg.initial.file = Some(src.path("nbody.initial.file", f));
+        }
+        Ok(Box::new(cfg.validate()?))
+    }
+    fn bench_args(&self, cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+    fn bench(&self, _device: &Device, _args: &clap::ArgMatches) -> Result<Report> {
+        Err(Error::invalid(
+            "keisan bench nbody",
+            "requested",
+            "the N-body benchmark comes with its CUDA engine; the CPU reference runs with \
+             keisan run",
+        ))
+    }
+}
+
+impl SolverProblem for NbodyProblem {
+    fn max_steps(&self) -> u64 {
+        self.steps
+    }
+    fn dt(&self) -> Option<f64> {
+        Some(self.dt)
+    }
+    fn restart_may_change(&self) -> &'static [&'static str] {
+        &["steps"]
+    }
+    fn execute(&self, cx: &Execution) -> Result<Summary> {
+        if let Device::Cuda(_) = cx.device {
+            return Err(Error::invalid(
+                "--backend",
+                "cuda",
+                "nbody has its CPU reference engine only so far; run it with --backend cpu",
+            ));
+        }
+        let p0 = self.particles()?;
+        let start = Measures::of(&p0, self.gravity());
+        let half = projection::half_width(&p0);
+        run_case(cx, |restart| {
+            let (particles, step) = match restart {
+                Some(mut r) => {
+                    let data = r.take("particles")?;
+                    if data.len() != 7 * self.n {
+                        return Err(Error::Parse(format!(
+                            "the checkpoint holds {} particles; the problem has {}",
+                            data.len() / 7,
+                            self.n
+                        )));
+                    }
+                    (cpu::particles_of(&data), r.step)
+                }
+                None => (p0, 0),
+            };
+            Ok(NbodyCase {
+                p: self,
+                engine: cpu::CpuNbody::new(self.gravity(), self.dt, particles, step),
+                start,
+                half,
+            })
+        })
+    }
+}
+
+struct NbodyCase<'a> {
+    p: &'a NbodyProblem,
+    engine: cpu::CpuNbody,
+    /// The measures at step 0 (the energy error's reference, also after a restart).
+    start: Measures,
+    /// Half-width of every picture of the run.
+    half: f64,
+}
+
+impl Case for NbodyCase<'_> {
+    type Real = f64;
+    fn engine(&mut self) -> &mut dyn Engine<Real = f64> {
+        &mut self.engine
+    }
+    fn shape(&self) -> Vec<usize> {
+        vec![self.p.n, 7]
+    }
+    fn scalars(&self, _step: u64, u: &Field<f64>, _: &[f64]) -> Vec<(&'static str, f64)> {
+        let m = Measures::of(&cpu::particles_of(&u.data), self.p.gravity());
+        vec![
+            ("kinetic", m.kinetic),
+            ("potential", m.potential),
+            ("total_energy", m.total),
+            ("energy_error", m.energy_error(&self.start)),
+            ("px", m.momentum[0]),
+            ("py", m.momentum[1]),
+            ("pz", m.momentum[2]),
+            ("lx", m.angular_momentum[0]),
+            ("ly", m.angular_momentum[1]),
+            ("lz", m.angular_momentum[2]),
+            ("virial_ratio", m.virial_ratio),
+        ]
+    }
+    fn needs_final_field(&self) -> bool {
+        true // the final measures are taken on the host
+    }
+    fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<f64>>, s: &mut Summary) -> Result<()> {
+        let u = u.expect("needs_final_field: the runner hands over the particles");
+        let end = Measures::of(&cpu::particles_of(&u.data), self.p.gravity());
+        s.results = Some(serde_json::json!({
+            "time": o.steps as f64 * self.p.dt,
+            "energy_error": end.energy_error(&self.start),
+            "energy_error_meaning": "|E − E₀|/|E₀| with the run's softening",
+            "start": self.start,
+            "end": end,
+            "units": "those of the problem (N-body units for the presets: G = M = 1, E ≈ −1/4)",
+            "integrator": "leapfrog kick-drift-kick, f64",
+        }));
+        Ok(())
+    }
+    fn series_extras(&mut self, stem: &str, u: &Field<f64>, set: &mut OutputSet) -> Result<()> {
+        let picture = projection::density_xy(&cpu::particles_of(&u.data), self.half);
+        png::write(&set.file(&format!("{stem}.png")), &picture)
+    }
+    fn extra_outputs(&mut self, u: &Field<f64>, set: &mut OutputSet) -> Result<()> {
+        self.series_extras("particles", u, set)
+    }
+}

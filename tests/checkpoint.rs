@@ -63,6 +63,7 @@ fn restart_equals_straight(problem: &str, steps_key: &str, n: u64, extra: &[&str
     let field = match steps_key.split('.').next() {
         Some("electrostatics") => "V.npy",
         Some("advection") => "f.npy",
+        Some("nbody") => "particles.npy",
         _ => "u.npy",
     };
     assert_eq!(
@@ -421,6 +422,16 @@ fn electrostatics_restart_is_bit_for_bit() {
             &["--backend", "cuda"],
         );
     }
+}
+
+const NBODY: &str = "solver = \"nbody\"\n[nbody]\nn = 64\nsoftening = 0.05\ndt = 0.01\n\
+    steps = 10\ninitial = { preset = \"cold_sphere\", seed = 2 }\n";
+
+#[test]
+fn nbody_restart_is_bit_for_bit() {
+    // The forces at the checkpoint's positions are computed again on restart: the same
+    // bits, so the run continues exactly.
+    restart_equals_straight(NBODY, "nbody.steps", 7, &["--backend", "cpu"]);
 }
 
 const ADVECTION_SWIRL: &str = "solver = \"advection\"\n[advection]\nnx = 37\nny = 29\n\

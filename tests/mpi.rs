@@ -1,6 +1,6 @@
 //! Decomposed runs under mpirun (cargo feature `mpi`; CI installs Open MPI): 1, 2 and 4
 //! ranks on the CPU backend write the same files as one process, bit for bit (residual
-//! histories and the stopping iteration included), restart
+//! histories and the stopping iteration included; N-body force sums shared out), restart
 //! from a checkpoint of another rank count, and a request no rank can carry out ends
 //! every rank with the error instead of hanging.
 #![cfg(feature = "mpi")]
@@ -29,6 +29,9 @@ const ELECTROSTATICS: &str = "solver = \"electrostatics\"\n[electrostatics]\n\
     dielectric = 1\n[[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [0.5, 0.5, 0.2]\n\
     radius = 0.15\nelectrode = 1\n[[electrostatics.shapes]]\nkind = \"box\"\n\
     min = [0.2, 0.2, 0.8]\nmax = [0.8, 0.8, 0.9]\nelectrode = 2\n";
+
+const NBODY: &str = "solver = \"nbody\"\n[nbody]\nn = 101\nsoftening = 0.05\ndt = 0.01\n\
+    steps = 20\ninitial = { preset = \"two_plummers\", separation = 3.0 }\n[output]\nevery = 10\n";
 
 fn mpirun(dir: &Path, ranks: usize, args: &[&str]) -> Output {
     let o = Command::new("mpirun")
@@ -79,6 +82,7 @@ fn ranks_write_what_one_process_writes() {
         ("heat2d", HEAT_2D),
         ("jacobi", JACOBI),
         ("es", ELECTROSTATICS),
+        ("nbody", NBODY),
     ] {
         let file = format!("{name}.toml");
         std::fs::write(d.join(&file), problem).unwrap();

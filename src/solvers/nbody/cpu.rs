@@ -1,9 +1,12 @@
 //! The CPU reference: the f64 direct sum and the leapfrog that advances it.
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::{Gravity, Particles};
 use crate::error::Result;
+use crate::parallel::{World, world};
 use crate::run::{Diagnostics, Engine, Field, Status};
 
 /// Accelerations of every particle, and with `potential` the potential per unit mass
@@ -11,12 +14,24 @@ use crate::run::{Diagnostics, Engine, Field, Status};
 /// contributes nothing: its separation is zero), so the result does not depend on the
 /// thread count.
 pub fn accelerations(p: &Particles, grav: Gravity, potential: bool) -> (Vec<[f64; 3]>, Vec<f64>) {
+    accelerations_of(p, grav, potential, 0..p.len())
+}
+
+/// [`accelerations`] of the particles `of` only (each still summed over every j in
+/// index order: a rank's share is the same bits as the whole run's).
+pub fn accelerations_of(
+    p: &Particles,
+    grav: Gravity,
+    potential: bool,
+    of: Range<usize>,
+) -> (Vec<[f64; 3]>, Vec<f64>) {
     let eps2 = grav.softening * grav.softening;
-    let rows: Vec<([f64; 3], f64)> = p
-        .pos
+    let first = of.start;
+    let rows: Vec<([f64; 3], f64)> = p.pos[of]
         .par_iter()
         .enumerate()
-        .map(|(i, xi)| {
+        .map(|(o, xi)| {
+            let i = first + o;
             let (mut a, mut phi) = ([0.0f64; 3], 0.0f64);
             for (j, (xj, &mj)) in p.pos.iter().zip(&p.mass).enumerate() {
                 if j == i {
@@ -48,14 +63,18 @@ pub fn leapfrog(p: &mut Particles, acc: &mut Vec<[f64; 3]>, grav: Gravity, dt: f
     let half = 0.5 * dt;
     for _ in 0..steps {
         kick(p, acc, half);
-        p.pos.par_iter_mut().zip(&p.vel).for_each(|(x, v)| {
-            for k in 0..3 {
-                x[k] += v[k] * dt;
-            }
-        });
+        drift(p, dt);
         *acc = accelerations(p, grav, false).0;
         kick(p, acc, half);
     }
+}
+
+fn drift(p: &mut Particles, dt: f64) {
+    p.pos.par_iter_mut().zip(&p.vel).for_each(|(x, v)| {
+        for k in 0..3 {
+            x[k] += v[k] * dt;
+        }
+    });
 }
 
 fn kick(p: &mut Particles, acc: &[[f64; 3]], h: f64) {
@@ -66,7 +85,11 @@ fn kick(p: &mut Particles, acc: &[[f64; 3]], h: f64) {
     });
 }
 
-/// The CPU engine: particles in f64, one force evaluation per step.
+/// The CPU engine: particles in f64, one force evaluation per step. Under mpirun every
+/// rank holds every particle and computes the forces on its share of them; an all-gather
+/// (MPI's allgather: recursive doubling or a ring, the study's two schemes, chosen by the
+/// library) hands every rank all forces, and every rank takes the same step — the same
+/// bits as one process.
 pub struct CpuNbody {
     p: Particles,
     acc: Vec<[f64; 3]>,
@@ -74,20 +97,61 @@ pub struct CpuNbody {
     dt: f64,
     steps: u64,
     status: Status,
+    world: Option<World>,
 }
 
 impl CpuNbody {
-    /// From `p` at step `step`.
-    pub fn new(grav: Gravity, dt: f64, p: Particles, step: u64) -> Self {
-        let acc = accelerations(&p, grav, false).0;
-        Self {
+    /// From `p` at step `step`; `world`: the ranks that share the force sums.
+    pub fn new(
+        grav: Gravity,
+        dt: f64,
+        p: Particles,
+        step: u64,
+        world: Option<World>,
+    ) -> Result<Self> {
+        let mut e = Self {
+            acc: Vec::new(),
             p,
-            acc,
             grav,
             dt,
             steps: step,
             status: Status::Running,
-        }
+            world,
+        };
+        e.acc = e.forces()?;
+        Ok(e)
+    }
+
+    /// Rank `r`'s particles: an even share, the first n mod size one more.
+    fn share(n: usize, w: World, r: usize) -> Range<usize> {
+        let (q, extra) = (n / w.size, n % w.size);
+        let start = r * q + r.min(extra);
+        start..start + q + usize::from(r < extra)
+    }
+
+    fn forces(&self) -> Result<Vec<[f64; 3]>> {
+        let Some(w) = self.world else {
+            return Ok(accelerations(&self.p, self.grav, false).0);
+        };
+        let n = self.p.len();
+        let mine = accelerations_of(&self.p, self.grav, false, Self::share(n, w, w.rank)).0;
+        let bytes: Vec<u8> = mine
+            .iter()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let counts: Vec<usize> = (0..w.size)
+            .map(|r| 24 * Self::share(n, w, r).len())
+            .collect();
+        let all = world::all_gather(&bytes, &counts)?;
+        Ok(all
+            .chunks_exact(24)
+            .map(|c| {
+                std::array::from_fn(|k| {
+                    f64::from_le_bytes(c[8 * k..8 * k + 8].try_into().expect("8 bytes"))
+                })
+            })
+            .collect())
     }
 }
 
@@ -98,7 +162,13 @@ impl Engine for CpuNbody {
         if self.status != Status::Running {
             return Ok(());
         }
-        leapfrog(&mut self.p, &mut self.acc, self.grav, self.dt, steps);
+        let half = 0.5 * self.dt;
+        for _ in 0..steps {
+            kick(&mut self.p, &self.acc, half);
+            drift(&mut self.p, self.dt);
+            self.acc = self.forces()?;
+            kick(&mut self.p, &self.acc, half);
+        }
         self.steps += steps;
         if !self.p.vel.iter().flatten().all(|v| v.is_finite()) {
             self.status = Status::NonFinite;

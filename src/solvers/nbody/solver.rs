@@ -56,7 +56,18 @@ impl SolverProblem for NbodyProblem {
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["steps"]
     }
+    fn decomposes(&self) -> bool {
+        true // over MPI ranks (every rank holds every particle; forces are shared out)
+    }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
+        if cx.placement.world.is_none() && !cx.placement.is_single() {
+            return Err(Error::invalid(
+                "--subdomains",
+                cx.placement.parts.len(),
+                "nbody shares its force sums over MPI ranks (mpirun); in one process it \
+                 runs on every CPU thread already",
+            ));
+        }
         if let Device::Cuda(_) = cx.device {
             return Err(Error::invalid(
                 "--backend",
@@ -84,7 +95,13 @@ impl SolverProblem for NbodyProblem {
             };
             Ok(NbodyCase {
                 p: self,
-                engine: cpu::CpuNbody::new(self.gravity(), self.dt, particles, step),
+                engine: cpu::CpuNbody::new(
+                    self.gravity(),
+                    self.dt,
+                    particles,
+                    step,
+                    cx.placement.world,
+                )?,
                 start,
                 half,
             })

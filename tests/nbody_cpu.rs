@@ -298,6 +298,14 @@ fn a_run_writes_particles_pictures_and_conserved_quantities() {
     ] {
         assert!(d.join("res").join(f).exists(), "{f} missing");
     }
+    // An animation of the three snapshots (steps 0, 20, 40).
+    let gif = std::fs::read(d.join("res/particles.gif")).unwrap();
+    assert!(gif.starts_with(b"GIF89a"));
+    assert_eq!(
+        gif.windows(2).filter(|w| w == &[0x21, 0xF9]).count(),
+        3,
+        "3 frames"
+    );
     // A table, not a grid: no VTK image of it.
     assert!(!d.join("res/particles.vti").exists());
     let npy = std::fs::read(d.join("res/particles.npy")).unwrap();

@@ -5,6 +5,7 @@
 
 mod atomic;
 pub mod csv;
+pub mod gif;
 pub mod npy;
 pub mod png;
 pub mod pvd;

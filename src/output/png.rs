@@ -44,7 +44,7 @@ pub fn applies<T: Real>(u: &Field<T>) -> bool {
 }
 
 /// Viridis, by Matt Zucker's polynomial fit (max error under 1/255 per channel).
-fn viridis(t: f64) -> [u8; 3] {
+pub fn viridis(t: f64) -> [u8; 3] {
     const C: [[f64; 3]; 7] = [
         [
             0.277_727_327_223_417_7,

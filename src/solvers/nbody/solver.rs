@@ -7,7 +7,7 @@ use crate::device::Device;
 use crate::device::cuda::KernelSource;
 use crate::error::{Error, Result};
 use crate::execute::{Case, Execution, run_case};
-use crate::output::{OutputSet, png};
+use crate::output::{OutputSet, gif, png};
 use crate::problem::Source;
 use crate::run::{Engine, Field, LoopOutcome};
 use crate::solver::{Report, Solver, SolverProblem};
@@ -104,6 +104,7 @@ impl SolverProblem for NbodyProblem {
                 )?,
                 start,
                 half,
+                frames: Vec::new(),
             })
         })
     }
@@ -116,6 +117,8 @@ struct NbodyCase<'a> {
     start: Measures,
     /// Half-width of every picture of the run.
     half: f64,
+    /// The pictures of the series so far (this process's run), for the animation.
+    frames: Vec<Field<f64>>,
 }
 
 impl Case for NbodyCase<'_> {
@@ -161,9 +164,22 @@ impl Case for NbodyCase<'_> {
     }
     fn series_extras(&mut self, stem: &str, u: &Field<f64>, set: &mut OutputSet) -> Result<()> {
         let picture = projection::density_xy(&cpu::particles_of(&u.data), self.half);
-        png::write(&set.file(&format!("{stem}.png")), &picture)
+        png::write(&set.file(&format!("{stem}.png")), &picture)?;
+        self.frames.push(picture);
+        Ok(())
     }
     fn extra_outputs(&mut self, u: &Field<f64>, set: &mut OutputSet) -> Result<()> {
-        self.series_extras("particles", u, set)
+        let last = projection::density_xy(&cpu::particles_of(&u.data), self.half);
+        png::write(&set.file("particles.png"), &last)?;
+        // The series' frames, then the end if the series did not stop there.
+        if self.frames.last().is_none_or(|f| f.data != last.data) {
+            self.frames.push(last);
+        }
+        if self.frames.len() >= 2 {
+            let [ny, nx] = [self.frames[0].shape[0], self.frames[0].shape[1]];
+            let data: Vec<Vec<f64>> = self.frames.iter().map(|f| f.data.clone()).collect();
+            gif::write(&set.file("particles.gif"), ny, nx, &data, 10)?;
+        }
+        Ok(())
     }
 }

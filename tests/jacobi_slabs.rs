@@ -70,15 +70,40 @@ fn cpu_slabs_equal_the_whole_grid_and_stop_at_the_same_sweep() {
     }
 }
 
+fn residuals_agree(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= 1e-12 * x.abs())
+}
+
+fn check_cuda_slabs<T: Real>(placements: &[(&str, Placement)], gpu: &Device) {
+    for tolerance in [0.0, stopping_tolerance(gpu)] {
+        let p = problem(tolerance, 40);
+        let (u, r, steps, status) = run::<T>(&p, &common::on(gpu, 1));
+        for (what, placement) in placements {
+            let (u2, r2, steps2, status2) = run::<T>(&p, placement);
+            assert!(common::same_bits(&u, &u2), "{what}: fields");
+            assert!(residuals_agree(&r, &r2), "{what}: residuals {r:?} {r2:?}");
+            assert_eq!((steps, status), (steps2, status2), "{what}");
+        }
+    }
+}
+
 #[test]
-fn cuda_slabs_are_refused_by_name() {
-    let Some(gpu) = common::gpu_or_skip("cuda_slabs_are_refused_by_name") else {
+fn cuda_slabs_equal_one_device() {
+    let Some(gpu) = common::gpu_or_skip("cuda_slabs_equal_one_device") else {
         return;
     };
-    let Err(e) = jacobi::engine_placed::<f64>(&problem(0.0, 5), &common::on(&gpu, 2), None) else {
-        panic!("CUDA slabs of a Jacobi run were accepted");
-    };
-    assert!(e.to_string().contains("--devices"), "{e}");
+    let mut placements = vec![
+        ("2 slabs on one GPU", common::on(&gpu, 2)),
+        ("5 slabs on one GPU", common::on(&gpu, 5)),
+    ];
+    if let Some(two) = common::two_gpus_or_skip("jacobi slabs on 2 GPUs", Some(3)) {
+        placements.push(("3 slabs on 2 GPUs", two));
+    }
+    check_cuda_slabs::<f64>(&placements, &gpu);
+    check_cuda_slabs::<f32>(&placements, &gpu);
 }
 
 #[test]
@@ -107,4 +132,42 @@ fn slabs_restart_from_a_checkpoint_of_the_whole_grid() {
     e.advance(17).unwrap();
     assert_eq!(e.diagnostics().unwrap().steps, 30);
     assert!(common::same_bits(&straight, &e.snapshot().unwrap().data));
+}
+
+#[test]
+fn debug_cuda_slab_kernel() {
+    use keisan::parallel::{Subdomain, windows};
+    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("debug") else {
+        return;
+    };
+    let p = problem(0.0, 1);
+    let w = windows(p.m, 2, 1, false, "x").unwrap();
+    for (rows, label) in [
+        (19..19, "none"),
+        (19..20, "band"),
+        (19..21, "band2"),
+        (20..37, "interior"),
+        (19..20, "band"),
+        (30..31, "row30"),
+    ] {
+        let mut s = jacobi::cuda_slab::CudaJacobiSlab::<f64>::on_window(
+            gpu.clone(),
+            &p,
+            w[1].clone(),
+            None,
+        )
+        .unwrap();
+        if !rows.is_empty() {
+            s.compute(1, rows.clone(), None).unwrap();
+        }
+        s.commit(1);
+        let u = s.owned().unwrap();
+        let nz: Vec<usize> = (0..u.len())
+            .filter(|&k| u[k] != 0.0)
+            .map(|k| 19 + k / p.n)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        eprintln!("{label} {rows:?}: nonzero grid rows {nz:?}");
+    }
 }

@@ -126,6 +126,18 @@ pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
     Ok(())
 }
 
+/// Whether kernels on `a` can read `b`'s memory ([`enable_peer_access`] enabled every
+/// pair that can).
+pub fn peer_access(a: &CudaContext, b: &CudaContext) -> Result<bool> {
+    let mut can = 0;
+    // SAFETY: a plain query on two live contexts' devices.
+    unsafe {
+        cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device())
+            .result()?;
+    }
+    Ok(can != 0)
+}
+
 type ModuleKey = (&'static str, Precision, Vec<(String, String)>);
 
 /// One CUDA device in use: its context, the stream all of keisan's work goes to, and

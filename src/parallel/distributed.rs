@@ -32,6 +32,10 @@ pub enum Rows<'a, T> {
     },
 }
 
+/// Steps of partial sums a device slab's ring holds (the run loop reads diagnostics at
+/// least this often: [`Engine::max_steps_between_diagnostics`]).
+pub const PARTIAL_STEPS: usize = 4096;
+
 /// How an iterative solver's per-step sums over a slab (squared residuals) reach the
 /// total that decides, alike on every slab and rank, whether the solve stops.
 pub enum Partials {
@@ -40,6 +44,14 @@ pub enum Partials {
     /// A host slab: [`Subdomain::take_partial`] after each step, `per_row` sums per
     /// owned row.
     Host { per_row: usize },
+    /// A device slab: step k's sums land at device address `ring` + ((k mod
+    /// [`PARTIAL_STEPS`])·`per_step` + c) values, c counting the step's compute calls;
+    /// `step` steps have been queued.
+    Device {
+        ring: u64,
+        per_step: usize,
+        step: u64,
+    },
 }
 
 /// An engine that computes the owned rows of its [`Window`] from a buffer whose halo
@@ -89,6 +101,29 @@ pub trait Subdomain: Engine {
     fn running(&self) -> bool {
         true
     }
+    /// A device slab: queue on `stream` the book-keeping of the step just computed,
+    /// adding up, in order, `per_step` values at each of the `count` device addresses in
+    /// `sources` (rings of `ring_steps` steps laid out as [`Partials::Device`]).
+    fn queue_record(
+        &mut self,
+        _sources: &CudaSlice<u64>,
+        _count: usize,
+        _ring_steps: usize,
+        _stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// How device slabs' partial sums are combined each step.
+struct DeviceTotals {
+    per_step: usize,
+    /// Per local slab: the addresses its record kernel reads, and, when the sums travel
+    /// through the host (other ranks, devices without peer access), where they land.
+    sources: Vec<CudaSlice<u64>>,
+    staged: Option<Vec<CudaSlice<f64>>>,
+    /// Per local slab, recorded after its step's kernels.
+    done: Vec<CudaEvent>,
 }
 
 /// A device slab's streams and events: the interior on the device's stream, the bands on
@@ -142,6 +177,8 @@ pub struct Distributed<S: Subdomain> {
     field_of: FieldOf<S::Real>,
     /// Iterative solvers: partial sums per owned row combine per step (host slabs).
     per_row: Option<usize>,
+    /// Iterative solvers on devices: the sums combine on the devices.
+    totals: Option<DeviceTotals>,
 }
 
 impl<S: Subdomain> Distributed<S> {
@@ -226,13 +263,19 @@ impl<S: Subdomain> Distributed<S> {
             Some(Partials::Host { per_row }) => Some(per_row),
             _ => None,
         };
-        if per_row.is_some() && sync.is_some() {
-            return Err(Error::Parse(
-                "internal: device slabs do not combine partial sums yet".into(),
-            ));
-        }
+        let device_sums = matches!(
+            parts.first_mut().map(|p| p.partials()),
+            Some(Partials::Device { .. })
+        );
+        let totals = match (&sync, device_sums) {
+            (Some(sync), true) => {
+                Some(device_totals(&mut parts, sync, all.len(), world.is_some())?)
+            }
+            _ => None,
+        };
         Ok(Self {
             per_row,
+            totals,
             parts,
             transfers,
             every,
@@ -389,6 +432,66 @@ impl<S: Subdomain> Distributed<S> {
         Ok(())
     }
 
+    /// Device slabs: each slab's record kernel adds up every slab's sums of the step in
+    /// slab order, straight from their rings (one process, peer access) or from a copy
+    /// the host staged (other ranks), once every slab's step is done.
+    fn combine_on_devices(&mut self) -> Result<()> {
+        let (Some(sync), Some(t)) = (&self.sync, &mut self.totals) else {
+            return Ok(());
+        };
+        for (s, done) in sync.iter().zip(&t.done) {
+            done.record(&s.compute)?;
+        }
+        let Some(staged) = &mut t.staged else {
+            for (i, s) in sync.iter().enumerate() {
+                for (j, done) in t.done.iter().enumerate() {
+                    if j != i {
+                        s.compute.wait(done)?;
+                    }
+                }
+                let count = t.sources[i].len();
+                self.parts[i].queue_record(&t.sources[i], count, PARTIAL_STEPS, &s.compute)?;
+            }
+            return Ok(());
+        };
+        // Through the host: the step's sums of every local slab, then every rank's.
+        let mut mine = Vec::new();
+        for (i, s) in sync.iter().enumerate() {
+            let Partials::Device {
+                ring,
+                per_step,
+                step,
+            } = self.parts[i].partials()
+            else {
+                unreachable!("device slabs have device partials");
+            };
+            let at = ring + (((step - 1) as usize % PARTIAL_STEPS) * per_step * 8) as u64;
+            let mut v = vec![0.0f64; per_step];
+            s.ctx.bind_to_thread()?;
+            s.compute.synchronize()?;
+            // SAFETY: the slot lies inside the slab's ring; the stream is synchronised
+            // before `v` is read.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(&mut v[..], at, s.compute.cu_stream())?;
+            }
+            s.compute.synchronize()?;
+            mine.extend(v);
+        }
+        let all = match self.world {
+            Some(w) => {
+                let bytes = 8 * t.per_step;
+                from_bytes::<f64>(&world::all_gather(&to_bytes(&mine), &vec![bytes; w.size])?)
+            }
+            None => mine,
+        };
+        for (i, s) in sync.iter().enumerate() {
+            s.compute.memcpy_htod(&all, &mut staged[i])?;
+            let count = t.sources[i].len();
+            self.parts[i].queue_record(&t.sources[i], count, 1, &s.compute)?;
+        }
+        Ok(())
+    }
+
     /// Host slabs: fill every halo from the slab that owns its rows.
     fn exchange(&mut self) -> Result<()> {
         for t in self.transfers.clone() {
@@ -418,6 +521,63 @@ impl<S: Subdomain> Distributed<S> {
         let counts: Vec<usize> = self.owned_values.iter().map(|v| v * size).collect();
         Ok(from_bytes(&world::all_gather(&to_bytes(&mine), &counts)?))
     }
+}
+
+/// The per-step combination of device slabs' sums: straight from each other's rings when
+/// every pair of local slabs shares a device or has peer access, else staged by the host.
+fn device_totals<S: Subdomain>(
+    parts: &mut [S],
+    sync: &[DeviceSync],
+    slabs: usize,
+    mpi: bool,
+) -> Result<DeviceTotals> {
+    let mut rings = Vec::new();
+    let mut per_step = 0;
+    for p in parts.iter_mut() {
+        let Partials::Device {
+            ring, per_step: n, ..
+        } = p.partials()
+        else {
+            return Err(Error::Parse(
+                "internal: a device slab keeps its partial sums on the host".into(),
+            ));
+        };
+        rings.push(ring);
+        per_step = n;
+    }
+    let mut direct = !mpi;
+    for a in sync {
+        for b in sync {
+            if !Arc::ptr_eq(&a.ctx, &b.ctx) && !crate::device::cuda::peer_access(&a.ctx, &b.ctx)? {
+                direct = false;
+            }
+        }
+    }
+    let mut sources = Vec::new();
+    let mut staged = Vec::new();
+    let mut done = Vec::new();
+    for s in sync {
+        s.ctx.bind_to_thread()?;
+        done.push(s.ctx.new_event(None)?);
+        if direct {
+            sources.push(s.compute.clone_htod(&rings)?);
+        } else {
+            let buf = s.compute.alloc_zeros::<f64>(slabs * per_step)?;
+            let (base, _sync) = buf.device_ptr(&s.compute);
+            let at: Vec<u64> = (0..slabs)
+                .map(|k| base + (k * per_step * 8) as u64)
+                .collect();
+            drop(_sync);
+            sources.push(s.compute.clone_htod(&at)?);
+            staged.push(buf);
+        }
+    }
+    Ok(DeviceTotals {
+        per_step,
+        sources,
+        staged: (!direct).then_some(staged),
+        done,
+    })
 }
 
 /// Copy transfer `t` from local device slab `src` into local slab `dst` on `dst`'s copy
@@ -573,6 +733,9 @@ impl<S: Subdomain> Engine for Distributed<S> {
             let k = if left >= self.every { self.every } else { 1 };
             if self.sync.is_some() {
                 self.overlapped_pass(k)?;
+                if self.totals.is_some() {
+                    self.combine_on_devices()?;
+                }
             } else {
                 if self.per_row.is_some() && !self.parts.iter().all(|p| p.running()) {
                     break;
@@ -611,7 +774,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
         let mut residuals = None;
         for p in &mut self.parts {
             let d = p.diagnostics()?;
-            if self.per_row.is_none() && !d.new_residuals.is_empty() {
+            if self.per_row.is_none() && self.totals.is_none() && !d.new_residuals.is_empty() {
                 return Err(Error::Parse(
                     "internal: a decomposed engine reported residuals the slabs do not combine"
                         .into(),

@@ -22,7 +22,7 @@ pub const KERNELS: KernelSource = KernelSource {
 /// Threads per block along x, and rows each block walks down: the fastest of a sweep on
 /// the H100 for the seed case (docs/PERFORMANCE.md). KEISAN_JACOBI_TILE=BXxRY overrides
 /// them for tuning runs.
-fn tile(precision: Precision) -> (u32, u32) {
+pub(super) fn tile(precision: Precision) -> (u32, u32) {
     static TILE: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
     let chosen = *TILE.get_or_init(|| {
         std::env::var("KEISAN_JACOBI_TILE")
@@ -39,7 +39,7 @@ fn tile(precision: Precision) -> (u32, u32) {
     })
 }
 
-fn tile_defines(precision: Precision) -> [(&'static str, String); 4] {
+pub(super) fn tile_defines(precision: Precision) -> [(&'static str, String); 4] {
     let (bx, ry) = tile(precision);
     let (tx, ty) = tile2(precision);
     [

@@ -194,3 +194,75 @@ extern "C" __global__ void jacobi_solution_error(const real* __restrict__ u, int
     double s;
     if (grid_sum_last_block(block_total, partials, ticket, &s)) *out = s;
 }
+
+// ---- Slabs of rows (a decomposed run) ------------------------------------------------
+// A slab's buffers hold grid rows base .. base + rows (its owned rows and one halo row on
+// each side); buffer row l is grid row base + l.
+
+// u = u_new = 0 and f analytic on a slab's rows (the same arithmetic as jacobi_init).
+extern "C" __global__ void jacobi_init_rows(real* __restrict__ u, real* __restrict__ unew,
+                                            real* __restrict__ f, int n, int base, int rows,
+                                            int kind, double alpha, double dx, double dy) {
+    const size_t total = (size_t)n * rows;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const int i = (int)(idx % n), j = base + (int)(idx / n);
+        u[idx] = (real)0;
+        unew[idx] = (real)0;
+        f[idx] = (real)forcing(kind, alpha, -1.0 + i * dx, -1.0 + j * dy);
+    }
+}
+
+// Sweep k over the interior grid rows among first..last of a slab, each point exactly as
+// jacobi_sweep computes it; the sum of squared residuals of these rows lands in *slot
+// (a block-ordered reduction, so it is the same on every run). Returns at once when the
+// solve has stopped (ctl[1] != 0).
+extern "C" __global__ void __launch_bounds__(J_BX)
+jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
+            int n, int m, int base, int first, int last, real ax, real ay, real b, real rb,
+            real omega, const u64* __restrict__ ctl, double* __restrict__ partials,
+            unsigned int* __restrict__ ticket, double* __restrict__ slot) {
+    if (((volatile const u64*)ctl)[1] != 0) return;
+    const int lo = max(first, 1), hi = min(last, m - 1);
+    const int i = blockIdx.x * J_BX + threadIdx.x;
+    const int strips = (hi - lo + J_RY - 1) / J_RY;
+    double acc = 0.0;
+    for (int strip = blockIdx.y; strip < strips; strip += gridDim.y) {
+        if (i < 1 || i > n - 2) break;
+        const int s0 = lo + strip * J_RY;
+        const int s1 = min(s0 + J_RY, hi);
+        size_t c_idx = (size_t)(s0 - base) * n + i;
+        real up = u[c_idx - n];
+        real c = u[c_idx];
+#pragma unroll 1
+        for (int j = s0; j < s1; ++j, c_idx += n) {
+            const real dn = u[c_idx + n];
+            const real l = u[c_idx - 1];
+            const real r = u[c_idx + 1];
+            const real resid = point_resid(l, r, up, dn, c, f[c_idx], ax, ay, b, rb);
+            unew[c_idx] = c - omega * resid;
+            acc += (double)resid * (double)resid;
+            up = c;
+            c = dn;
+        }
+    }
+    const double block_total = block_sum(acc);
+    double total;
+    if (grid_sum_last_block(block_total, partials, ticket, &total)) *slot = total;
+}
+
+// The book-keeping of sweep k on one slab: the sum of every slab's partial sums, added
+// in slab order (so every slab decides alike), each slab's `per_step` values of sweep k
+// read from sources[s] + (k mod ring)·per_step.
+extern "C" __global__ void jacobi_record(const u64* __restrict__ sources, int count,
+                                         int per_step, unsigned ring, u64 k, int n, int m,
+                                         double tol, u64* __restrict__ ctl,
+                                         double* __restrict__ hist, unsigned hist_len) {
+    if (threadIdx.x != 0 || blockIdx.x != 0 || ctl[1] != 0) return;
+    double sum = 0.0;
+    for (int s = 0; s < count; ++s) {
+        const double* r = (const double*)sources[s] + (size_t)(k % ring) * per_step;
+        for (int c = 0; c < per_step; ++c) sum += r[c];
+    }
+    record_sweep(ctl, hist, hist_len, k, sum, n, m, tol);
+}

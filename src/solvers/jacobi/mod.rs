@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_slab;
 mod manufactured;
 mod solver;
 
@@ -268,17 +269,13 @@ pub fn engine_placed<T: Real>(
     let all = windows(problem.m, placement.total(), 1, false, "--subdomains")?;
     let q = problem.clone();
     let field_of = move |data| cpu::field_of(&q, data);
-    if placement.gpus()?.is_some() {
-        return Err(Error::invalid(
-            if placement.world.is_some() {
-                "mpirun"
-            } else {
-                "--devices"
-            },
-            placement.describe(),
-            "jacobi runs on slabs on the CPU backend (--backend cpu --subdomains N, or under \
-             mpirun) and on one CUDA device; CUDA slabs are not available yet",
-        ));
+    if let Some(gpus) = placement.gpus()? {
+        let from = (!u.is_empty()).then_some((&u[..], step, status));
+        let build =
+            |k: usize, w| cuda_slab::CudaJacobiSlab::on_window(gpus[k].clone(), problem, w, from);
+        return Ok(Placed::Slabs(Box::new(Distributed::on(
+            placement, all, build, field_of,
+        )?)));
     }
     let zeros;
     let u = if u.is_empty() {

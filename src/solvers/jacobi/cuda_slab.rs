@@ -1,0 +1,277 @@
+//! A CUDA slab of rows for decomposed runs: the same point update as the one-device
+//! engine (fields equal bit for bit), one sweep between halo exchanges, and the residual
+//! of each sweep added up over all slabs on the device (jacobi_record) before the stop
+//! flag is set, so every slab stops at the same sweep without the host waiting.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+
+use super::JacobiProblem;
+use super::cuda::{KERNELS, tile, tile_defines};
+use crate::device::cuda::Gpu;
+use crate::error::Result;
+use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, slab_of};
+use crate::precision::Real;
+use crate::run::{Diagnostics, Engine, Field, Status};
+
+/// Compute calls per sweep at most (two bands and the interior): one partial sum each.
+const CALLS: usize = 3;
+/// Residual history slots; the run reads diagnostics at least this often.
+const HISTORY: usize = PARTIAL_STEPS;
+
+pub struct CudaJacobiSlab<T: Real> {
+    gpu: Arc<Gpu>,
+    problem: JacobiProblem,
+    window: Window,
+    /// u and u_new: sweep k reads buf[k % 2].
+    buf: [CudaSlice<T>; 2],
+    f: CudaSlice<T>,
+    /// Per compute call of a sweep (they may run side by side): block partials, ticket.
+    scratch: Vec<(CudaSlice<f64>, CudaSlice<u32>)>,
+    /// Partial sums: sweep k's call c at (k mod PARTIAL_STEPS)·CALLS + c.
+    ring: CudaSlice<f64>,
+    /// [sweeps done, stop flag (1 converged, 2 non-finite), unused]
+    ctl: CudaSlice<u64>,
+    hist: CudaSlice<f64>,
+    rows_fn: CudaFunction,
+    record_fn: CudaFunction,
+    /// Sweeps queued (the next sweep's number), compute calls of the current one.
+    launched: u64,
+    calls: usize,
+    reported: u64,
+}
+
+impl<T: Real> CudaJacobiSlab<T> {
+    /// The slab `window` of the manufactured problem: from the whole iterate `u` after
+    /// `step` sweeps in `status` when restarting, else from u = 0.
+    pub fn on_window(
+        gpu: Arc<Gpu>,
+        problem: &JacobiProblem,
+        window: Window,
+        restart: Option<(&[T], u64, Status)>,
+    ) -> Result<Self> {
+        let n = problem.n;
+        let len = window.rows * n;
+        gpu.ensure_fits(
+            3 * (len * std::mem::size_of::<T>()) as u128,
+            "the Jacobi fields of a slab (u, u_new, f)",
+        )?;
+        let defines = tile_defines(T::PRECISION);
+        let rows_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows")?;
+        let record_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_record")?;
+        let init = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_init_rows")?;
+        let s = &gpu.stream;
+        // SAFETY: jacobi_init_rows writes every element.
+        let (mut b0, mut b1, mut f) =
+            unsafe { (s.alloc::<T>(len)?, s.alloc::<T>(len)?, s.alloc::<T>(len)?) };
+        let c = problem.coefficients();
+        let (ni, base, rows, kind) = (
+            n as i32,
+            window.base as i32,
+            window.rows as i32,
+            problem.exact.code(),
+        );
+        let mut l = s.launch_builder(&init);
+        l.arg(&mut b0).arg(&mut b1).arg(&mut f);
+        l.arg(&ni).arg(&base).arg(&rows).arg(&kind);
+        l.arg(&problem.alpha).arg(&c.dx).arg(&c.dy);
+        // SAFETY: the buffers hold rows·n values; the kernel is grid-stride.
+        unsafe { l.launch(gpu.stride_config(len, 256)) }?;
+        let mut ctl = [0u64; 3];
+        if let Some((u, step, status)) = restart {
+            let mine = slab_of(&window, u, n);
+            s.memcpy_htod(&mine, &mut b0)?;
+            s.memcpy_htod(&mine, &mut b1)?;
+            ctl = [step, status.device_flag(), 0];
+        }
+        let most = Self::config(problem, 0..window.rows).grid_dim;
+        let slots = (most.0 * most.1) as usize;
+        let scratch = (0..CALLS)
+            .map(|_| Ok((s.alloc_zeros::<f64>(slots)?, s.alloc_zeros::<u32>(1)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            ring: s.alloc_zeros::<f64>(PARTIAL_STEPS * CALLS)?,
+            ctl: s.clone_htod(&ctl)?,
+            hist: s.alloc_zeros::<f64>(HISTORY)?,
+            scratch,
+            buf: [b0, b1],
+            f,
+            rows_fn,
+            record_fn,
+            launched: ctl[0],
+            calls: 0,
+            reported: ctl[0],
+            gpu,
+            problem: problem.clone(),
+            window,
+        })
+    }
+
+    /// Blocks for the grid rows `rows` (at least one, so an empty range still writes
+    /// its partial sum, 0).
+    fn config(p: &JacobiProblem, rows: Range<usize>) -> LaunchConfig {
+        let (bx, ry) = tile(T::PRECISION);
+        let strips = rows.len().div_ceil(ry as usize).clamp(1, 65535) as u32;
+        LaunchConfig {
+            grid_dim: (p.n.div_ceil(bx as usize) as u32, strips, 1),
+            block_dim: (bx, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Read the device's sweep count and, once stopped, make it the host's: the sweeps
+    /// queued after the stop changed nothing, and the result lies in the buffer the
+    /// stopping sweep wrote.
+    fn settle(&mut self) -> Result<[u64; 3]> {
+        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
+        if ctl[1] != 0 {
+            self.launched = ctl[0];
+        }
+        Ok([ctl[0], ctl[1], ctl[2]])
+    }
+
+    fn ring_address(&self) -> u64 {
+        let (ptr, _sync) = self.ring.device_ptr(&self.gpu.stream);
+        ptr
+    }
+}
+
+impl<T: Real> Engine for CudaJacobiSlab<T> {
+    type Real = T;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        // A slab alone (the whole grid): its own sums are the total.
+        let me = self.gpu.stream.clone_htod(&[self.ring_address()])?;
+        let stream = self.gpu.stream.clone();
+        for _ in 0..steps {
+            self.compute(1, self.window.own.clone(), None)?;
+            self.commit(1);
+            self.queue_record(&me, 1, PARTIAL_STEPS, &stream)?;
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<Diagnostics> {
+        let ctl = self.settle()?;
+        let steps = ctl[0];
+        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
+        self.reported = self.reported.max(steps);
+        Ok(Diagnostics {
+            steps,
+            new_residuals,
+            status: Status::from_device_flag(ctl[1]),
+        })
+    }
+
+    fn snapshot(&mut self) -> Result<Field<T>> {
+        let data = self.owned()?;
+        Ok(super::cpu::field_of(&self.problem, data))
+    }
+
+    fn max_steps_between_diagnostics(&self) -> u64 {
+        HISTORY as u64
+    }
+}
+
+impl<T: Real> Subdomain for CudaJacobiSlab<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        self.problem.n
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        let head = (self.launched % 2) as usize;
+        Rows::Device {
+            gpu: &self.gpu,
+            buf: &mut self.buf[head],
+            offset: 0,
+        }
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        1
+    }
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        stream: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        assert_eq!(steps, 1, "a Jacobi slab takes one sweep between exchanges");
+        let p = &self.problem;
+        let c = p.coefficients();
+        let (ax, ay, b, rb, omega) = (
+            T::lit(c.ax),
+            T::lit(c.ay),
+            T::lit(c.b),
+            T::lit(c.rb),
+            T::lit(p.relax),
+        );
+        let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
+        let (j0, j1) = (rows.start as i32, rows.end as i32);
+        let cfg = Self::config(p, rows);
+        let call = self.calls;
+        self.calls += 1;
+        let slot_at = (self.launched as usize % PARTIAL_STEPS) * CALLS + call;
+        let stream = stream.unwrap_or(&self.gpu.stream);
+        let [b0, b1] = &mut self.buf;
+        let (src, dst) = if self.launched.is_multiple_of(2) {
+            (&*b0, b1)
+        } else {
+            (&*b1, b0)
+        };
+        let (partials, ticket) = &mut self.scratch[call];
+        let mut slot = self.ring.slice_mut(slot_at..slot_at + 1);
+        let mut l = stream.launch_builder(&self.rows_fn);
+        l.arg(src).arg(dst).arg(&self.f);
+        l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
+        l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
+        l.arg(&self.ctl).arg(partials).arg(ticket).arg(&mut slot);
+        // SAFETY: rows j0..j1 lie inside the slab's buffers with their neighbours (the
+        // halo rows); partials hold one value per block; slot is one value.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+    fn commit(&mut self, steps: u64) {
+        self.launched += steps;
+        self.calls = 0;
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        self.settle()?;
+        let own = self.window.own_in_buffer();
+        let n = self.problem.n;
+        let head = (self.launched % 2) as usize;
+        Ok(self
+            .gpu
+            .stream
+            .clone_dtoh(&self.buf[head].slice(own.start * n..own.end * n))?)
+    }
+    fn partials(&mut self) -> Partials {
+        Partials::Device {
+            ring: self.ring_address(),
+            per_step: CALLS,
+            step: self.launched,
+        }
+    }
+    fn queue_record(
+        &mut self,
+        sources: &CudaSlice<u64>,
+        count: usize,
+        ring_steps: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let p = &self.problem;
+        let k = self.launched - 1;
+        let (count, per_step, ring) = (count as i32, CALLS as i32, ring_steps as u32);
+        let (n, m, hist_len) = (p.n as i32, p.m as i32, HISTORY as u32);
+        let mut l = stream.launch_builder(&self.record_fn);
+        l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
+        l.arg(&n).arg(&m).arg(&p.tolerance);
+        l.arg(&mut self.ctl).arg(&mut self.hist).arg(&hist_len);
+        // SAFETY: sources holds `count` addresses of rings of `ring` steps × CALLS values.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        Ok(())
+    }
+}

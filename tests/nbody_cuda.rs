@@ -80,7 +80,7 @@ fn unsoftened_pairs_and_padding_give_finite_forces_and_runs_repeat() {
     assert!(a.iter().flatten().all(|v| v.is_finite()));
     assert!(worst_relative(&a, &acc) < 1e-3);
     // Two runs of 20 steps: the same bits (splits added in order, no atomics).
-    let mut run = || {
+    let run = || {
         let mut e = CudaNbody::new(gpu.clone(), grav, 0.001, &p, 0, false).unwrap();
         e.advance(20).unwrap();
         e.snapshot().unwrap().data

@@ -47,3 +47,20 @@ fn heat_temporal_blocking_variants_compile() {
         assert!(ptx.to_src().contains(kernel), "{p} {defines:?}");
     }
 }
+
+/// The N-body force kernel in its accurate mode (f64 sums of the f32 terms).
+#[test]
+fn nbody_accurate_mode_compiles() {
+    use keisan::solvers::nbody::cuda::KERNELS;
+    let defines = [("NB_ACCURATE".to_string(), "1".to_string())];
+    let defines: Vec<(&str, String)> = defines
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    match compile(&KERNELS, Precision::F64, "sm_90", &defines) {
+        Ok(ptx) => assert!(ptx.to_src().contains("nbody_forces")),
+        Err(keisan::Error::NoCudaDevice(_))
+            if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none() => {}
+        Err(e) => panic!("{e}"),
+    }
+}

@@ -5,7 +5,9 @@
 //! and the diagnostics that prove a run (energies, momenta, virial ratio). The CUDA
 //! engine, two GPUs, MPI and the cycle model come next (issue 14).
 
+pub mod bench;
 pub mod cpu;
+pub mod cuda;
 pub mod diagnostics;
 pub mod presets;
 pub mod problem;

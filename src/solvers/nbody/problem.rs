@@ -24,6 +24,9 @@ pub struct NbodyConfig {
     pub end_time: Option<f64>,
     #[serde(default)]
     pub initial: InitialConfig,
+    /// CUDA: sum each particle's f32 force terms in f64.
+    #[serde(default)]
+    pub accurate: bool,
 }
 
 fn one() -> f64 {
@@ -80,6 +83,7 @@ pub struct NbodyProblem {
     pub dt: f64,
     pub steps: u64,
     pub initial: Initial,
+    pub accurate: bool,
 }
 
 impl NbodyProblem {
@@ -254,6 +258,7 @@ impl NbodyConfig {
             dt,
             steps,
             initial,
+            accurate: self.accurate,
         })
     }
 }

@@ -1,8 +1,8 @@
-//! The N-body solver's entry in the registry: its table and its run (the CPU reference;
-//! the CUDA engine and `keisan bench nbody` are still to come).
+//! The N-body solver's entry in the registry: its table, its run (CPU reference or CUDA
+//! engine) and its bench.
 
 use super::diagnostics::Measures;
-use super::{NbodyConfig, NbodyProblem, cpu, projection};
+use super::{NbodyConfig, NbodyProblem, cpu, cuda, projection};
 use crate::device::Device;
 use crate::device::cuda::KernelSource;
 use crate::error::{Error, Result};
@@ -24,7 +24,7 @@ impl Solver for Nbody {
         "n, softening, dt, steps or end_time, [nbody.initial]"
     }
     fn kernels(&self) -> Vec<KernelSource> {
-        Vec::new()
+        vec![super::cuda::KERNELS]
     }
     fn problem(&self, table: toml::Value, src: &Source) -> Result<Box<dyn SolverProblem>> {
         let mut cfg: NbodyConfig = src.deserialize("nbody", table)?;
@@ -34,15 +34,10 @@ impl Solver for Nbody {
         Ok(Box::new(cfg.validate()?))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
-        cmd
+        <super::bench::NbodyBenchArgs as clap::Args>::augment_args(cmd)
     }
-    fn bench(&self, _device: &Device, _args: &clap::ArgMatches) -> Result<Report> {
-        Err(Error::invalid(
-            "solver",
-            "nbody",
-            "keisan bench nbody times the CUDA force kernel, which is not in this build yet; \
-             the CPU reference runs with keisan run (examples/nbody-*.toml)",
-        ))
+    fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+        super::bench::run(device, args)
     }
 }
 
@@ -68,11 +63,11 @@ impl SolverProblem for NbodyProblem {
                  runs on every CPU thread already",
             ));
         }
-        if let Device::Cuda(_) = cx.device {
+        if cx.placement.world.is_some() && matches!(cx.device, Device::Cuda(_)) {
             return Err(Error::invalid(
-                "--backend",
-                "cuda",
-                "nbody has its CPU reference engine only so far; run it with --backend cpu",
+                "mpirun",
+                cx.placement.describe(),
+                "nbody over MPI ranks runs on the CPU backend so far; add --backend cpu",
             ));
         }
         let p0 = self.particles()?;
@@ -93,15 +88,26 @@ impl SolverProblem for NbodyProblem {
                 }
                 None => (p0, 0),
             };
-            Ok(NbodyCase {
-                p: self,
-                engine: cpu::CpuNbody::new(
+            let engine: Box<dyn Engine<Real = f64>> = match cx.device {
+                Device::Cpu { .. } => Box::new(cpu::CpuNbody::new(
                     self.gravity(),
                     self.dt,
                     particles,
                     step,
                     cx.placement.world,
-                )?,
+                )?),
+                Device::Cuda(gpu) => Box::new(cuda::CudaNbody::new(
+                    gpu.clone(),
+                    self.gravity(),
+                    self.dt,
+                    &particles,
+                    step,
+                    self.accurate,
+                )?),
+            };
+            Ok(NbodyCase {
+                p: self,
+                engine,
                 start,
                 half,
                 frames: Vec::new(),
@@ -112,7 +118,7 @@ impl SolverProblem for NbodyProblem {
 
 struct NbodyCase<'a> {
     p: &'a NbodyProblem,
-    engine: cpu::CpuNbody,
+    engine: Box<dyn Engine<Real = f64>>,
     /// The measures at step 0 (the energy error's reference, also after a restart).
     start: Measures,
     /// Half-width of every picture of the run.
@@ -124,7 +130,7 @@ struct NbodyCase<'a> {
 impl Case for NbodyCase<'_> {
     type Real = f64;
     fn engine(&mut self) -> &mut dyn Engine<Real = f64> {
-        &mut self.engine
+        self.engine.as_mut()
     }
     fn shape(&self) -> Vec<usize> {
         vec![self.p.n, 7]

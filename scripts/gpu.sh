@@ -13,6 +13,7 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
+#   gpu/gpu.sh next             # there, on branch wip/gpu-next: CUDA Jacobi slab diagnosis, CUDA N-body tests and bench
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -174,8 +175,24 @@ mpi_gpu() {
   $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --devices 0,1 | solve "1 process, 2 GPUs"
 }
 
+# The next GPU session's checks on branch wip/gpu-next: the CUDA Jacobi slab diagnosis
+# (arguments printed by the row kernel), its comparison with one device, the CUDA N-body
+# tests and bench. Keep only these test executables in gpu/tests (64 MiB carry).
+next() {
+  device
+  KEISAN_JACOBI_DEBUG=1 timeout 120 gpu/tests/jacobi_slabs debug_cuda_slab_kernel --nocapture 2>&1 | grep -E "jacobi_rows|nonzero" | head -20
+  for t in jacobi_slabs nbody_cuda jacobi_cuda advection_slabs heat_slabs; do
+    [ -x gpu/tests/$t ] || continue
+    echo "== $t"; timeout 300 gpu/tests/$t --test-threads=1 2>&1 | grep -E "^test |test result|panicked|n [0-9]+ accurate" | head -30
+  done
+  echo "== bench nbody"; timeout 200 $K bench nbody
+  echo "== bench nbody --accurate"; timeout 200 $K bench nbody --accurate --n 65536,262144
+  echo "== nbody run"; $K run examples/nbody-plummer.toml -q --json --set nbody.n=65536 --set nbody.end_time=1 | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['timings'], s['results']['energy_error'])"
+}
+
 case "${1:-}" in
   build) build ;;
+  next) next ;;
   multi) multi ;;
   heat-multi) heat_multi ;;
   mpi) mpi_gpu ;;
@@ -185,5 +202,5 @@ case "${1:-}" in
   es) es ;;
   es-tune) es_tune ;;
   all) tests; s=$?; bench; exit $s ;;
-  *) sed -n '2,17p' "$0"; exit 2 ;;
+  *) sed -n '2,18p' "$0"; exit 2 ;;
 esac

@@ -58,7 +58,11 @@ impl<T: Real> CudaJacobiSlab<T> {
             3 * (len * std::mem::size_of::<T>()) as u128,
             "the Jacobi fields of a slab (u, u_new, f)",
         )?;
-        let defines = tile_defines(T::PRECISION);
+        let mut defines = tile_defines(T::PRECISION).to_vec();
+        if std::env::var_os("KEISAN_JACOBI_DEBUG").is_some() {
+            // The row kernel prints the arguments it sees (diagnosis of wip/cuda-slabs).
+            defines.push(("J_DEBUG", "1".to_string()));
+        }
         let rows_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows")?;
         let record_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_record")?;
         let init = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_init_rows")?;

@@ -226,6 +226,11 @@ jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __r
     const int lo = max(first, 1), hi = min(last, m - 1);
     const int i = blockIdx.x * J_BX + threadIdx.x;
     const int strips = (hi - lo + J_RY - 1) / J_RY;
+#ifdef J_DEBUG
+    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 1)
+        printf("jacobi_rows n %d m %d base %d first %d last %d lo %d hi %d strips %d grid %d x %d block %d\n",
+               n, m, base, first, last, lo, hi, strips, gridDim.x, gridDim.y, blockDim.x);
+#endif
     double acc = 0.0;
     for (int strip = blockIdx.y; strip < strips; strip += gridDim.y) {
         if (i < 1 || i > n - 2) break;

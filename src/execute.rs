@@ -111,10 +111,11 @@ pub trait Case {
     fn layout(&self) -> Option<serde_json::Value> {
         None
     }
-    /// Files of the solver's own beside each numbered field `stem` of the series (a
-    /// picture of particles), in the same set.
+    /// Files of the solver's own beside each numbered field `stem` of the series at
+    /// `step` (pictures and a ParaView series of particles), in the same set.
     fn series_extras(
         &mut self,
+        _step: u64,
         _stem: &str,
         _u: &Field<Self::Real>,
         _set: &mut OutputSet,
@@ -174,7 +175,7 @@ impl Writer<'_> {
         let stem = format!("{}_{step:0w$}", u.name, w = self.width);
         let mut set = OutputSet::begin(dir)?;
         set.field(&stem, &u)?;
-        case.series_extras(&stem, &u, &mut set)?;
+        case.series_extras(step, &stem, &u, &mut set)?;
         if u.shape.len() >= 2 && u.is_grid() {
             let vtk = format!("{stem}.{}", output::vtk_extension(&u));
             self.history.series.retain(|(_, f)| f != &vtk);

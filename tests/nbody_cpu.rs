@@ -306,6 +306,25 @@ fn a_run_writes_particles_pictures_and_conserved_quantities() {
         3,
         "3 frames"
     );
+    // The point cloud for ParaView: 200 points, the positions of the .npy's rows first.
+    let vtp = std::fs::read(d.join("res/particles.vtp")).unwrap();
+    let text = String::from_utf8_lossy(&vtp);
+    assert!(text.contains("NumberOfPoints=\"200\""));
+    assert!(text.contains("Name=\"velocity\" NumberOfComponents=\"3\""));
+    let at = vtp.windows(2).position(|w| w == b"\n_").unwrap() + 2;
+    let word =
+        |k: usize| f64::from_le_bytes(vtp[at + 8 + 8 * k..at + 16 + 8 * k].try_into().unwrap());
+    assert_eq!(
+        u64::from_le_bytes(vtp[at..at + 8].try_into().unwrap()),
+        200 * 3 * 8
+    );
+    let npy = std::fs::read(d.join("res/particles.npy")).unwrap();
+    let data = npy.len() - 200 * 7 * 8;
+    let value =
+        |k: usize| f64::from_le_bytes(npy[data + 8 * k..data + 8 * k + 8].try_into().unwrap());
+    assert_eq!([word(0), word(1), word(2)], [value(0), value(1), value(2)]);
+    let pvd = std::fs::read_to_string(d.join("res/particles.pvd")).unwrap();
+    assert_eq!(pvd.matches("<DataSet").count(), 3, "{pvd}");
     // A table, not a grid: no VTK image of it.
     assert!(!d.join("res/particles.vti").exists());
     let npy = std::fs::read(d.join("res/particles.npy")).unwrap();

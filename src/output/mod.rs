@@ -10,6 +10,7 @@ pub mod npy;
 pub mod png;
 pub mod pvd;
 pub mod vti;
+pub mod vtp;
 pub mod vtr;
 
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@ use crate::device::Device;
 use crate::device::cuda::KernelSource;
 use crate::error::{Error, Result};
 use crate::execute::{Case, Execution, run_case};
-use crate::output::{OutputSet, gif, png};
+use crate::output::{OutputSet, gif, png, pvd, vtp};
 use crate::problem::Source;
 use crate::run::{Engine, Field, LoopOutcome};
 use crate::solver::{Report, Solver, SolverProblem};
@@ -111,6 +111,7 @@ impl SolverProblem for NbodyProblem {
                 start,
                 half,
                 frames: Vec::new(),
+                series: Vec::new(),
             })
         })
     }
@@ -125,6 +126,30 @@ struct NbodyCase<'a> {
     half: f64,
     /// The pictures of the series so far (this process's run), for the animation.
     frames: Vec<Field<f64>>,
+    /// (time, .vtp file) of the series so far, for particles.pvd.
+    series: Vec<(f64, String)>,
+}
+
+/// Particles as a ParaView point cloud: velocity (3 components) and mass per point.
+fn write_vtp(path: &std::path::Path, u: &Field<f64>) -> Result<()> {
+    let p = cpu::particles_of(&u.data);
+    let vel: Vec<f64> = p.vel.iter().flatten().copied().collect();
+    vtp::write(
+        path,
+        &p.pos,
+        &[
+            vtp::PointArray {
+                name: "velocity",
+                components: 3,
+                values: &vel,
+            },
+            vtp::PointArray {
+                name: "mass",
+                components: 1,
+                values: &p.mass,
+            },
+        ],
+    )
 }
 
 impl Case for NbodyCase<'_> {
@@ -168,15 +193,26 @@ impl Case for NbodyCase<'_> {
         }));
         Ok(())
     }
-    fn series_extras(&mut self, stem: &str, u: &Field<f64>, set: &mut OutputSet) -> Result<()> {
+    fn series_extras(
+        &mut self,
+        step: u64,
+        stem: &str,
+        u: &Field<f64>,
+        set: &mut OutputSet,
+    ) -> Result<()> {
         let picture = projection::density_xy(&cpu::particles_of(&u.data), self.half);
         png::write(&set.file(&format!("{stem}.png")), &picture)?;
         self.frames.push(picture);
-        Ok(())
+        let file = format!("{stem}.vtp");
+        write_vtp(&set.file(&file), u)?;
+        self.series.retain(|(_, f)| f != &file);
+        self.series.push((step as f64 * self.p.dt, file));
+        pvd::write(&set.file("particles.pvd"), &self.series)
     }
     fn extra_outputs(&mut self, u: &Field<f64>, set: &mut OutputSet) -> Result<()> {
         let last = projection::density_xy(&cpu::particles_of(&u.data), self.half);
         png::write(&set.file("particles.png"), &last)?;
+        write_vtp(&set.file("particles.vtp"), u)?;
         // The series' frames, then the end if the series did not stop there.
         if self.frames.last().is_none_or(|f| f.data != last.data) {
             self.frames.push(last);

@@ -254,11 +254,16 @@ pub fn engine_placed<T: Real>(
             restart,
         )?));
     }
+    placement.refuse_gpu_slabs("jacobi")?;
     let (u, step, status) = match restart {
         Some(mut r) => (r.take("u")?, r.step, r.status),
-        None => (Vec::new(), 0, crate::run::Status::Running),
+        None => (
+            vec![T::zero(); problem.cells()],
+            0,
+            crate::run::Status::Running,
+        ),
     };
-    if !u.is_empty() && u.len() != problem.cells() {
+    if u.len() != problem.cells() {
         return Err(Error::Parse(format!(
             "the checkpoint's u holds {} values; the problem has n·m = {}",
             u.len(),
@@ -268,26 +273,7 @@ pub fn engine_placed<T: Real>(
     let all = windows(problem.m, placement.total(), 1, false, "--subdomains")?;
     let q = problem.clone();
     let field_of = move |data| cpu::field_of(&q, data);
-    if placement.gpus()?.is_some() {
-        return Err(Error::invalid(
-            if placement.world.is_some() {
-                "mpirun"
-            } else {
-                "--devices"
-            },
-            placement.describe(),
-            "jacobi runs on slabs on the CPU backend (--backend cpu --subdomains N, or under \
-             mpirun) and on one CUDA device; CUDA slabs are not available yet",
-        ));
-    }
-    let zeros;
-    let u = if u.is_empty() {
-        zeros = vec![T::zero(); problem.cells()];
-        &zeros[..]
-    } else {
-        &u[..]
-    };
-    let build = |_, w| cpu::CpuJacobi::on_window(problem, w, u, step, status);
+    let build = |_, w| cpu::CpuJacobi::on_window(problem, w, &u, step, status);
     Ok(Placed::Slabs(Box::new(Distributed::on(
         placement, all, build, field_of,
     )?)))

@@ -180,14 +180,20 @@ mpi_gpu() {
 # tests and bench. Keep only these test executables in gpu/tests (64 MiB carry).
 next() {
   device
-  KEISAN_JACOBI_DEBUG=1 timeout 120 gpu/tests/jacobi_slabs debug_cuda_slab_kernel --nocapture 2>&1 | grep -E "jacobi_rows|nonzero" | head -20
-  for t in jacobi_slabs nbody_cuda jacobi_cuda advection_slabs heat_slabs; do
+  KEISAN_JACOBI_DEBUG=1 timeout 120 gpu/tests/jacobi_slabs debug_cuda_slab_kernel --nocapture 2>&1 | grep -E "jacobi_rows|nonzero" | head -60
+  for t in nbody_cuda jacobi_slabs jacobi_cuda; do
     [ -x gpu/tests/$t ] || continue
-    echo "== $t"; timeout 300 gpu/tests/$t --test-threads=1 2>&1 | grep -E "^test |test result|panicked|n [0-9]+ accurate" | head -30
+    echo "== $t"; timeout 300 gpu/tests/$t --test-threads=1 2>&1 | grep -E "^test |test result|panicked|assert|n [0-9]+ accurate" | head -60
   done
-  echo "== bench nbody"; timeout 200 $K bench nbody
-  echo "== bench nbody --accurate"; timeout 200 $K bench nbody --accurate --n 65536,262144
-  echo "== nbody run"; $K run examples/nbody-plummer.toml -q --json --set nbody.n=65536 --set nbody.end_time=1 | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['timings'], s['results']['energy_error'])"
+  echo "== bench nbody"; timeout 200 $K bench nbody --shapes 128x8,128x4,256x4,64x8,128x12,256x8
+  echo "== bench nbody --unequal-masses"; timeout 100 $K bench nbody --unequal-masses --n 16384,1048576
+  echo "== bench nbody --accurate"; timeout 100 $K bench nbody --accurate --n 16384,1048576
+  for t in 1 2 16; do echo "== bench nbody cpu $t"; timeout 100 $K --threads $t bench nbody --backend cpu --n 4096,16384; done
+  echo "== nbody runs"
+  for args in "" "--set nbody.n=65536 --set nbody.end_time=1"; do
+    $K run examples/nbody-plummer.toml -q --json $args --set output.dir=$OUT/nb | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['timings'], s['results']['energy_error'])"
+  done
+  tail -3 $OUT/nb/diagnostics.csv
 }
 
 case "${1:-}" in

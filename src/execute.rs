@@ -95,7 +95,7 @@ pub trait Case {
         step: u64,
         u: &Field<Self::Real>,
         residuals: &[f64],
-    ) -> Vec<(&'static str, f64)>;
+    ) -> Result<Vec<(&'static str, f64)>>;
     /// After the loop: checks such as the solution error. `u`: the final field on the
     /// host, when it was copied there (outputs, or [`Case::needs_final_field`]).
     fn finish(
@@ -158,7 +158,7 @@ impl Writer<'_> {
         }
         let u = case.engine().snapshot()?;
         let Some(dir) = &self.dir else { return Ok(()) };
-        let scalars = case.scalars(step, &u, residuals);
+        let scalars = case.scalars(step, &u, residuals)?;
         let mut header = vec!["step".to_string()];
         let mut row = vec![step as f64];
         if self.problem.spec.dt().is_some() {

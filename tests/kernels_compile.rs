@@ -48,19 +48,30 @@ fn heat_temporal_blocking_variants_compile() {
     }
 }
 
-/// The N-body force kernel in its accurate mode (f64 sums of the f32 terms).
+/// The N-body force kernel in each of its modes (f64 sums of the f32 terms, the
+/// zero-separation guard, equal masses) and block shapes.
 #[test]
-fn nbody_accurate_mode_compiles() {
+fn nbody_force_variants_compile() {
     use keisan::solvers::nbody::cuda::KERNELS;
-    let defines = [("NB_ACCURATE".to_string(), "1".to_string())];
-    let defines: Vec<(&str, String)> = defines
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.clone()))
-        .collect();
-    match compile(&KERNELS, Precision::F64, "sm_90", &defines) {
-        Ok(ptx) => assert!(ptx.to_src().contains("nbody_forces")),
-        Err(keisan::Error::NoCudaDevice(_))
-            if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none() => {}
-        Err(e) => panic!("{e}"),
+    // Every switch the engine sets, on and off, and an odd block shape.
+    for (accurate, guard, equal, threads, ipt) in [
+        (1, 0, 0, 128, 8),
+        (0, 1, 0, 128, 8),
+        (0, 0, 1, 128, 8),
+        (1, 1, 1, 64, 3),
+    ] {
+        let defines = [
+            ("NB_ACCURATE", accurate.to_string()),
+            ("NB_GUARD", guard.to_string()),
+            ("NB_EQUAL_MASS", equal.to_string()),
+            ("NB_THREADS", threads.to_string()),
+            ("NB_IPT", ipt.to_string()),
+        ];
+        match compile(&KERNELS, Precision::F64, "sm_90", &defines) {
+            Ok(ptx) => assert!(ptx.to_src().contains("nbody_forces")),
+            Err(keisan::Error::NoCudaDevice(_))
+                if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none() => {}
+            Err(e) => panic!("{e}"),
+        }
     }
 }

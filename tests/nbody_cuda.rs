@@ -12,8 +12,8 @@ mod common;
 
 use keisan::device::Device;
 use keisan::run::Engine;
-use keisan::solvers::nbody::cuda::CudaNbody;
-use keisan::solvers::nbody::{Gravity, cpu, presets};
+use keisan::solvers::nbody::cuda::{self, CudaNbody, ForceShape};
+use keisan::solvers::nbody::{Gravity, Particles, cpu, presets};
 
 fn worst_relative(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
     let rms = (b
@@ -31,6 +31,14 @@ fn worst_relative(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
         / rms
 }
 
+/// `p` with masses spread by ±20 % (the general kernel, not the equal-mass one).
+fn unequal(mut p: Particles) -> Particles {
+    for (i, m) in p.mass.iter_mut().enumerate() {
+        *m *= 0.8 + 0.4 * ((i * 31) % 17) as f64 / 16.0;
+    }
+    p
+}
+
 #[test]
 fn forces_match_the_cpu_direct_sum_within_the_f32_bound() {
     let Some(Device::Cuda(gpu)) = common::gpu_or_skip("nbody forces") else {
@@ -40,28 +48,44 @@ fn forces_match_the_cpu_direct_sum_within_the_f32_bound() {
         g: 1.3,
         softening: 0.01,
     };
-    // Odd N (padding), N below one tile, and N large enough for one split per tile.
-    for (n, seed) in [(1, 1), (3, 2), (255, 3), (257, 4), (1000, 5), (4099, 6)] {
-        let p = presets::plummer(n, 1.0, presets::PLUMMER_A, seed);
-        let (acc, phi) = cpu::accelerations(&p, grav, true);
-        for (accurate, bound) in [(false, 1e-4), (true, 1e-5)] {
-            let mut e = CudaNbody::new(gpu.clone(), grav, 0.01, &p, 0, accurate).unwrap();
-            let (a, f) = e.accelerations().unwrap();
-            if n > 1 {
-                let err = worst_relative(&a, &acc);
-                eprintln!("n {n} accurate {accurate}: {err:e} (splits {})", e.splits());
-                assert!(err < bound, "n {n} accurate {accurate}: {err:e}");
-                let perr = phi
-                    .iter()
-                    .zip(&f)
-                    .map(|(x, y)| ((x - y) / x).abs())
-                    .fold(0.0, f64::max);
-                assert!(perr < bound, "potential {perr:e}");
-            } else {
-                assert_eq!(a[0], [0.0; 3], "a lone particle feels nothing");
+    // Odd N (padding), N below one block, around a block of 1024, several splits.
+    for (n, seed) in [(2, 1), (3, 2), (255, 3), (1023, 4), (1025, 5), (4099, 6)] {
+        for p in [
+            presets::plummer(n, 1.0, presets::PLUMMER_A, seed),
+            unequal(presets::plummer(n, 1.0, presets::PLUMMER_A, seed)),
+        ] {
+            let (acc, phi) = cpu::accelerations(&p, grav, true);
+            for (accurate, bound) in [(false, 1e-4), (true, 1e-5)] {
+                for shape in [
+                    ForceShape::default(),
+                    ForceShape {
+                        threads: 64,
+                        ipt: 3,
+                    },
+                ] {
+                    let mut e =
+                        CudaNbody::with_shape(gpu.clone(), grav, 0.01, &p, 0, accurate, shape)
+                            .unwrap();
+                    let a = e.accelerations().unwrap();
+                    let err = worst_relative(&a, &acc);
+                    eprintln!(
+                        "n {n} accurate {accurate} {shape:?}: {err:e} (splits {})",
+                        e.splits()
+                    );
+                    assert!(err < bound, "n {n} accurate {accurate} {shape:?}: {err:e}");
+                }
             }
+            // The diagnostics' potential: f64 on the device against f64 on the host.
+            let f = cuda::potential(&gpu, grav, &p).unwrap();
+            // No contraction, IEEE sqrt and division, j in the same order: the same bits.
+            assert!(common::same_bits(&phi, &f), "the device potential differs");
         }
     }
+    // A lone particle feels nothing and has no potential.
+    let p = presets::plummer(1, 1.0, presets::PLUMMER_A, 1);
+    let mut e = CudaNbody::new(gpu.clone(), grav, 0.01, &p, 0, false).unwrap();
+    assert_eq!(e.accelerations().unwrap(), vec![[0.0; 3]]);
+    assert_eq!(cuda::potential(&gpu, grav, &p).unwrap(), vec![0.0]);
 }
 
 #[test]
@@ -76,7 +100,7 @@ fn unsoftened_pairs_and_padding_give_finite_forces_and_runs_repeat() {
     let p = presets::cold_sphere(300, 7);
     let (acc, _) = cpu::accelerations(&p, grav, false);
     let mut e = CudaNbody::new(gpu.clone(), grav, 0.001, &p, 0, false).unwrap();
-    let (a, _) = e.accelerations().unwrap();
+    let a = e.accelerations().unwrap();
     assert!(a.iter().flatten().all(|v| v.is_finite()));
     assert!(worst_relative(&a, &acc) < 1e-3);
     // Two runs of 20 steps: the same bits (splits added in order, no atomics).

@@ -152,3 +152,33 @@ pub fn measure_cpu() -> Ceilings {
         fma_f64: None,
     }
 }
+
+/// f64 FLOP rate of every rayon thread together (a multiply and an add count 2): eight
+/// independent multiply-add chains per thread, as plain x86-64 code (SSE2, no FMA)
+/// issues them — the arithmetic ceiling of the compute-bound CPU engines.
+pub fn cpu_flop_rate() -> f64 {
+    use rayon::prelude::*;
+    use std::hint::black_box;
+    const ITERS: usize = 1 << 22;
+    let threads = rayon::current_num_threads();
+    let mut times = Vec::new();
+    for _ in 0..3 {
+        let t0 = std::time::Instant::now();
+        let s: f64 = (0..threads)
+            .into_par_iter()
+            .map(|t| {
+                let mut x: [f64; 8] = std::array::from_fn(|k| (t + k) as f64);
+                let (a, b) = (black_box(0.999), black_box(1e-3));
+                for _ in 0..ITERS {
+                    for v in &mut x {
+                        *v = *v * a + b;
+                    }
+                }
+                x.iter().sum::<f64>()
+            })
+            .sum();
+        black_box(s);
+        times.push(t0.elapsed().as_secs_f64());
+    }
+    2.0 * 8.0 * (ITERS * threads) as f64 / median(times)
+}

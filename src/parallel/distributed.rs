@@ -15,7 +15,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
 use super::Window;
-use super::world::{self, World};
+use super::world::{self, World, from_bytes, to_bytes};
 use crate::device::Gpu;
 use crate::device::Placement;
 use crate::error::{Error, Result};
@@ -171,8 +171,7 @@ pub struct Distributed<S: Subdomain> {
     /// The run-wide number of each of this process's slabs, and the ranks (mpirun).
     ids: Vec<usize>,
     world: Option<World>,
-    /// Values and rows each slab of the run owns (the gathers' counts).
-    owned_values: Vec<usize>,
+    /// Rows each slab of the run owns (the gathers' counts).
     own_rows: Vec<usize>,
     field_of: FieldOf<S::Real>,
     /// Iterative solvers: partial sums per owned row combine per step (host slabs).
@@ -230,8 +229,6 @@ impl<S: Subdomain> Distributed<S> {
             .iter()
             .map(|&i| split_bands(&all[i], &transfers, i))
             .unzip();
-        let row_len = parts.first().map_or(0, |p| p.row_len());
-        let owned_values = all.iter().map(|w| w.own.len() * row_len).collect();
         let own_rows = all.iter().map(|w| w.own.len()).collect();
         let sync = parts
             .iter_mut()
@@ -285,7 +282,6 @@ impl<S: Subdomain> Distributed<S> {
             sync,
             ids,
             world,
-            owned_values,
             own_rows,
             field_of: Box::new(field_of),
         })
@@ -423,9 +419,7 @@ impl<S: Subdomain> Distributed<S> {
             }
             None => mine,
         };
-        let totals: Vec<f64> = (0..per_row)
-            .map(|c| all.iter().skip(c).step_by(per_row).sum())
-            .collect();
+        let totals = row_totals(&all, per_row);
         for p in &mut self.parts {
             p.record_total(&totals);
         }
@@ -518,7 +512,8 @@ impl<S: Subdomain> Distributed<S> {
             return Ok(mine);
         }
         let size = std::mem::size_of::<S::Real>();
-        let counts: Vec<usize> = self.owned_values.iter().map(|v| v * size).collect();
+        let row_bytes = self.parts[0].row_len() * size;
+        let counts: Vec<usize> = self.own_rows.iter().map(|r| r * row_bytes).collect();
         Ok(from_bytes(&world::all_gather(&to_bytes(&mine), &counts)?))
     }
 }
@@ -690,26 +685,12 @@ fn write_rows<S: Subdomain>(p: &mut S, to: usize, values: &[S::Real]) -> Result<
     Ok(())
 }
 
-/// The bytes of plain numbers (f32, f64, u64), for MPI.
-fn to_bytes<T: Copy>(v: &[T]) -> Vec<u8> {
-    // SAFETY: T is a plain number type: every byte is initialised and any is valid to read.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
-        .to_vec()
-}
-
-/// Plain numbers back from their bytes (the length a multiple of the size).
-fn from_bytes<T: Copy + Default>(b: &[u8]) -> Vec<T> {
-    let n = b.len() / std::mem::size_of::<T>();
-    let mut v = vec![T::default(); n];
-    // SAFETY: v has room for n values; any bit pattern is a valid f32, f64 or u64.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            b.as_ptr(),
-            v.as_mut_ptr().cast::<u8>(),
-            n * std::mem::size_of::<T>(),
-        )
-    };
-    v
+/// Each kind's total of row sums laid out `per_row` per row ([`Subdomain::take_partial`]),
+/// added in row order: what one engine alone and every slab of a decomposed run record.
+pub fn row_totals(sums: &[f64], per_row: usize) -> Vec<f64> {
+    (0..per_row)
+        .map(|c| sums.iter().skip(c).step_by(per_row).sum())
+        .collect()
 }
 
 /// Mutable borrows of two different elements.

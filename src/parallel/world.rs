@@ -60,6 +60,28 @@ pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {
     imp::all_gather(mine, counts)
 }
 
+/// The bytes of plain numbers (f32, f64, u64), for MPI.
+pub fn to_bytes<T: Copy>(v: &[T]) -> Vec<u8> {
+    // SAFETY: T is a plain number type: every byte is initialised and any is valid to read.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+        .to_vec()
+}
+
+/// Plain numbers back from their bytes (the length a multiple of the size).
+pub fn from_bytes<T: Copy + Default>(b: &[u8]) -> Vec<T> {
+    let n = b.len() / std::mem::size_of::<T>();
+    let mut v = vec![T::default(); n];
+    // SAFETY: v has room for n values; any bit pattern is a valid f32, f64 or u64.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            b.as_ptr(),
+            v.as_mut_ptr().cast::<u8>(),
+            n * std::mem::size_of::<T>(),
+        )
+    };
+    v
+}
+
 /// End every rank of the run with `code` (MPI_Abort); without a world, exit.
 pub fn abort(code: i32) -> ! {
     imp::abort(code)

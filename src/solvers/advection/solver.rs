@@ -143,8 +143,8 @@ impl<T: Real> Case for AdvectionCase<'_, T> {
     fn shape(&self) -> Vec<usize> {
         self.p.shape()
     }
-    fn scalars(&self, step: u64, u: &Field<T>, _: &[f64]) -> Vec<(&'static str, f64)> {
-        measures(self.p, step, &as_f64(u), self.mass0)
+    fn scalars(&self, step: u64, u: &Field<T>, _: &[f64]) -> Result<Vec<(&'static str, f64)>> {
+        Ok(measures(self.p, step, &as_f64(u), self.mass0))
     }
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         let Some(u) = u else { return Ok(()) };

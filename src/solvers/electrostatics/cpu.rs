@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use super::{ElectrostaticsProblem, Geometry};
 use crate::error::Result;
 use crate::memory::try_filled;
-use crate::parallel::{Partials, Rows, Subdomain, Window, slab_of};
+use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 
@@ -270,10 +270,7 @@ impl<T: Real> Engine for CpuElectrostatics<T> {
             }
             self.compute(1, self.window.own.clone(), None)?;
             self.commit(1);
-            let sums = self.take_partial();
-            let totals: Vec<f64> = (0..PER_PLANE)
-                .map(|c| sums.iter().skip(c).step_by(PER_PLANE).sum())
-                .collect();
+            let totals = row_totals(&self.take_partial(), PER_PLANE);
             self.record_total(&totals);
         }
         Ok(())

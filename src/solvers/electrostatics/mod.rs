@@ -106,18 +106,7 @@ pub fn engine_placed<T: Real>(
     if placement.is_single() {
         return engine(p, g, placement.first(), restart);
     }
-    if placement.gpus()?.is_some() {
-        return Err(Error::invalid(
-            if placement.world.is_some() {
-                "mpirun"
-            } else {
-                "--devices"
-            },
-            placement.describe(),
-            "electrostatics runs on slabs on the CPU backend (--backend cpu --subdomains N, \
-             or under mpirun) and on one CUDA device; CUDA slabs are not available yet",
-        ));
-    }
+    placement.refuse_gpu_slabs("electrostatics")?;
     let (v, step, status) = match restart {
         Some(mut r) => (r.take("V")?, r.step, r.status),
         None => (cpu::initial_potential(g)?, 0, Status::Running),

@@ -147,7 +147,12 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
     fn shape(&self) -> Vec<usize> {
         self.p.shape()
     }
-    fn scalars(&self, step: u64, u: &Field<T>, residuals: &[f64]) -> Vec<(&'static str, f64)> {
+    fn scalars(
+        &self,
+        step: u64,
+        u: &Field<T>,
+        residuals: &[f64],
+    ) -> Result<Vec<(&'static str, f64)>> {
         let r = step
             .checked_sub(1)
             .and_then(|k| residuals.get(k as usize))
@@ -158,11 +163,11 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
                 (a.min(v.as_f64()), b.max(v.as_f64()))
             });
-        vec![
+        Ok(vec![
             ("residual", r.unwrap_or(f64::NAN)),
             ("v_min", lo),
             ("v_max", hi),
-        ]
+        ])
     }
     fn needs_final_field(&self) -> bool {
         true // the charges are summed on the host

@@ -120,7 +120,7 @@ impl<T: Real> Case for HeatCase<'_, T> {
     fn shape(&self) -> Vec<usize> {
         self.p.user_shape()
     }
-    fn scalars(&self, step: u64, u: &Field<T>, _: &[f64]) -> Vec<(&'static str, f64)> {
+    fn scalars(&self, step: u64, u: &Field<T>, _: &[f64]) -> Result<Vec<(&'static str, f64)>> {
         use rayon::prelude::*;
         // Chunk results combined in order: the same sum on every run and thread count.
         let parts: Vec<(f64, f64, f64)> = u
@@ -147,7 +147,7 @@ impl<T: Real> Case for HeatCase<'_, T> {
         if let Some(e) = self.error(step, &u.data) {
             s.push(("max_error", e));
         }
-        s
+        Ok(s)
     }
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         s.solution_error = u.and_then(|u| self.error(o.steps, &u.data));

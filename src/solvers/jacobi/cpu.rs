@@ -12,7 +12,7 @@ use rayon::prelude::*;
 use super::{Coefficients, Fields, JacobiEngine, JacobiProblem, Manufactured};
 use crate::error::Result;
 use crate::memory::{ensure_host_fits, try_filled};
-use crate::parallel::{Partials, Rows, Subdomain, Window, slab_of};
+use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Status};
 
@@ -154,8 +154,8 @@ impl<T: Real> Engine for CpuJacobi<T> {
             }
             self.compute(1, self.window.own.clone(), None)?;
             self.commit(1);
-            let sum = self.take_partial().iter().sum();
-            self.record_total(&[sum]);
+            let totals = row_totals(&self.take_partial(), 1);
+            self.record_total(&totals);
         }
         Ok(())
     }

@@ -245,6 +245,11 @@ jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __r
             const real l = u[c_idx - 1];
             const real r = u[c_idx + 1];
             const real resid = point_resid(l, r, up, dn, c, f[c_idx], ax, ay, b, rb);
+#ifdef J_DEBUG
+            if (i == 1)
+                printf("jacobi_rows write j %d s0 %d s1 %d c_idx %llu strip %d by %d\n", j, s0, s1,
+                       (unsigned long long)c_idx, strip, blockIdx.y);
+#endif
             unew[c_idx] = c - omega * resid;
             acc += (double)resid * (double)resid;
             up = c;

@@ -257,9 +257,13 @@ pub fn engine_placed<T: Real>(
     }
     let (u, step, status) = match restart {
         Some(mut r) => (r.take("u")?, r.step, r.status),
-        None => (Vec::new(), 0, crate::run::Status::Running),
+        None => (
+            vec![T::zero(); problem.cells()],
+            0,
+            crate::run::Status::Running,
+        ),
     };
-    if !u.is_empty() && u.len() != problem.cells() {
+    if u.len() != problem.cells() {
         return Err(Error::Parse(format!(
             "the checkpoint's u holds {} values; the problem has n·m = {}",
             u.len(),
@@ -270,21 +274,14 @@ pub fn engine_placed<T: Real>(
     let q = problem.clone();
     let field_of = move |data| cpu::field_of(&q, data);
     if let Some(gpus) = placement.gpus()? {
-        let from = (!u.is_empty()).then_some((&u[..], step, status));
+        let from = Some((&u[..], step, status));
         let build =
             |k: usize, w| cuda_slab::CudaJacobiSlab::on_window(gpus[k].clone(), problem, w, from);
         return Ok(Placed::Slabs(Box::new(Distributed::on(
             placement, all, build, field_of,
         )?)));
     }
-    let zeros;
-    let u = if u.is_empty() {
-        zeros = vec![T::zero(); problem.cells()];
-        &zeros[..]
-    } else {
-        &u[..]
-    };
-    let build = |_, w| cpu::CpuJacobi::on_window(problem, w, u, step, status);
+    let build = |_, w| cpu::CpuJacobi::on_window(problem, w, &u, step, status);
     Ok(Placed::Slabs(Box::new(Distributed::on(
         placement, all, build, field_of,
     )?)))

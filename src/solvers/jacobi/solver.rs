@@ -79,16 +79,21 @@ impl<T: Real> Case for JacobiCase<'_, T> {
     fn shape(&self) -> Vec<usize> {
         vec![self.p.m, self.p.n]
     }
-    fn scalars(&self, step: u64, u: &Field<T>, residuals: &[f64]) -> Vec<(&'static str, f64)> {
+    fn scalars(
+        &self,
+        step: u64,
+        u: &Field<T>,
+        residuals: &[f64],
+    ) -> Result<Vec<(&'static str, f64)>> {
         let residual = step
             .checked_sub(1)
             .and_then(|k| residuals.get(k as usize))
             .copied()
             .unwrap_or(f64::NAN);
-        vec![
+        Ok(vec![
             ("residual", residual),
             ("solution_error", cpu::solution_error(self.p, &u.data)),
-        ]
+        ])
     }
     fn finish(&mut self, _: &LoopOutcome, _: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         s.solution_error = Some(match &mut self.engine {

@@ -1,103 +1,212 @@
-//! `keisan bench nbody`: the force kernel over a range of N, against the f32 FMA rate
-//! measured in the same run.
+//! `keisan bench nbody`: the force evaluation over a range of N, against the arithmetic
+//! ceiling measured in the same run, beside the CUDA sample's kernel.
 //!
-//! The kernel's inner loop issues, per interaction, 3 FADD (separations), 3 FFMA (r²),
-//! 3 FMUL (m/r, m/r³), 3 FFMA (accelerations), 1 FADD (potential) and a select on the
-//! FP32 pipes — 14 instructions — and one MUFU rsqrt on its own, slower pipe (16 per
-//! clock per SM against 128 FP32: 8 FP32 slots' worth, overlapped). The ceiling is then
-//! the measured FMA instruction rate (FLOP rate / 2) divided by 14 interactions per
-//! instruction issue; the study's figures use 26 FLOP per interaction, reported too.
+//! Counting: N² interactions per force evaluation (the self pair included, as every
+//! direct-sum figure counts them) and 20 FLOP per interaction (the CUDA sample's
+//! `flopsPerInteraction`, the convention of GPU N-body figures).
+//! The fraction of the FMA rate is TFLOP/s at 20 FLOP over the FMA f32 rate measured
+//! now. The truer ceiling is instruction issue: keisan's kernel issues per interaction 3
+//! FADD, 3 FFMA (r² chained from ε²), 1 MUFU rsqrt, 3 FMUL (m/r³; 2 when every mass is
+//! equal) and 3 FFMA — 13 (12) instructions, one per clock per SM sub-partition — so
+//! the issue ceiling is the measured FFMA instruction rate (FMA FLOP rate / 2) over 13
+//! (12); one shared-memory load per j serves `ipt` interactions and adds 1/ipt.
 
 use clap::FromArgMatches;
 use serde::Serialize;
 
-use super::{Gravity, cuda::CudaNbody, presets};
+use super::cuda::{CudaNbody, ForceShape};
+use super::{Gravity, Particles, cpu, presets};
 use crate::bench::ceilings_for;
 use crate::device::Device;
-use crate::device::ceilings::Ceilings;
+use crate::device::ceilings::{Ceilings, cpu_flop_rate};
 use crate::error::{Error, Result};
 use crate::solver::Report;
 
-/// FP32-pipe instructions per interaction (see the module's comment).
-const INSTRUCTIONS: f64 = 14.0;
-/// The study's convention for GFLOPS figures.
-const STUDY_FLOP: f64 = 26.0;
+/// FLOP per interaction, the CUDA sample's count.
+const FLOP: f64 = 20.0;
 
 #[derive(clap::Args, Debug)]
 pub struct NbodyBenchArgs {
-    /// Particle counts, comma-separated.
-    #[arg(long, default_value = "4096,16384,65536,262144,1048576")]
-    n: String,
+    /// Particle counts, comma-separated [default: 16384,65536,262144,1048576 on a GPU,
+    /// 2048,8192 on the CPU].
+    #[arg(long)]
+    n: Option<String>,
     #[arg(long, default_value_t = 5)]
     repetitions: usize,
     /// Sum each particle's f32 terms in f64.
     #[arg(long)]
     accurate: bool,
+    /// Masses spread by ±20 % (the general kernel; equal masses take the kernel that
+    /// multiplies by the mass once).
+    #[arg(long)]
+    unequal_masses: bool,
+    /// Force-kernel block shapes to time, threads×i-particles per thread, comma-separated.
+    #[arg(long, default_value = "128x8")]
+    shapes: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NbodyCase {
     pub n: usize,
-    /// Blocks per i-tile the j-sum is split over.
+    pub threads: usize,
+    pub ipt: usize,
+    /// Blocks per i-block the j-sum is split over (0 on the CPU).
     pub splits: usize,
     /// Median seconds of one force evaluation (positions packed to f32, then forces).
     pub seconds: f64,
     pub interactions_per_s: f64,
-    pub study_gflops: f64,
-    /// interactions_per_s / (measured FMA f32 rate / 2 / 14).
-    pub fraction_of_fp32_issue: f64,
+    pub tflops: f64,
+    /// tflops / the FMA f32 rate (GPU) or the f64 multiply-add rate (CPU) measured now.
+    pub fraction_of_fma: f64,
+    /// interactions_per_s / (FFMA instruction rate / instructions per interaction).
+    pub fraction_of_issue: Option<f64>,
+    /// The CUDA sample's kernel on the same particles: interactions/s.
+    pub baseline_interactions_per_s: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct NbodyBench {
     pub device: String,
     pub accurate: bool,
+    pub equal_masses: bool,
+    /// FP32-pipe instructions per interaction of keisan's kernel (None: accurate mode).
+    pub instructions: Option<f64>,
     pub ceilings: Ceilings,
+    /// The CPU's f64 multiply-add rate (CPU backend).
+    pub cpu_flop_rate: Option<f64>,
+    pub threads: usize,
     pub cases: Vec<NbodyCase>,
+}
+
+fn parse_list<T>(
+    text: &str,
+    field: &str,
+    each: impl Fn(&str) -> Option<T>,
+    expected: &str,
+) -> Result<Vec<T>> {
+    text.split(',')
+        .map(|t| each(t.trim()))
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| Error::invalid(field, text, expected))
+}
+
+fn shape_of(t: &str) -> Option<ForceShape> {
+    let (a, b) = t.split_once('x')?;
+    let s = ForceShape {
+        threads: a.parse().ok()?,
+        ipt: b.parse().ok()?,
+    };
+    let ok = [32, 64, 128, 256, 512].contains(&s.threads) && (1..=16).contains(&s.ipt);
+    ok.then_some(s)
+}
+
+/// The Plummer sphere of the bench; with `unequal`, masses spread by ±20 % and
+/// renormalised (a deterministic pattern).
+fn particles(n: usize, unequal: bool) -> Particles {
+    let mut p = presets::plummer(n, 1.0, presets::PLUMMER_A, 1);
+    if unequal {
+        for (i, m) in p.mass.iter_mut().enumerate() {
+            *m *= 0.8 + 0.4 * ((i * 7919) % 1000) as f64 / 999.0;
+        }
+        let total = p.total_mass();
+        p.mass.iter_mut().for_each(|m| *m /= total);
+    }
+    p
 }
 
 pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     let a = NbodyBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
-    let Device::Cuda(gpu) = device else {
-        return Err(Error::invalid(
-            "--backend",
-            "cpu",
-            "keisan bench nbody times the CUDA force kernel; the CPU reference runs with keisan run",
-        ));
+    let default_n = match device {
+        Device::Cuda(_) => "16384,65536,262144,1048576",
+        Device::Cpu { .. } => "2048,8192",
     };
-    let ns =
-        a.n.split(',')
-            .map(|t| t.trim().parse::<usize>().ok().filter(|&n| n >= 1))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::invalid("--n", &a.n, "comma-separated particle counts ≥ 1"))?;
+    let n_text = a.n.clone().unwrap_or_else(|| default_n.into());
+    let ns = parse_list(
+        &n_text,
+        "--n",
+        |t| t.parse::<usize>().ok().filter(|&n| n >= 2),
+        "comma-separated particle counts ≥ 2",
+    )?;
+    let shapes = parse_list(
+        &a.shapes,
+        "--shapes",
+        shape_of,
+        "comma-separated threads×ipt, threads a power of two 32…512, ipt 1…16 (e.g. 128x8)",
+    )?;
     if a.repetitions == 0 {
         return Err(Error::invalid("--repetitions", 0, "at least 1"));
     }
     let ceilings = ceilings_for(device)?;
-    let fma = ceilings.fma_f32.unwrap_or(f64::NAN);
     let grav = Gravity {
         g: 1.0,
         softening: 0.01,
     };
+    let instructions = (!a.accurate).then_some(if a.unequal_masses { 13.0 } else { 12.0 });
     let mut cases = Vec::new();
-    for n in ns {
-        let p = presets::plummer(n, 1.0, presets::PLUMMER_A, 1);
-        let mut e = CudaNbody::new(gpu.clone(), grav, 0.01, &p, 0, a.accurate)?;
-        let seconds = e.time_forces(a.repetitions)?;
-        let rate = (n as f64) * (n as f64) / seconds;
-        cases.push(NbodyCase {
-            n,
-            splits: e.splits(),
-            seconds,
-            interactions_per_s: rate,
-            study_gflops: rate * STUDY_FLOP * 1e-9,
-            fraction_of_fp32_issue: rate / (fma / 2.0 / INSTRUCTIONS),
-        });
+    let mut cpu_rate = None;
+    match device {
+        Device::Cuda(gpu) => {
+            let fma = ceilings.fma_f32.unwrap_or(f64::NAN);
+            for &n in &ns {
+                let p = particles(n, a.unequal_masses);
+                let mut baseline = None;
+                for &shape in &shapes {
+                    let mut e =
+                        CudaNbody::with_shape(gpu.clone(), grav, 0.01, &p, 0, a.accurate, shape)?;
+                    if baseline.is_none() {
+                        let t = e.time_baseline(a.repetitions)?;
+                        baseline = Some((n as f64).powi(2) / t);
+                    }
+                    let seconds = e.time_forces(a.repetitions)?;
+                    let rate = (n as f64).powi(2) / seconds;
+                    cases.push(NbodyCase {
+                        n,
+                        threads: shape.threads,
+                        ipt: shape.ipt,
+                        splits: e.splits(),
+                        seconds,
+                        interactions_per_s: rate,
+                        tflops: rate * FLOP * 1e-12,
+                        fraction_of_fma: rate * FLOP / fma,
+                        fraction_of_issue: instructions
+                            .map(|k| rate / (fma / 2.0 / (k + 1.0 / shape.ipt as f64))),
+                        baseline_interactions_per_s: baseline,
+                    });
+                }
+            }
+        }
+        Device::Cpu { .. } => {
+            let flops = cpu_flop_rate();
+            cpu_rate = Some(flops);
+            for &n in &ns {
+                let p = particles(n, a.unequal_masses);
+                let seconds = time_cpu(a.repetitions, || {
+                    std::hint::black_box(cpu::accelerations(&p, grav, false));
+                });
+                let rate = (n as f64).powi(2) / seconds;
+                cases.push(NbodyCase {
+                    n,
+                    threads: rayon::current_num_threads(),
+                    ipt: 1,
+                    splits: 0,
+                    seconds,
+                    interactions_per_s: rate,
+                    tflops: rate * FLOP * 1e-12,
+                    fraction_of_fma: rate * FLOP / flops,
+                    fraction_of_issue: None,
+                    baseline_interactions_per_s: None,
+                });
+            }
+        }
     }
     let b = NbodyBench {
         device: device.describe(),
         accurate: a.accurate,
+        equal_masses: !a.unequal_masses,
+        instructions,
         ceilings,
+        cpu_flop_rate: cpu_rate,
+        threads: rayon::current_num_threads(),
         cases,
     };
     Ok(Report {
@@ -106,25 +215,74 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     })
 }
 
+/// Median wall seconds of `reps` runs of `f` (after one warm-up).
+fn time_cpu(reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut t: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t0 = std::time::Instant::now();
+            f();
+            t0.elapsed().as_secs_f64()
+        })
+        .collect();
+    t.sort_by(f64::total_cmp);
+    t[t.len() / 2]
+}
+
 fn human(b: &NbodyBench) -> String {
     use crate::units::seconds as s;
     let mut r = format!(
-        "nbody bench on {}{}\n",
+        "nbody bench on {} ({} masses{})\n",
         b.device,
-        if b.accurate { " (accurate mode)" } else { "" }
+        if b.equal_masses { "equal" } else { "unequal" },
+        if b.accurate { ", accurate mode" } else { "" }
     );
     r += &b.ceilings.human();
-    for c in &b.cases {
+    if let Some(f) = b.cpu_flop_rate {
         r += &format!(
-            "  N = {:>8}: {} per force evaluation ({} splits), {:.1} G interactions/s, \
-             {:.0} GFLOP/s at 26 FLOP each, {:.1} % of the FP32 issue ceiling\n",
-            c.n,
-            s(c.seconds),
-            c.splits,
-            c.interactions_per_s * 1e-9,
-            c.study_gflops,
-            100.0 * c.fraction_of_fp32_issue
+            "  f64 multiply-add rate (measured now, {} threads): {:.1} GFLOP/s\n",
+            b.threads,
+            f * 1e-9
         );
     }
+    for c in &b.cases {
+        r += &format!(
+            "  N = {:>8}{}: {} per force evaluation, {} G interactions/s, {:.3} TFLOP/s at \
+             20 FLOP, {:.1} % of the {}",
+            c.n,
+            if c.splits > 0 {
+                format!(" ({}x{}, {} splits)", c.threads, c.ipt, c.splits)
+            } else {
+                format!(" ({} threads)", c.threads)
+            },
+            s(c.seconds),
+            sig3(c.interactions_per_s * 1e-9),
+            c.tflops,
+            100.0 * c.fraction_of_fma,
+            if c.splits > 0 {
+                "FMA rate"
+            } else {
+                "multiply-add rate"
+            }
+        );
+        if let Some(f) = c.fraction_of_issue {
+            r += &format!(", {:.1} % of the issue ceiling", 100.0 * f);
+        }
+        if let Some(base) = c.baseline_interactions_per_s {
+            r += &format!(
+                "; CUDA-sample kernel {:.1} G/s ({:.1} % of the FMA rate): {:.2}×",
+                base * 1e-9,
+                100.0 * base * FLOP / b.ceilings.fma_f32.unwrap_or(f64::NAN),
+                c.interactions_per_s / base
+            );
+        }
+        r += "\n";
+    }
     r
+}
+
+/// Three significant digits (1234.5 → "1235", 0.2634 → "0.263").
+fn sig3(x: f64) -> String {
+    let decimals = (2 - x.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    format!("{x:.decimals$}")
 }

@@ -60,13 +60,27 @@ pub fn accelerations_of(
 /// current positions (from [`accelerations`]) and is left at the new ones, so a run pays
 /// one force evaluation per step.
 pub fn leapfrog(p: &mut Particles, acc: &mut Vec<[f64; 3]>, grav: Gravity, dt: f64, steps: u64) {
+    leapfrog_with(p, acc, dt, steps, |p| Ok(accelerations(p, grav, false).0))
+        .expect("forces on one process do not fail");
+}
+
+/// [`leapfrog`] with the accelerations from `forces` (one process's sum, or the ranks'
+/// shares gathered).
+fn leapfrog_with(
+    p: &mut Particles,
+    acc: &mut Vec<[f64; 3]>,
+    dt: f64,
+    steps: u64,
+    mut forces: impl FnMut(&Particles) -> Result<Vec<[f64; 3]>>,
+) -> Result<()> {
     let half = 0.5 * dt;
     for _ in 0..steps {
         kick(p, acc, half);
         drift(p, dt);
-        *acc = accelerations(p, grav, false).0;
+        *acc = forces(p)?;
         kick(p, acc, half);
     }
+    Ok(())
 }
 
 fn drift(p: &mut Particles, dt: f64) {
@@ -109,50 +123,38 @@ impl CpuNbody {
         step: u64,
         world: Option<World>,
     ) -> Result<Self> {
-        let mut e = Self {
-            acc: Vec::new(),
+        Ok(Self {
+            acc: forces(&p, grav, world)?,
             p,
             grav,
             dt,
             steps: step,
             status: Status::Running,
             world,
-        };
-        e.acc = e.forces()?;
-        Ok(e)
+        })
     }
+}
 
-    /// Rank `r`'s particles: an even share, the first n mod size one more.
-    fn share(n: usize, w: World, r: usize) -> Range<usize> {
-        let (q, extra) = (n / w.size, n % w.size);
-        let start = r * q + r.min(extra);
-        start..start + q + usize::from(r < extra)
-    }
+/// Rank `r`'s particles: an even share, the first n mod size one more.
+fn share(n: usize, w: World, r: usize) -> Range<usize> {
+    let (q, extra) = (n / w.size, n % w.size);
+    let start = r * q + r.min(extra);
+    start..start + q + usize::from(r < extra)
+}
 
-    fn forces(&self) -> Result<Vec<[f64; 3]>> {
-        let Some(w) = self.world else {
-            return Ok(accelerations(&self.p, self.grav, false).0);
-        };
-        let n = self.p.len();
-        let mine = accelerations_of(&self.p, self.grav, false, Self::share(n, w, w.rank)).0;
-        let bytes: Vec<u8> = mine
-            .iter()
-            .flatten()
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let counts: Vec<usize> = (0..w.size)
-            .map(|r| 24 * Self::share(n, w, r).len())
-            .collect();
-        let all = world::all_gather(&bytes, &counts)?;
-        Ok(all
-            .chunks_exact(24)
-            .map(|c| {
-                std::array::from_fn(|k| {
-                    f64::from_le_bytes(c[8 * k..8 * k + 8].try_into().expect("8 bytes"))
-                })
-            })
-            .collect())
-    }
+/// The accelerations of every particle: summed here, or under mpirun each rank's share
+/// summed there and all gathered.
+fn forces(p: &Particles, grav: Gravity, world: Option<World>) -> Result<Vec<[f64; 3]>> {
+    let Some(w) = world else {
+        return Ok(accelerations(p, grav, false).0);
+    };
+    let n = p.len();
+    let mine = accelerations_of(p, grav, false, share(n, w, w.rank)).0;
+    let counts: Vec<usize> = (0..w.size).map(|r| 24 * share(n, w, r).len()).collect();
+    Ok(world::from_bytes(&world::all_gather(
+        &world::to_bytes(&mine),
+        &counts,
+    )?))
 }
 
 impl Engine for CpuNbody {
@@ -162,13 +164,10 @@ impl Engine for CpuNbody {
         if self.status != Status::Running {
             return Ok(());
         }
-        let half = 0.5 * self.dt;
-        for _ in 0..steps {
-            kick(&mut self.p, &self.acc, half);
-            drift(&mut self.p, self.dt);
-            self.acc = self.forces()?;
-            kick(&mut self.p, &self.acc, half);
-        }
+        let (grav, world) = (self.grav, self.world);
+        leapfrog_with(&mut self.p, &mut self.acc, self.dt, steps, |p| {
+            forces(p, grav, world)
+        })?;
         self.steps += steps;
         if !self.p.vel.iter().flatten().all(|v| v.is_finite()) {
             self.status = Status::NonFinite;

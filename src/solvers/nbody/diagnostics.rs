@@ -18,9 +18,14 @@ pub struct Measures {
 }
 
 impl Measures {
+    /// With the potential summed on the host (the CPU reference's f64 direct sum).
     pub fn of(p: &Particles, grav: Gravity) -> Self {
-        let (_, phi) = cpu::accelerations(p, grav, true);
-        let potential = 0.5 * p.mass.iter().zip(&phi).map(|(m, f)| m * f).sum::<f64>();
+        Self::with_potential(p, &cpu::accelerations(p, grav, true).1)
+    }
+
+    /// With `phi`, the potential per unit mass of every particle (from any engine).
+    pub fn with_potential(p: &Particles, phi: &[f64]) -> Self {
+        let potential = 0.5 * p.mass.iter().zip(phi).map(|(m, f)| m * f).sum::<f64>();
         let (mut kinetic, mut momentum, mut angular) = (0.0, [0.0; 3], [0.0; 3]);
         for ((x, v), &m) in p.pos.iter().zip(&p.vel).zip(&p.mass) {
             kinetic += 0.5 * m * (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);

@@ -1,90 +1,127 @@
-// Direct N-body forces in f32 (seed 001's kernel) and the f64 leapfrog around them.
-// Compiled with -Dreal=float|double (unused here: the force arithmetic is f32 by design,
-// the integration f64) and -DNB_TILE (j-particles per shared-memory tile = threads per
-// block).
+// Direct N-body: f32 forces (seed 001's kernel, several i-particles per thread), the f64
+// leapfrog around them, an f64 potential for the diagnostics, and the CUDA-sample kernel
+// the bench compares with. Compiled with -Dreal=double (the integration's type) and:
+//   NB_THREADS     threads per block = j-particles per shared-memory tile
+//   NB_IPT         i-particles per thread (held in registers; one shared load of a
+//                  j-particle serves NB_IPT interactions)
+//   NB_ACCURATE    sum the f32 terms in f64
+//   NB_GUARD       inv = 0 at zero separation (needed when eps = 0: the self pair)
+//   NB_EQUAL_MASS  every mass is equal: the kernel sums d/r^3 and the kick multiplies
+//                  by G*m once (one FMUL less per interaction)
 
-#ifndef NB_TILE
-#define NB_TILE 256
+#ifndef NB_THREADS
+#define NB_THREADS 128
+#endif
+#ifndef NB_IPT
+#define NB_IPT 8
 #endif
 #ifndef NB_ACCURATE
 #define NB_ACCURATE 0
 #endif
+#ifndef NB_GUARD
+#define NB_GUARD 0
+#endif
+#ifndef NB_EQUAL_MASS
+#define NB_EQUAL_MASS 0
+#endif
 
-// x, m (f64, n particles) -> xm (f32 x y z m, n_pad entries; the padding has zero mass
-// at the origin, so it adds nothing to any force).
+// Padding particles sit at (NB_FAR, NB_FAR, NB_FAR) with zero mass: their separation
+// from any real particle squares to +inf in f32, rsqrt(+inf) = +0, so they add exactly
+// zero whether or not the kernel multiplies by the mass.
+#define NB_FAR 1e30f
+
+// x, m (f64, n particles) -> xm (f32 x y z m, n_pad entries).
 extern "C" __global__ void nbody_pack(const double* __restrict__ x, const double* __restrict__ m,
                                       float4* __restrict__ xm, int n, int n_pad) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pad; i += gridDim.x * blockDim.x) {
         xm[i] = i < n ? make_float4((float)x[3 * i], (float)x[3 * i + 1], (float)x[3 * i + 2],
                                     (float)m[i])
-                      : make_float4(0.f, 0.f, 0.f, 0.f);
+                      : make_float4(NB_FAR, NB_FAR, NB_FAR, 0.f);
     }
 }
 
-// The force on particle i from the j-particles of tiles [t0, t1): one i per thread, the
-// j-particles through shared memory, r^2 = eps^2 + dx^2 + dy^2 + dz^2 as a chain of FMAs,
-// rsqrt, no branch (a pair at zero separation — i itself, or any pair when eps = 0 —
-// gets inv = 0 by a select). out[(split * n_pad + i)] = (ax, ay, az, phi) / G, phi
-// without the self term. Accumulates in f32, or with NB_ACCURATE the f32 terms in f64.
-extern "C" __global__ void __launch_bounds__(NB_TILE)
-nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int n_pad, int tiles_per_split,
-             float eps2) {
-    __shared__ float4 tile[NB_TILE];
-    const int i = blockIdx.x * NB_TILE + threadIdx.x;
-    const int split = blockIdx.y;
-    const float4 me = xm[i];
-    const int tiles = n_pad / NB_TILE;
-    const int t0 = split * tiles_per_split;
-    const int t1 = min(t0 + tiles_per_split, tiles);
-#if NB_ACCURATE
-    double ax = 0.0, ay = 0.0, az = 0.0, phi = 0.0;
-#else
-    float ax = 0.f, ay = 0.f, az = 0.f, phi = 0.f;
+__device__ __forceinline__ float nb_rsqrt(float r2) {
+    float inv;
+    asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(r2));
+#if NB_GUARD
+    inv = r2 > 0.f ? inv : 0.f;
 #endif
+    return inv;
+}
+
+// Block b holds the i-particles b*NB_THREADS*NB_IPT + k*NB_THREADS + threadIdx.x
+// (k < NB_IPT) and sums over the j-tiles [t0, t1) of its split (blockIdx.y). Per
+// interaction: 3 FADD, 3 FFMA (r^2, a chain from eps^2), one MUFU rsqrt, 2-3 FMUL
+// (m/r^3), 3 FFMA (accelerations); no branch. out[split*n_pad + i] = (ax, ay, az, 0):
+// sum_j m_j d/r^3 (or sum_j d/r^3 with NB_EQUAL_MASS).
+extern "C" __global__ void __launch_bounds__(NB_THREADS)
+nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int n_pad,
+             int tiles_per_split, float eps2) {
+    __shared__ float4 tile[NB_THREADS];
+    const int first = blockIdx.x * (NB_THREADS * NB_IPT) + threadIdx.x;
+    const int tiles = n_pad / NB_THREADS;
+    const int t0 = blockIdx.y * tiles_per_split;
+    const int t1 = min(t0 + tiles_per_split, tiles);
+    float px[NB_IPT], py[NB_IPT], pz[NB_IPT];
+#if NB_ACCURATE
+    double ax[NB_IPT], ay[NB_IPT], az[NB_IPT];
+#else
+    float ax[NB_IPT], ay[NB_IPT], az[NB_IPT];
+#endif
+#pragma unroll
+    for (int k = 0; k < NB_IPT; ++k) {
+        const float4 p = xm[first + k * NB_THREADS];
+        px[k] = p.x; py[k] = p.y; pz[k] = p.z;
+        ax[k] = 0; ay[k] = 0; az[k] = 0;
+    }
     for (int t = t0; t < t1; ++t) {
         __syncthreads();
-        tile[threadIdx.x] = xm[t * NB_TILE + threadIdx.x];
+        tile[threadIdx.x] = xm[t * NB_THREADS + threadIdx.x];
         __syncthreads();
-#pragma unroll 8
-        for (int k = 0; k < NB_TILE; ++k) {
-            const float4 o = tile[k];
-            const float dx = o.x - me.x, dy = o.y - me.y, dz = o.z - me.z;
-            const float r2 = fmaf(dz, dz, fmaf(dy, dy, fmaf(dx, dx, eps2)));
-            const float inv = r2 > 0.f ? rsqrtf(r2) : 0.f;
-            const float mi = o.w * inv;
-            const float s = mi * inv * inv;
-#if NB_ACCURATE
-            ax += (double)(s * dx);
-            ay += (double)(s * dy);
-            az += (double)(s * dz);
-            phi += (double)mi;
+#pragma unroll 4
+        for (int j = 0; j < NB_THREADS; ++j) {
+            const float4 o = tile[j];
+#pragma unroll
+            for (int k = 0; k < NB_IPT; ++k) {
+                const float dx = o.x - px[k], dy = o.y - py[k], dz = o.z - pz[k];
+                const float r2 = fmaf(dz, dz, fmaf(dy, dy, fmaf(dx, dx, eps2)));
+                const float inv = nb_rsqrt(r2);
+#if NB_EQUAL_MASS
+                const float s = inv * inv * inv;
 #else
-            ax = fmaf(s, dx, ax);
-            ay = fmaf(s, dy, ay);
-            az = fmaf(s, dz, az);
-            phi += mi;
+                const float s = (o.w * inv) * (inv * inv);
 #endif
+#if NB_ACCURATE
+                ax[k] += (double)(s * dx);
+                ay[k] += (double)(s * dy);
+                az[k] += (double)(s * dz);
+#else
+                ax[k] = fmaf(s, dx, ax[k]);
+                ay[k] = fmaf(s, dy, ay[k]);
+                az[k] = fmaf(s, dz, az[k]);
+#endif
+            }
         }
     }
-    out[(size_t)split * n_pad + i] = make_float4((float)ax, (float)ay, (float)az, (float)-phi);
+    float4* o = out + (size_t)blockIdx.y * n_pad + first;
+#pragma unroll
+    for (int k = 0; k < NB_IPT; ++k)
+        o[k * NB_THREADS] = make_float4((float)ax[k], (float)ay[k], (float)az[k], 0.f);
 }
 
-// Sum the splits of each particle in split order (deterministic), scale by G, and kick:
-// v += G * a * h (f64). With `phi_out`, also phi_i = G * phi (self term excluded: inv = 0
-// at zero separation).
+// Sum the splits of each particle in split order (deterministic) and kick:
+// v += scale * a * h (f64), scale = G (or G*m with NB_EQUAL_MASS).
 extern "C" __global__ void nbody_kick(const float4* __restrict__ parts, int splits, int n_pad,
-                                      double* __restrict__ v, int n, double g, double h,
-                                      double* __restrict__ phi_out) {
+                                      double* __restrict__ v, int n, double scale, double h) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
-        double a[4] = {0.0, 0.0, 0.0, 0.0};
+        double a[3] = {0.0, 0.0, 0.0};
         for (int s = 0; s < splits; ++s) {
             const float4 p = parts[(size_t)s * n_pad + i];
-            a[0] += p.x; a[1] += p.y; a[2] += p.z; a[3] += p.w;
+            a[0] += p.x; a[1] += p.y; a[2] += p.z;
         }
-        v[3 * i] += g * a[0] * h;
-        v[3 * i + 1] += g * a[1] * h;
-        v[3 * i + 2] += g * a[2] * h;
-        if (phi_out) phi_out[i] = g * a[3];
+        v[3 * i] += scale * a[0] * h;
+        v[3 * i + 1] += scale * a[1] * h;
+        v[3 * i + 2] += scale * a[2] * h;
     }
 }
 
@@ -92,4 +129,66 @@ extern "C" __global__ void nbody_drift(double* __restrict__ x, const double* __r
                                        int n, double dt) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < 3 * n; i += gridDim.x * blockDim.x)
         x[i] += v[i] * dt;
+}
+
+// The potential per unit mass for the diagnostics, in f64 and in the CPU reference's
+// order of operations (no contraction, IEEE sqrt and division): the same bits.
+// phi_i = -g * sum_{j != i} m_j / sqrt(r^2 + eps^2), summed over j in index order. One i
+// per thread, j through shared memory; the self pair is skipped by index (a select).
+extern "C" __global__ void __launch_bounds__(256)
+nbody_potential(const double* __restrict__ x, const double* __restrict__ m,
+                double* __restrict__ phi, int n, double eps2, double g) {
+    __shared__ double4 tile[256];
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    const int ii = min(i, n - 1);
+    const double xi = x[3 * ii], yi = x[3 * ii + 1], zi = x[3 * ii + 2];
+    double sum = 0.0;
+    for (int t = 0; t < n; t += 256) {
+        __syncthreads();
+        const int j = t + threadIdx.x;
+        tile[threadIdx.x] = j < n ? make_double4(x[3 * j], x[3 * j + 1], x[3 * j + 2], m[j])
+                                  : make_double4(0.0, 0.0, 0.0, 0.0);
+        __syncthreads();
+        const int count = min(256, n - t);
+        for (int k = 0; k < count; ++k) {
+            const double4 o = tile[k];
+            const double dx = o.x - xi, dy = o.y - yi, dz = o.z - zi;
+            const double r2 = eps2 + dx * dx + dy * dy + dz * dz;
+            const double inv = 1.0 / sqrt(r2);
+            sum -= (t + k == i) ? 0.0 : o.w * inv;
+        }
+    }
+    if (i < n) phi[i] = g * sum;
+}
+
+// The CUDA sample's kernel (nbody_kernel.cuh, "bodyBodyInteraction"): one i per thread,
+// blockDim j-particles per shared tile, r^2 = x*x + y*y + z*z then + eps^2, the inverse
+// cube by two products. What the bench compares keisan's kernel with, in the same run.
+// keisan compiles with --fmad=false, so the multiply-adds nvcc would contract in the
+// sample are written as fmaf here (the sample's instruction stream).
+extern "C" __global__ void __launch_bounds__(256)
+nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, float eps2) {
+    __shared__ float4 shared[256];
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const float4 me = pos[i];
+    float3 a = make_float3(0.f, 0.f, 0.f);
+    for (int t = 0; t < n / 256; ++t) {
+        shared[threadIdx.x] = pos[t * 256 + threadIdx.x];
+        __syncthreads();
+#pragma unroll 128
+        for (int k = 0; k < 256; ++k) {
+            const float4 bj = shared[k];
+            float3 r = make_float3(bj.x - me.x, bj.y - me.y, bj.z - me.z);
+            float dist2 = fmaf(r.z, r.z, fmaf(r.y, r.y, r.x * r.x));
+            dist2 += eps2;
+            const float inv = rsqrtf(dist2);
+            const float inv3 = inv * inv * inv;
+            const float s = bj.w * inv3;
+            a.x = fmaf(r.x, s, a.x);
+            a.y = fmaf(r.y, s, a.y);
+            a.z = fmaf(r.z, s, a.z);
+        }
+        __syncthreads();
+    }
+    acc[i] = make_float4(a.x, a.y, a.z, 0.f);
 }

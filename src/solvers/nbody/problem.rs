@@ -242,9 +242,8 @@ impl NbodyConfig {
                 (initial, n)
             }
         };
-        if preset_only_keys(&i.separation, &i.impact, &i.speed)
-            && !matches!(initial, Initial::TwoPlummers { .. })
-        {
+        let two_plummer_keys = i.separation.is_some() || i.impact.is_some() || i.speed.is_some();
+        if two_plummer_keys && !matches!(initial, Initial::TwoPlummers { .. }) {
             return Err(Error::invalid(
                 "nbody.initial",
                 "separation/impact/speed",
@@ -261,10 +260,6 @@ impl NbodyConfig {
             accurate: self.accurate,
         })
     }
-}
-
-fn preset_only_keys(a: &Option<f64>, b: &Option<f64>, c: &Option<f64>) -> bool {
-    a.is_some() || b.is_some() || c.is_some()
 }
 
 /// Particles from an .npy of shape (N, 7) (f64 or f32) or a .csv of 7 columns x y z vx

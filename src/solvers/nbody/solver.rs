@@ -2,7 +2,7 @@
 //! engine) and its bench.
 
 use super::diagnostics::Measures;
-use super::{NbodyConfig, NbodyProblem, cpu, cuda, projection};
+use super::{NbodyConfig, NbodyProblem, Particles, cpu, cuda, projection};
 use crate::device::Device;
 use crate::device::cuda::KernelSource;
 use crate::error::{Error, Result};
@@ -71,7 +71,14 @@ impl SolverProblem for NbodyProblem {
             ));
         }
         let p0 = self.particles()?;
-        let start = Measures::of(&p0, self.gravity());
+        let grav = self.gravity();
+        // The diagnostics' potential: on the GPU when the run has one (the host's O(N²)
+        // sum would outweigh the run at large N), else the CPU reference's.
+        let potential: Box<dyn Fn(&Particles) -> Result<Vec<f64>>> = match cx.device {
+            Device::Cpu { .. } => Box::new(move |p| Ok(cpu::accelerations(p, grav, true).1)),
+            Device::Cuda(gpu) => Box::new(move |p| cuda::potential(gpu, grav, p)),
+        };
+        let start = Measures::with_potential(&p0, &potential(&p0)?);
         let half = projection::half_width(&p0);
         run_case(cx, |restart| {
             let (particles, step) = match restart {
@@ -109,6 +116,7 @@ impl SolverProblem for NbodyProblem {
                 p: self,
                 engine,
                 start,
+                potential: &potential,
                 half,
                 frames: Vec::new(),
                 series: Vec::new(),
@@ -122,6 +130,8 @@ struct NbodyCase<'a> {
     engine: Box<dyn Engine<Real = f64>>,
     /// The measures at step 0 (the energy error's reference, also after a restart).
     start: Measures,
+    /// The potential per unit mass of every particle, for the measures.
+    potential: &'a dyn Fn(&Particles) -> Result<Vec<f64>>,
     /// Half-width of every picture of the run.
     half: f64,
     /// The pictures of the series so far (this process's run), for the animation.
@@ -152,6 +162,13 @@ fn write_vtp(path: &std::path::Path, u: &Field<f64>) -> Result<()> {
     )
 }
 
+impl NbodyCase<'_> {
+    fn measures(&self, u: &Field<f64>) -> Result<Measures> {
+        let p = cpu::particles_of(&u.data);
+        Ok(Measures::with_potential(&p, &(self.potential)(&p)?))
+    }
+}
+
 impl Case for NbodyCase<'_> {
     type Real = f64;
     fn engine(&mut self) -> &mut dyn Engine<Real = f64> {
@@ -160,9 +177,9 @@ impl Case for NbodyCase<'_> {
     fn shape(&self) -> Vec<usize> {
         vec![self.p.n, 7]
     }
-    fn scalars(&self, _step: u64, u: &Field<f64>, _: &[f64]) -> Vec<(&'static str, f64)> {
-        let m = Measures::of(&cpu::particles_of(&u.data), self.p.gravity());
-        vec![
+    fn scalars(&self, _step: u64, u: &Field<f64>, _: &[f64]) -> Result<Vec<(&'static str, f64)>> {
+        let m = self.measures(u)?;
+        Ok(vec![
             ("kinetic", m.kinetic),
             ("potential", m.potential),
             ("total_energy", m.total),
@@ -174,14 +191,14 @@ impl Case for NbodyCase<'_> {
             ("ly", m.angular_momentum[1]),
             ("lz", m.angular_momentum[2]),
             ("virial_ratio", m.virial_ratio),
-        ]
+        ])
     }
     fn needs_final_field(&self) -> bool {
         true // the final measures are taken on the host
     }
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<f64>>, s: &mut Summary) -> Result<()> {
         let u = u.expect("needs_final_field: the runner hands over the particles");
-        let end = Measures::of(&cpu::particles_of(&u.data), self.p.gravity());
+        let end = self.measures(u)?;
         s.results = Some(serde_json::json!({
             "time": o.steps as f64 * self.p.dt,
             "energy_error": end.energy_error(&self.start),

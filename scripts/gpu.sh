@@ -179,21 +179,34 @@ mpi_gpu() {
 # (arguments printed by the row kernel), its comparison with one device, the CUDA N-body
 # tests and bench. Keep only these test executables in gpu/tests (64 MiB carry).
 next() {
-  device
-  KEISAN_JACOBI_DEBUG=1 timeout 120 gpu/tests/jacobi_slabs debug_cuda_slab_kernel --nocapture 2>&1 | grep -E "jacobi_rows|nonzero" | head -60
-  for t in nbody_cuda jacobi_slabs jacobi_cuda; do
+  device; mkdir -p "$OUT"
+  KEISAN_JACOBI_DEBUG=1 timeout 120 gpu/tests/jacobi_slabs debug_cuda_slab_kernel --nocapture > "$OUT/jacobi-debug.log" 2>&1
+  grep -E "nonzero|jacobi_rows n " "$OUT/jacobi-debug.log" | head -12
+  for t in nbody_cuda jacobi_slabs; do
     [ -x gpu/tests/$t ] || continue
-    echo "== $t"; timeout 300 gpu/tests/$t --test-threads=1 2>&1 | grep -E "^test |test result|panicked|assert|n [0-9]+ accurate" | head -60
+    timeout 300 gpu/tests/$t --test-threads=1 > "$OUT/test-$t.log" 2>&1
+    echo "== $t: $(grep -E '^test result' "$OUT/test-$t.log")"; grep -E "panicked|FAILED|^n .*splits" "$OUT/test-$t.log" | tail -8
   done
-  echo "== bench nbody"; timeout 200 $K bench nbody --shapes 128x8,128x4,256x4,64x8,128x12,256x8
-  echo "== bench nbody --unequal-masses"; timeout 100 $K bench nbody --unequal-masses --n 16384,1048576
-  echo "== bench nbody --accurate"; timeout 100 $K bench nbody --accurate --n 16384,1048576
-  for t in 1 2 16; do echo "== bench nbody cpu $t"; timeout 100 $K --threads $t bench nbody --backend cpu --n 4096,16384; done
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 250 > "$OUT/smi.csv" 2>&1 &
+  local smi=$!
+  for u in 2 4 8; do for b in 1 2 4; do
+    echo "== tune unroll $u minb $b"
+    KEISAN_NBODY_UNROLL=$u KEISAN_NBODY_MINB=$b timeout 100 $K bench nbody --n 262144 --repetitions 3 --shapes 128x8,256x8,128x16 | grep "N =" | sed -E 's/, [0-9.]+ TFLOP.*issue ceiling//; s/; CUDA-sample.*//'
+  done; done
+  echo "== bench nbody"; timeout 200 $K bench nbody --shapes 128x8,256x8 | tee "$OUT/bench-nbody.txt" | grep -E "N =|ceilings"
+  echo "== bench nbody --accurate"; timeout 100 $K bench nbody --accurate --n 16384,1048576 | grep "N ="
+  kill $smi
+  python3 - "$OUT/smi.csv" <<'PY'
+import sys, csv
+rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0][0].isdigit()]
+clk = sorted(float(r[1].split()[0]) for r in rows); pw = sorted(float(r[2].split()[0]) for r in rows)
+print(f"smi: {len(rows)} samples, SM clock min {clk[0]} median {clk[len(clk)//2]} max {clk[-1]} MHz; power median {pw[len(pw)//2]} max {pw[-1]} W; reasons {sorted(set(r[4].strip() for r in rows))}")
+PY
   echo "== nbody runs"
   for args in "" "--set nbody.n=65536 --set nbody.end_time=1"; do
-    $K run examples/nbody-plummer.toml -q --json $args --set output.dir=$OUT/nb | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['timings'], s['results']['energy_error'])"
+    $K run examples/nbody-plummer.toml -q --json $args --set output.dir=$OUT/nb | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['timings']['solve_s'], s['results']['energy_error'])"
   done
-  tail -3 $OUT/nb/diagnostics.csv
+  rm -rf "$OUT/nb"
 }
 
 case "${1:-}" in

@@ -62,6 +62,9 @@ pub struct NbodyCase {
     pub fraction_of_issue: Option<f64>,
     /// The CUDA sample's kernel on the same particles: interactions/s.
     pub baseline_interactions_per_s: Option<f64>,
+    /// Largest |a − a_f64| over the first 256 particles, relative to their RMS |a_f64|
+    /// (the CPU reference's f64 sum of the same particles).
+    pub force_error: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -159,6 +162,9 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
                     }
                     let seconds = e.time_forces(a.repetitions)?;
                     let rate = (n as f64).powi(2) / seconds;
+                    let sample = 0..n.min(256);
+                    let exact = cpu::accelerations_of(&p, grav, false, sample.clone()).0;
+                    let got = &e.accelerations()?[sample];
                     cases.push(NbodyCase {
                         n,
                         threads: shape.threads,
@@ -171,6 +177,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
                         fraction_of_issue: instructions
                             .map(|k| rate / (fma / 2.0 / (k + 1.0 / shape.ipt as f64))),
                         baseline_interactions_per_s: baseline,
+                        force_error: Some(worst_relative(got, &exact)),
                     });
                 }
             }
@@ -195,6 +202,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
                     fraction_of_fma: rate * FLOP / flops,
                     fraction_of_issue: None,
                     baseline_interactions_per_s: None,
+                    force_error: None,
                 });
             }
         }
@@ -213,6 +221,17 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         human: human(&b),
         json: serde_json::to_value(&b).expect("serialises"),
     })
+}
+
+/// max_i |a_i − b_i| / RMS |b|.
+fn worst_relative(a: &[[f64; 3]], b: &[[f64; 3]]) -> f64 {
+    let norm = |v: &[f64; 3]| (v[0] * v[0] + v[1] * v[1] + v[2] * v[2]).sqrt();
+    let rms = (b.iter().map(|v| norm(v).powi(2)).sum::<f64>() / b.len() as f64).sqrt();
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| norm(&[x[0] - y[0], x[1] - y[1], x[2] - y[2]]))
+        .fold(0.0, f64::max)
+        / rms
 }
 
 /// Median wall seconds of `reps` runs of `f` (after one warm-up).
@@ -267,6 +286,9 @@ fn human(b: &NbodyBench) -> String {
         );
         if let Some(f) = c.fraction_of_issue {
             r += &format!(", {:.1} % of the issue ceiling", 100.0 * f);
+        }
+        if let Some(err) = c.force_error {
+            r += &format!(", force error {err:.1e} of the RMS");
         }
         if let Some(base) = c.baseline_interactions_per_s {
             r += &format!(

@@ -127,7 +127,10 @@ impl CudaNbody {
             "the particles and their forces",
         )?;
         let equal_mass = p.mass.iter().all(|&m| m == p.mass[0]);
+        let tuning = |var: &str, default: &str| std::env::var(var).unwrap_or(default.into());
         let defines = [
+            ("NB_UNROLL", tuning("KEISAN_NBODY_UNROLL", "4")),
+            ("NB_MINB", tuning("KEISAN_NBODY_MINB", "1")),
             ("NB_THREADS", shape.threads.to_string()),
             ("NB_IPT", shape.ipt.to_string()),
             ("NB_ACCURATE", u8::from(accurate).to_string()),

@@ -24,6 +24,15 @@
 #ifndef NB_EQUAL_MASS
 #define NB_EQUAL_MASS 0
 #endif
+// Tuning: unroll of the j-loop, and the blocks per SM the register budget aims at.
+#ifndef NB_UNROLL
+#define NB_UNROLL 4
+#endif
+#ifndef NB_MINB
+#define NB_MINB 1
+#endif
+#define NB_PRAGMA(x) _Pragma(#x)
+#define NB_UNROLL_PRAGMA(n) NB_PRAGMA(unroll n)
 
 // Padding particles sit at (NB_FAR, NB_FAR, NB_FAR) with zero mass: their separation
 // from any real particle squares to +inf in f32, rsqrt(+inf) = +0, so they add exactly
@@ -54,7 +63,7 @@ __device__ __forceinline__ float nb_rsqrt(float r2) {
 // interaction: 3 FADD, 3 FFMA (r^2, a chain from eps^2), one MUFU rsqrt, 2-3 FMUL
 // (m/r^3), 3 FFMA (accelerations); no branch. out[split*n_pad + i] = (ax, ay, az, 0):
 // sum_j m_j d/r^3 (or sum_j d/r^3 with NB_EQUAL_MASS).
-extern "C" __global__ void __launch_bounds__(NB_THREADS)
+extern "C" __global__ void __launch_bounds__(NB_THREADS, NB_MINB)
 nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int n_pad,
              int tiles_per_split, float eps2) {
     __shared__ float4 tile[NB_THREADS];
@@ -78,7 +87,7 @@ nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int n_pad,
         __syncthreads();
         tile[threadIdx.x] = xm[t * NB_THREADS + threadIdx.x];
         __syncthreads();
-#pragma unroll 4
+        NB_UNROLL_PRAGMA(NB_UNROLL)
         for (int j = 0; j < NB_THREADS; ++j) {
             const float4 o = tile[j];
 #pragma unroll
@@ -165,7 +174,8 @@ nbody_potential(const double* __restrict__ x, const double* __restrict__ m,
 // blockDim j-particles per shared tile, r^2 = x*x + y*y + z*z then + eps^2, the inverse
 // cube by two products. What the bench compares keisan's kernel with, in the same run.
 // keisan compiles with --fmad=false, so the multiply-adds nvcc would contract in the
-// sample are written as fmaf here (the sample's instruction stream).
+// sample are written as fmaf here, and rsqrtf is the flush-to-zero MUFU alone (as
+// nvcc -use_fast_math emits it): the sample's instruction stream at its best.
 extern "C" __global__ void __launch_bounds__(256)
 nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, float eps2) {
     __shared__ float4 shared[256];
@@ -181,7 +191,8 @@ nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, 
             float3 r = make_float3(bj.x - me.x, bj.y - me.y, bj.z - me.z);
             float dist2 = fmaf(r.z, r.z, fmaf(r.y, r.y, r.x * r.x));
             dist2 += eps2;
-            const float inv = rsqrtf(dist2);
+            float inv;
+            asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(inv) : "f"(dist2));
             const float inv3 = inv * inv * inv;
             const float s = bj.w * inv3;
             a.x = fmaf(r.x, s, a.x);

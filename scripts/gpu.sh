@@ -175,38 +175,33 @@ mpi_gpu() {
   $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --devices 0,1 | solve "1 process, 2 GPUs"
 }
 
-# The next GPU session's checks on branch wip/gpu-next: the CUDA Jacobi slab diagnosis
-# (arguments printed by the row kernel), its comparison with one device, the CUDA N-body
-# tests and bench. Keep only these test executables in gpu/tests (64 MiB carry).
+# The next GPU session's checks on branch wip/gpu-next (after FEATURES="--features mpi"
+# scripts/gpu.sh build; keep only jacobi_slabs and nbody_cuda in gpu/tests): CUDA Jacobi
+# slabs (the row kernel with and without the unroll that miscompiled, slabs on one GPU
+# and 2 MPI ranks against one device, bit for bit), N-body kernel tuning.
 next() {
   device; mkdir -p "$OUT"
-  KEISAN_JACOBI_DEBUG=1 timeout 120 gpu/tests/jacobi_slabs debug_cuda_slab_kernel --nocapture > "$OUT/jacobi-debug.log" 2>&1
-  grep -E "nonzero|jacobi_rows n " "$OUT/jacobi-debug.log" | head -12
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  for u in 1 4; do
+    KEISAN_JACOBI_ROWS_UNROLL=$u timeout 60 gpu/tests/jacobi_slabs a_slab_sweep_writes_exactly_its_rows > "$OUT/rows-unroll$u.log" 2>&1
+    echo "rows kernel unroll $u: $(grep -E '^test result' "$OUT/rows-unroll$u.log")"; grep -E "left:|right:|rows [0-9]" "$OUT/rows-unroll$u.log" | head -4
+  done
   for t in nbody_cuda jacobi_slabs; do
-    [ -x gpu/tests/$t ] || continue
     timeout 300 gpu/tests/$t --test-threads=1 > "$OUT/test-$t.log" 2>&1
-    echo "== $t: $(grep -E '^test result' "$OUT/test-$t.log")"; grep -E "panicked|FAILED|^n .*splits" "$OUT/test-$t.log" | tail -8
+    echo "== $t: $(grep -E '^test result' "$OUT/test-$t.log")"; grep -E "panicked|FAILED" "$OUT/test-$t.log" | tail -8
   done
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 250 > "$OUT/smi.csv" 2>&1 &
-  local smi=$!
-  for u in 2 4 8; do for b in 1 2 4; do
+  local k=$PWD/$K w; w=$(mktemp -d)
+  solve() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('$1: solve %.3f s, residual %r' % (s['timings']['solve_s'], s.get('final_residual')))" "$2"; }
+  (cd "$w" && $k run $OLDPWD/examples/jacobi-seed.toml -q --out one > /dev/null && $k run $OLDPWD/examples/jacobi-seed.toml -q --out slabs --devices 0,0 > /dev/null \
+     && timeout 200 mpirun -np 2 $k run $OLDPWD/examples/jacobi-seed.toml -q --out ranks > /dev/null)
+  for d in slabs ranks; do
+    for x in $(cd "$w/one" && ls *.npy *.csv); do cmp -s "$w/one/$x" "$w/$d/$x" && echo "jacobi $d $x same" || echo "jacobi $d $x DIFFERS"; done
+  done
+  for d in one slabs ranks; do solve "jacobi seed $d" "$w/$d/summary.json"; done
+  for u in 1 2; do for b in 2 3 4 5 6; do
     echo "== tune unroll $u minb $b"
-    KEISAN_NBODY_UNROLL=$u KEISAN_NBODY_MINB=$b timeout 100 $K bench nbody --n 262144 --repetitions 3 --shapes 128x8,256x8,128x16 | grep "N =" | sed -E 's/, [0-9.]+ TFLOP.*issue ceiling//; s/; CUDA-sample.*//'
+    KEISAN_NBODY_UNROLL=$u KEISAN_NBODY_MINB=$b timeout 100 $K bench nbody --n 262144 --repetitions 3 --shapes 128x8,256x8,64x8,128x6,256x6 | grep "N =" | sed -E 's/, [0-9.]+ TFLOP.*issue ceiling//; s/, force error.*//'
   done; done
-  echo "== bench nbody"; timeout 200 $K bench nbody --shapes 128x8,256x8 | tee "$OUT/bench-nbody.txt" | grep -E "N =|ceilings"
-  echo "== bench nbody --accurate"; timeout 100 $K bench nbody --accurate --n 16384,1048576 | grep "N ="
-  kill $smi
-  python3 - "$OUT/smi.csv" <<'PY'
-import sys, csv
-rows = [r for r in csv.reader(open(sys.argv[1])) if r and r[0][0].isdigit()]
-clk = sorted(float(r[1].split()[0]) for r in rows); pw = sorted(float(r[2].split()[0]) for r in rows)
-print(f"smi: {len(rows)} samples, SM clock min {clk[0]} median {clk[len(clk)//2]} max {clk[-1]} MHz; power median {pw[len(pw)//2]} max {pw[-1]} W; reasons {sorted(set(r[4].strip() for r in rows))}")
-PY
-  echo "== nbody runs"
-  for args in "" "--set nbody.n=65536 --set nbody.end_time=1"; do
-    $K run examples/nbody-plummer.toml -q --json $args --set output.dir=$OUT/nb | python3 -c "import json,sys; s=json.load(sys.stdin); print(s['timings']['solve_s'], s['results']['energy_error'])"
-  done
-  rm -rf "$OUT/nb"
 }
 
 case "${1:-}" in

@@ -59,9 +59,9 @@ impl<T: Real> CudaJacobiSlab<T> {
             "the Jacobi fields of a slab (u, u_new, f)",
         )?;
         let mut defines = tile_defines(T::PRECISION).to_vec();
-        if std::env::var_os("KEISAN_JACOBI_DEBUG").is_some() {
-            // The row kernel prints the arguments it sees (diagnosis of wip/cuda-slabs).
-            defines.push(("J_DEBUG", "1".to_string()));
+        if let Ok(u) = std::env::var("KEISAN_JACOBI_ROWS_UNROLL") {
+            // Diagnosis: the unroll that miscompiled on the H100 (see jacobi_rows).
+            defines.push(("J_ROWS_UNROLL", u));
         }
         let rows_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows")?;
         let record_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_record")?;

@@ -8,6 +8,12 @@
 #ifndef J_RY
 #define J_RY 32
 #endif
+// The slab row kernel's loop unroll (see jacobi_rows; a diagnosis knob).
+#ifndef J_ROWS_UNROLL
+#define J_ROWS_UNROLL 1
+#endif
+#define J_PRAGMA_(x) _Pragma(#x)
+#define J_PRAGMA(x) J_PRAGMA_(x)
 
 // Manufactured solutions; keep in step with solvers/jacobi/manufactured.rs.
 __device__ __forceinline__ double exact_u(int kind, double x, double y) {
@@ -226,11 +232,6 @@ jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __r
     const int lo = max(first, 1), hi = min(last, m - 1);
     const int i = blockIdx.x * J_BX + threadIdx.x;
     const int strips = (hi - lo + J_RY - 1) / J_RY;
-#ifdef J_DEBUG
-    if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 1)
-        printf("jacobi_rows n %d m %d base %d first %d last %d lo %d hi %d strips %d grid %d x %d block %d\n",
-               n, m, base, first, last, lo, hi, strips, gridDim.x, gridDim.y, blockDim.x);
-#endif
     double acc = 0.0;
     for (int strip = blockIdx.y; strip < strips; strip += gridDim.y) {
         if (i < 1 || i > n - 2) break;
@@ -239,17 +240,16 @@ jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __r
         size_t c_idx = (size_t)(s0 - base) * n + i;
         real up = u[c_idx - n];
         real c = u[c_idx];
-#pragma unroll 1
+        // Not unrolled: with `#pragma unroll 4` the H100 (driver 580, NVRTC 13.0) wrote
+        // rows past s1 — up to the next multiple of J_RY buffer rows — though the PTX's
+        // bounds read right; the rolled loop writes exactly its rows
+        // (tests/jacobi_slabs.rs, a_slab_sweep_writes_exactly_its_rows).
+        J_PRAGMA(unroll J_ROWS_UNROLL)
         for (int j = s0; j < s1; ++j, c_idx += n) {
             const real dn = u[c_idx + n];
             const real l = u[c_idx - 1];
             const real r = u[c_idx + 1];
             const real resid = point_resid(l, r, up, dn, c, f[c_idx], ax, ay, b, rb);
-#ifdef J_DEBUG
-            if (i == 1)
-                printf("jacobi_rows write j %d s0 %d s1 %d c_idx %llu strip %d by %d\n", j, s0, s1,
-                       (unsigned long long)c_idx, strip, blockIdx.y);
-#endif
             unew[c_idx] = c - omega * resid;
             acc += (double)resid * (double)resid;
             up = c;

@@ -129,8 +129,9 @@ impl CudaNbody {
         let equal_mass = p.mass.iter().all(|&m| m == p.mass[0]);
         let tuning = |var: &str, default: &str| std::env::var(var).unwrap_or(default.into());
         let defines = [
-            ("NB_UNROLL", tuning("KEISAN_NBODY_UNROLL", "4")),
-            ("NB_MINB", tuning("KEISAN_NBODY_MINB", "1")),
+            // Tuned on the H100 (docs/PERFORMANCE.md): 2297 against 2245 G/s at unroll 4.
+            ("NB_UNROLL", tuning("KEISAN_NBODY_UNROLL", "2")),
+            ("NB_MINB", tuning("KEISAN_NBODY_MINB", "3")),
             ("NB_THREADS", shape.threads.to_string()),
             ("NB_IPT", shape.ipt.to_string()),
             ("NB_ACCURATE", u8::from(accurate).to_string()),

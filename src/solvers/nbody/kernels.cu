@@ -26,10 +26,10 @@
 #endif
 // Tuning: unroll of the j-loop, and the blocks per SM the register budget aims at.
 #ifndef NB_UNROLL
-#define NB_UNROLL 4
+#define NB_UNROLL 2
 #endif
 #ifndef NB_MINB
-#define NB_MINB 1
+#define NB_MINB 3
 #endif
 #define NB_PRAGMA(x) _Pragma(#x)
 #define NB_UNROLL_PRAGMA(n) NB_PRAGMA(unroll n)

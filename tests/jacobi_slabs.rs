@@ -148,9 +148,13 @@ fn a_slab_sweep_writes_exactly_its_rows() {
     let w = windows(p.m, 2, 1, false, "x").unwrap();
     let own = w[1].own.clone();
     for rows in [19..19, 19..20, 19..21, 20..37, 30..31, 21..34, own.clone()] {
-        let mut s =
-            jacobi::cuda_slab::CudaJacobiSlab::<f64>::on_window(gpu.clone(), &p, w[1].clone(), None)
-                .unwrap();
+        let mut s = jacobi::cuda_slab::CudaJacobiSlab::<f64>::on_window(
+            gpu.clone(),
+            &p,
+            w[1].clone(),
+            None,
+        )
+        .unwrap();
         s.compute(1, rows.clone(), None).unwrap();
         s.commit(1);
         let u = s.owned().unwrap();

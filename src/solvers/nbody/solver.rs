@@ -13,6 +13,9 @@ use crate::run::{Engine, Field, LoopOutcome};
 use crate::solver::{Report, Solver, SolverProblem};
 use crate::summary::Summary;
 
+/// The potential per unit mass of every particle of a state (the diagnostics' O(N²) sum).
+type PotentialOf<'a> = dyn Fn(&Particles) -> Result<Vec<f64>> + 'a;
+
 pub struct Nbody;
 pub static NBODY: Nbody = Nbody;
 
@@ -74,7 +77,7 @@ impl SolverProblem for NbodyProblem {
         let grav = self.gravity();
         // The diagnostics' potential: on the GPU when the run has one (the host's O(N²)
         // sum would outweigh the run at large N), else the CPU reference's.
-        let potential: Box<dyn Fn(&Particles) -> Result<Vec<f64>>> = match cx.device {
+        let potential: Box<PotentialOf<'_>> = match cx.device {
             Device::Cpu { .. } => Box::new(move |p| Ok(cpu::accelerations(p, grav, true).1)),
             Device::Cuda(gpu) => Box::new(move |p| cuda::potential(gpu, grav, p)),
         };
@@ -131,7 +134,7 @@ struct NbodyCase<'a> {
     /// The measures at step 0 (the energy error's reference, also after a restart).
     start: Measures,
     /// The potential per unit mass of every particle, for the measures.
-    potential: &'a dyn Fn(&Particles) -> Result<Vec<f64>>,
+    potential: &'a PotentialOf<'a>,
     /// Half-width of every picture of the run.
     half: f64,
     /// The pictures of the series so far (this process's run), for the animation.

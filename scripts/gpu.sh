@@ -181,27 +181,17 @@ mpi_gpu() {
 # and 2 MPI ranks against one device, bit for bit), N-body kernel tuning.
 next() {
   device; mkdir -p "$OUT"
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  for u in 1 4; do
-    KEISAN_JACOBI_ROWS_UNROLL=$u timeout 60 gpu/tests/jacobi_slabs a_slab_sweep_writes_exactly_its_rows > "$OUT/rows-unroll$u.log" 2>&1
-    echo "rows kernel unroll $u: $(grep -E '^test result' "$OUT/rows-unroll$u.log")"; grep -E "left:|right:|rows [0-9]" "$OUT/rows-unroll$u.log" | head -4
-  done
   for t in nbody_cuda jacobi_slabs; do
-    timeout 300 gpu/tests/$t --test-threads=1 > "$OUT/test-$t.log" 2>&1
-    echo "== $t: $(grep -E '^test result' "$OUT/test-$t.log")"; grep -E "panicked|FAILED" "$OUT/test-$t.log" | tail -8
+    timeout 300 gpu/tests/$t --test-threads=1 --nocapture > "$OUT/test-$t.log" 2>&1
+    echo "== $t: $(grep -E '^test result' "$OUT/test-$t.log")"; grep -E "panicked|FAILED|shares|GPUs, n" "$OUT/test-$t.log" | tail -14
   done
-  local k=$PWD/$K w; w=$(mktemp -d)
-  solve() { python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('$1: solve %.3f s, residual %r' % (s['timings']['solve_s'], s.get('final_residual')))" "$2"; }
-  (cd "$w" && $k run $OLDPWD/examples/jacobi-seed.toml -q --out one > /dev/null && $k run $OLDPWD/examples/jacobi-seed.toml -q --out slabs --devices 0,0 > /dev/null \
-     && timeout 200 mpirun -np 2 $k run $OLDPWD/examples/jacobi-seed.toml -q --out ranks > /dev/null)
-  for d in slabs ranks; do
-    for x in $(cd "$w/one" && ls *.npy *.csv); do cmp -s "$w/one/$x" "$w/$d/$x" && echo "jacobi $d $x same" || echo "jacobi $d $x DIFFERS"; done
+  echo "== bench nbody"; timeout 200 $K bench nbody | tee "$OUT/bench-nbody.txt" | grep -E "N =|ceilings"
+  echo "== bench nbody --devices 0,0"; timeout 200 $K bench nbody --devices 0,0 --n 65536,1048576 | grep -E "N ="
+  echo "== nbody runs"
+  for args in "" "--devices 0,0" "--set nbody.n=65536 --set nbody.end_time=1" "--set nbody.n=65536 --set nbody.end_time=1 --devices 0,0"; do
+    $K run examples/nbody-plummer.toml -q --json $args --set output.dir=$OUT/nb | python3 -c "import json,sys; s=json.load(sys.stdin); print('$args', s['timings']['solve_s'], s['results']['energy_error'])"
   done
-  for d in one slabs ranks; do solve "jacobi seed $d" "$w/$d/summary.json"; done
-  for u in 1 2; do for b in 2 3 4 5 6; do
-    echo "== tune unroll $u minb $b"
-    KEISAN_NBODY_UNROLL=$u KEISAN_NBODY_MINB=$b timeout 100 $K bench nbody --n 262144 --repetitions 3 --shapes 128x8,256x8,64x8,128x6,256x6 | grep "N =" | sed -E 's/, [0-9.]+ TFLOP.*issue ceiling//; s/, force error.*//'
-  done; done
+  rm -rf "$OUT/nb"
 }
 
 case "${1:-}" in

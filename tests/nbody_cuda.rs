@@ -65,13 +65,20 @@ fn forces_match_the_cpu_direct_sum_within_the_f32_bound() {
                         ipt: 3,
                     },
                 ] {
-                    let mut e =
-                        CudaNbody::with_shape(gpu.clone(), grav, 0.01, &p, 0, accurate, shape)
-                            .unwrap();
+                    let mut e = CudaNbody::with_shape(
+                        std::slice::from_ref(&gpu),
+                        grav,
+                        0.01,
+                        &p,
+                        0,
+                        accurate,
+                        shape,
+                    )
+                    .unwrap();
                     let a = e.accelerations().unwrap();
                     let err = worst_relative(&a, &acc);
                     eprintln!(
-                        "n {n} accurate {accurate} {shape:?}: {err:e} (splits {})",
+                        "n {n} accurate {accurate} {shape:?}: {err:e} (splits {:?})",
                         e.splits()
                     );
                     assert!(err < 1e-4, "n {n} accurate {accurate} {shape:?}: {err:e}");
@@ -85,7 +92,7 @@ fn forces_match_the_cpu_direct_sum_within_the_f32_bound() {
     }
     // A lone particle feels nothing and has no potential.
     let p = presets::plummer(1, 1.0, presets::PLUMMER_A, 1);
-    let mut e = CudaNbody::new(gpu.clone(), grav, 0.01, &p, 0, false).unwrap();
+    let mut e = CudaNbody::new(std::slice::from_ref(&gpu), grav, 0.01, &p, 0, false).unwrap();
     assert_eq!(e.accelerations().unwrap(), vec![[0.0; 3]]);
     assert_eq!(cuda::potential(&gpu, grav, &p).unwrap(), vec![0.0]);
 }
@@ -101,13 +108,13 @@ fn unsoftened_pairs_and_padding_give_finite_forces_and_runs_repeat() {
     };
     let p = presets::cold_sphere(300, 7);
     let (acc, _) = cpu::accelerations(&p, grav, false);
-    let mut e = CudaNbody::new(gpu.clone(), grav, 0.001, &p, 0, false).unwrap();
+    let mut e = CudaNbody::new(std::slice::from_ref(&gpu), grav, 0.001, &p, 0, false).unwrap();
     let a = e.accelerations().unwrap();
     assert!(a.iter().flatten().all(|v| v.is_finite()));
     assert!(worst_relative(&a, &acc) < 1e-3);
     // Two runs of 20 steps: the same bits (splits added in order, no atomics).
     let run = || {
-        let mut e = CudaNbody::new(gpu.clone(), grav, 0.001, &p, 0, false).unwrap();
+        let mut e = CudaNbody::new(std::slice::from_ref(&gpu), grav, 0.001, &p, 0, false).unwrap();
         e.advance(20).unwrap();
         e.snapshot().unwrap().data
     };
@@ -127,10 +134,68 @@ fn a_cuda_run_keeps_energy_like_the_cpu_one() {
     };
     let p = presets::plummer(512, 1.0, presets::PLUMMER_A, 9);
     let start = Measures::of(&p, grav);
-    let mut e = CudaNbody::new(gpu, grav, 1.0 / 64.0, &p, 0, false).unwrap();
+    let mut e = CudaNbody::new(std::slice::from_ref(&gpu), grav, 1.0 / 64.0, &p, 0, false).unwrap();
     e.advance(181).unwrap();
     let end = cpu::particles_of(&e.snapshot().unwrap().data);
     let err = Measures::of(&end, grav).energy_error(&start);
     // The leapfrog error of this step (≈ 1e-5) dominates the f32 force error.
     assert!(err < 1e-4, "|ΔE/E| {err:e}");
+}
+
+#[test]
+fn shares_over_several_devices_agree_with_one_and_repeat() {
+    let Some(dev) = common::gpu_or_skip("nbody on several devices") else {
+        return;
+    };
+    let Device::Cuda(gpu) = &dev else { return };
+    let grav = Gravity {
+        g: 1.0,
+        softening: 0.02,
+    };
+    // Shares of 2 and 3 on this GPU (and on two GPUs where there are two); N = 2 on 3
+    // shares leaves one share empty.
+    let mut placements: Vec<(&str, Vec<std::sync::Arc<keisan::device::Gpu>>)> = vec![
+        ("2 shares", vec![gpu.clone(); 2]),
+        ("3 shares", vec![gpu.clone(); 3]),
+    ];
+    if let Some(two) = common::two_gpus_or_skip("nbody on 2 GPUs", None) {
+        placements.push(("2 GPUs", two.gpus().unwrap().unwrap()));
+    }
+    for (n, seed) in [(2, 1), (1000, 2), (5000, 3)] {
+        for p in [
+            presets::plummer(n, 1.0, presets::PLUMMER_A, seed),
+            unequal(presets::plummer(n, 1.0, presets::PLUMMER_A, seed)),
+        ] {
+            let (acc, _) = cpu::accelerations(&p, grav, false);
+            for (what, gpus) in &placements {
+                let mut e = CudaNbody::new(gpus, grav, 0.01, &p, 0, false).unwrap();
+                let err = worst_relative(&e.accelerations().unwrap(), &acc);
+                eprintln!("{what}, n {n}: {err:e} (splits {:?})", e.splits());
+                assert!(err < 1e-4, "{what}, n {n}: {err:e}");
+            }
+        }
+    }
+    // A run on 3 shares repeats bit for bit, and keeps its particles in order.
+    let p = presets::plummer(3000, 1.0, presets::PLUMMER_A, 4);
+    let run = || {
+        let mut e = CudaNbody::new(&placements[1].1, grav, 0.01, &p, 0, false).unwrap();
+        e.advance(10).unwrap();
+        e.snapshot().unwrap().data
+    };
+    let (x, y) = (run(), run());
+    assert!(common::same_bits(&x, &y));
+    let one = {
+        let mut e = CudaNbody::new(std::slice::from_ref(gpu), grav, 0.01, &p, 0, false).unwrap();
+        e.advance(10).unwrap();
+        e.snapshot().unwrap().data
+    };
+    // Masses are carried, not computed: the same bits; positions agree to f32 forces.
+    let masses = |d: &[f64]| d.chunks(7).map(|r| r[6]).collect::<Vec<_>>();
+    assert!(common::same_bits(&masses(&x), &masses(&one)));
+    let worst = x
+        .iter()
+        .zip(&one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-6, "positions after 10 steps differ by {worst:e}");
 }

@@ -50,10 +50,15 @@ pub struct NbodyCase {
     pub n: usize,
     pub threads: usize,
     pub ipt: usize,
-    /// Blocks per i-block the j-sum is split over (0 on the CPU).
+    /// GPUs sharing the particles.
+    pub devices: usize,
+    /// Blocks per i-block the j-sum is split over on the first device (0 on the CPU).
     pub splits: usize,
-    /// Median seconds of one force evaluation (positions packed to f32, then forces).
+    /// Median seconds of one force evaluation (positions packed to f32, copied to the
+    /// other devices, then forces).
     pub seconds: f64,
+    /// Several devices: the first device alone's time over `seconds`.
+    pub speedup: Option<f64>,
     pub interactions_per_s: f64,
     pub tflops: f64,
     /// tflops / the FMA f32 rate (GPU) or the f64 multiply-add rate (CPU) measured now.
@@ -118,6 +123,28 @@ fn particles(n: usize, unequal: bool) -> Particles {
 }
 
 pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+    run_on(device, None, args)
+}
+
+/// The bench on several GPUs (`--devices`): each N on all of them and on the first
+/// alone, and the speedup.
+pub fn run_placed(placement: &crate::device::Placement, args: &clap::ArgMatches) -> Result<Report> {
+    let gpus = placement.gpus()?.ok_or_else(|| {
+        Error::invalid(
+            "--subdomains",
+            placement.parts.len(),
+            "nbody shares its forces over GPUs (--devices) or MPI ranks; on the CPU it \
+             uses every thread already",
+        )
+    })?;
+    run_on(placement.first(), Some(gpus), args)
+}
+
+fn run_on(
+    device: &Device,
+    several: Option<Vec<std::sync::Arc<crate::device::Gpu>>>,
+    args: &clap::ArgMatches,
+) -> Result<Report> {
     let a = NbodyBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
     let default_n = match device {
         Device::Cuda(_) => "16384,65536,262144,1048576",
@@ -149,18 +176,33 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     let mut cpu_rate = None;
     match device {
         Device::Cuda(gpu) => {
+            let gpus = several.unwrap_or_else(|| vec![gpu.clone()]);
             let fma = ceilings.fma_f32.unwrap_or(f64::NAN);
             for &n in &ns {
                 let p = particles(n, a.unequal_masses);
                 let mut baseline = None;
                 for &shape in &shapes {
-                    let mut e =
-                        CudaNbody::with_shape(gpu.clone(), grav, 0.01, &p, 0, a.accurate, shape)?;
+                    let mut e = CudaNbody::with_shape(&gpus, grav, 0.01, &p, 0, a.accurate, shape)?;
                     if baseline.is_none() {
-                        let t = e.time_baseline(a.repetitions)?;
+                        let t = e.time_baseline(&p, a.repetitions)?;
                         baseline = Some((n as f64).powi(2) / t);
                     }
                     let seconds = e.time_forces(a.repetitions)?;
+                    let one_device = match gpus.len() {
+                        1 => None,
+                        _ => Some(
+                            CudaNbody::with_shape(
+                                &gpus[..1],
+                                grav,
+                                0.01,
+                                &p,
+                                0,
+                                a.accurate,
+                                shape,
+                            )?
+                            .time_forces(a.repetitions)?,
+                        ),
+                    };
                     let rate = (n as f64).powi(2) / seconds;
                     let sample = 0..n.min(256);
                     let exact = cpu::accelerations_of(&p, grav, false, sample.clone()).0;
@@ -169,8 +211,10 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
                         n,
                         threads: shape.threads,
                         ipt: shape.ipt,
-                        splits: e.splits(),
+                        devices: gpus.len(),
+                        splits: e.splits()[0],
                         seconds,
+                        speedup: one_device.map(|t| t / seconds),
                         interactions_per_s: rate,
                         tflops: rate * FLOP * 1e-12,
                         fraction_of_fma: rate * FLOP / fma,
@@ -195,8 +239,10 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
                     n,
                     threads: rayon::current_num_threads(),
                     ipt: 1,
+                    devices: 1,
                     splits: 0,
                     seconds,
+                    speedup: None,
                     interactions_per_s: rate,
                     tflops: rate * FLOP * 1e-12,
                     fraction_of_fma: rate * FLOP / flops,
@@ -270,7 +316,12 @@ fn human(b: &NbodyBench) -> String {
              20 FLOP, {:.1} % of the {}",
             c.n,
             if c.splits > 0 {
-                format!(" ({}x{}, {} splits)", c.threads, c.ipt, c.splits)
+                let on = if c.devices > 1 {
+                    format!(" on {} GPUs", c.devices)
+                } else {
+                    String::new()
+                };
+                format!(" ({}x{}, {} splits{on})", c.threads, c.ipt, c.splits)
             } else {
                 format!(" ({} threads)", c.threads)
             },
@@ -286,6 +337,9 @@ fn human(b: &NbodyBench) -> String {
         );
         if let Some(f) = c.fraction_of_issue {
             r += &format!(", {:.1} % of the issue ceiling", 100.0 * f);
+        }
+        if let Some(x) = c.speedup {
+            r += &format!(", {x:.2}× the first GPU alone");
         }
         if let Some(err) = c.force_error {
             r += &format!(", force error {err:.1e} of the RMS");

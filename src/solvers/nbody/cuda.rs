@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
 
 use super::{Gravity, Particles, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
@@ -67,48 +67,72 @@ pub fn tiles_per_split(i_blocks: usize, tiles: usize, sms: usize) -> usize {
     best.1
 }
 
-pub struct CudaNbody {
+/// One device's share: its particles (a contiguous i-range of n, kicked and drifted
+/// here), every particle's packed f32 position (its own segment packed here, the
+/// others' copied from their devices each step), and the splits of its force sums.
+struct Part {
     gpu: Arc<Gpu>,
+    /// Peer copies of the other devices' segments run here, beside the local forces.
+    copy: Arc<cudarc::driver::CudaStream>,
+    /// Recorded after this device packed its segment / after its copies of the others'.
+    packed: cudarc::driver::CudaEvent,
+    copied: cudarc::driver::CudaEvent,
+    /// Recorded after the forces that read the copied segments.
+    forces_done: cudarc::driver::CudaEvent,
     n: usize,
-    n_pad: usize,
-    shape: ForceShape,
-    splits: usize,
-    tiles_per_split: i32,
-    grav: Gravity,
-    /// What the kick multiplies the kernel's sums by: G, or G·m when every mass is m.
-    scale: f64,
-    dt: f64,
     x: CudaSlice<f64>,
     v: CudaSlice<f64>,
     m: CudaSlice<f64>,
+    /// x y z m of every segment (padded), in segment order.
     xm: CudaSlice<f32>,
-    /// Per split, the kernel's (ax, ay, az, 0) of every (padded) particle at the current
-    /// positions.
+    /// Per split, the kernel's (ax, ay, az, 0) of this share's (padded) particles.
     parts: CudaSlice<f32>,
+    /// Per j-segment: (first tile, end tile, tiles per split, first split).
+    segments: Vec<(i32, i32, i32, i32)>,
+    splits: usize,
     pack: CudaFunction,
     forces: CudaFunction,
     kick: CudaFunction,
     drift: CudaFunction,
+}
+
+/// The engine over one or several devices in one process (the study's two-GPU scheme,
+/// for any count): each device owns a contiguous share of the particles, packs their
+/// positions, starts the forces from its own share while the other devices' positions
+/// arrive by peer copies on a second stream, then adds the forces from those. Every
+/// force is summed over the j-segments in particle order, so a run repeats bit for bit;
+/// another device count groups the f32 sums differently (equal within the f32 bound).
+pub struct CudaNbody {
+    parts: Vec<Part>,
+    shape: ForceShape,
+    /// Padded particles per segment (= per device) and their offsets in `xm`.
+    seg_pad: Vec<usize>,
+    seg_off: Vec<usize>,
+    grav: Gravity,
+    /// What the kick multiplies the kernel's sums by: G, or G·m when every mass is m.
+    scale: f64,
+    dt: f64,
     steps: u64,
 }
 
 impl CudaNbody {
-    /// From `p` at step `step`; `accurate`: force terms summed in f64.
+    /// From `p` at step `step` on `gpus` (one share each); `accurate`: force terms
+    /// summed in f64.
     pub fn new(
-        gpu: Arc<Gpu>,
+        gpus: &[Arc<Gpu>],
         grav: Gravity,
         dt: f64,
         p: &Particles,
         step: u64,
         accurate: bool,
     ) -> Result<Self> {
-        Self::with_shape(gpu, grav, dt, p, step, accurate, ForceShape::default())
+        Self::with_shape(gpus, grav, dt, p, step, accurate, ForceShape::default())
     }
 
     /// [`CudaNbody::new`] with the force kernel's block shape chosen (the bench tries
     /// several).
     pub fn with_shape(
-        gpu: Arc<Gpu>,
+        gpus: &[Arc<Gpu>],
         grav: Gravity,
         dt: f64,
         p: &Particles,
@@ -117,15 +141,14 @@ impl CudaNbody {
         shape: ForceShape,
     ) -> Result<Self> {
         let n = p.len();
-        let n_pad = n.div_ceil(shape.block_particles()) * shape.block_particles();
-        let tiles = n_pad / shape.threads;
-        let i_blocks = n_pad / shape.block_particles();
-        let tps = tiles_per_split(i_blocks, tiles, gpu.multiprocessors);
-        let splits = tiles.div_ceil(tps);
-        gpu.ensure_fits(
-            (n * 7 * 8 + n_pad * 16 * (splits + 1)) as u128,
-            "the particles and their forces",
-        )?;
+        let count = gpus.len();
+        let bp = shape.block_particles();
+        let bounds: Vec<usize> = (0..=count).map(|d| n * d / count).collect();
+        let seg_pad: Vec<usize> = (0..count)
+            .map(|d| (bounds[d + 1] - bounds[d]).div_ceil(bp).max(1) * bp)
+            .collect();
+        let seg_off: Vec<usize> = (0..count).map(|d| seg_pad[..d].iter().sum()).collect();
+        let total: usize = seg_pad.iter().sum();
         let equal_mass = p.mass.iter().all(|&m| m == p.mass[0]);
         let tuning = |var: &str, default: &str| std::env::var(var).unwrap_or(default.into());
         let defines = [
@@ -138,25 +161,63 @@ impl CudaNbody {
             ("NB_GUARD", u8::from(grav.softening == 0.0).to_string()),
             ("NB_EQUAL_MASS", u8::from(equal_mass).to_string()),
         ];
-        let f = |name| gpu.function(&KERNELS, Precision::F64, &defines, name);
-        let s = &gpu.stream;
-        let xs: Vec<f64> = p.pos.iter().flatten().copied().collect();
-        let vs: Vec<f64> = p.vel.iter().flatten().copied().collect();
+        if count > 1 {
+            crate::device::cuda::enable_peer_access(gpus)?;
+        }
+        let mut parts = Vec::with_capacity(count);
+        for (d, gpu) in gpus.iter().enumerate() {
+            let (first, own) = (bounds[d], bounds[d + 1] - bounds[d]);
+            let i_blocks = seg_pad[d] / bp;
+            let mut segments = Vec::with_capacity(count);
+            let mut splits = 0;
+            for e in 0..count {
+                let (t0, tiles) = (seg_off[e] / shape.threads, seg_pad[e] / shape.threads);
+                let tps = tiles_per_split(i_blocks, tiles, gpu.multiprocessors);
+                segments.push((t0 as i32, (t0 + tiles) as i32, tps as i32, splits as i32));
+                splits += tiles.div_ceil(tps);
+            }
+            gpu.ensure_fits(
+                (own * 7 * 8 + total * 16 + seg_pad[d] * 16 * splits) as u128,
+                "the particles and their forces",
+            )?;
+            let f = |name| gpu.function(&KERNELS, Precision::F64, &defines, name);
+            let s = &gpu.stream;
+            let range = first..first + own;
+            let xs: Vec<f64> = p.pos[range.clone()].iter().flatten().copied().collect();
+            let vs: Vec<f64> = p.vel[range.clone()].iter().flatten().copied().collect();
+            // Devices without particles keep one-element buffers (never read).
+            let upload = |v: &[f64]| -> Result<CudaSlice<f64>> {
+                Ok(if v.is_empty() {
+                    s.alloc_zeros::<f64>(1)?
+                } else {
+                    s.clone_htod(v)?
+                })
+            };
+            parts.push(Part {
+                copy: gpu.ctx.new_stream()?,
+                packed: gpu.ctx.new_event(None)?,
+                copied: gpu.ctx.new_event(None)?,
+                forces_done: gpu.ctx.new_event(None)?,
+                n: own,
+                x: upload(&xs)?,
+                v: upload(&vs)?,
+                m: upload(&p.mass[range])?,
+                xm: s.alloc_zeros::<f32>(4 * total)?,
+                parts: s.alloc_zeros::<f32>(4 * seg_pad[d] * splits)?,
+                segments,
+                splits,
+                pack: f("nbody_pack")?,
+                forces: f("nbody_forces")?,
+                kick: f("nbody_kick")?,
+                drift: f("nbody_drift")?,
+                gpu: gpu.clone(),
+            });
+        }
         let mut e = Self {
-            x: s.clone_htod(&xs)?,
-            v: s.clone_htod(&vs)?,
-            m: s.clone_htod(&p.mass)?,
-            xm: s.alloc_zeros::<f32>(4 * n_pad)?,
-            parts: s.alloc_zeros::<f32>(4 * n_pad * splits)?,
-            pack: f("nbody_pack")?,
-            forces: f("nbody_forces")?,
-            kick: f("nbody_kick")?,
-            drift: f("nbody_drift")?,
-            n,
-            n_pad,
+            parts,
             shape,
-            splits,
-            tiles_per_split: tps as i32,
+            seg_pad,
+            seg_off,
             scale: if equal_mass {
                 grav.g * p.mass[0]
             } else {
@@ -165,97 +226,166 @@ impl CudaNbody {
             grav,
             dt,
             steps: step,
-            gpu,
         };
         e.compute_forces()?;
         Ok(e)
     }
 
-    /// Forces at the current positions into `parts`.
+    /// Forces at the current positions into every device's `parts`: each device packs
+    /// its segment and sums over it, while its copy stream brings the other segments
+    /// (once packed, and once this device's previous forces have read the old ones);
+    /// then the sums over those. A device packs again only after every copy of its
+    /// segment is done.
     pub fn compute_forces(&mut self) -> Result<()> {
-        let s = &self.gpu.stream;
-        let (n, n_pad) = (self.n as i32, self.n_pad as i32);
-        let mut l = s.launch_builder(&self.pack);
-        l.arg(&self.x)
-            .arg(&self.m)
-            .arg(&mut self.xm)
-            .arg(&n)
-            .arg(&n_pad);
-        // SAFETY: x holds 3n, m n, xm 4·n_pad values; grid-stride.
-        unsafe { l.launch(self.gpu.stride_config(self.n_pad, 256)) }?;
+        let count = self.parts.len();
         let eps2 = (self.grav.softening * self.grav.softening) as f32;
-        let cfg = LaunchConfig {
-            grid_dim: (
-                (self.n_pad / self.shape.block_particles()) as u32,
-                self.splits as u32,
-                1,
-            ),
-            block_dim: (self.shape.threads as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut l = s.launch_builder(&self.forces);
-        l.arg(&self.xm).arg(&mut self.parts).arg(&n_pad);
-        l.arg(&self.tiles_per_split).arg(&eps2);
-        // SAFETY: the grid covers n_pad i-particles (ipt per thread) and the splits'
-        // tiles; parts holds splits·n_pad float4s.
-        unsafe { l.launch(cfg) }?;
+        for d in 0..count {
+            if count > 1 {
+                for e in (0..count).filter(|&e| e != d) {
+                    self.parts[d].gpu.stream.wait(&self.parts[e].copied)?;
+                }
+            }
+            let part = &mut self.parts[d];
+            let (n, pad) = (part.n as i32, self.seg_pad[d] as i32);
+            let s = &part.gpu.stream;
+            let mut own = part
+                .xm
+                .slice_mut(4 * self.seg_off[d]..4 * (self.seg_off[d] + self.seg_pad[d]));
+            let mut l = s.launch_builder(&part.pack);
+            l.arg(&part.x).arg(&part.m).arg(&mut own).arg(&n).arg(&pad);
+            // SAFETY: x holds 3n, m n values; the segment 4·pad; grid-stride.
+            unsafe { l.launch(part.gpu.stride_config(self.seg_pad[d], 256)) }?;
+            part.packed.record(s)?;
+            launch_forces(
+                part,
+                self.shape,
+                (self.seg_off[d], self.seg_pad[d]),
+                d,
+                eps2,
+            )?;
+        }
+        if count == 1 {
+            return Ok(());
+        }
+        for d in 0..count {
+            let c = self.parts[d].copy.clone();
+            c.wait(&self.parts[d].forces_done)?;
+            for e in (0..count).filter(|&e| e != d) {
+                c.wait(&self.parts[e].packed)?;
+                let (off, bytes) = (self.seg_off[e], self.seg_pad[e] * 16);
+                let (src, _) = self.parts[e].xm.device_ptr(&self.parts[e].gpu.stream);
+                let dst_part = &self.parts[d];
+                let (dst, _) = dst_part.xm.device_ptr(&dst_part.gpu.stream);
+                dst_part.gpu.ctx.bind_to_thread()?;
+                // SAFETY: both ranges are segment e of live xm buffers of the same length;
+                // the copy stream waits for e's pack and for d's last read of the range,
+                // and e's next pack waits for this copy (`copied`).
+                unsafe {
+                    cudarc::driver::result::memcpy_peer_async(
+                        dst_part.gpu.ctx.cu_ctx(),
+                        dst + (off * 16) as u64,
+                        self.parts[e].gpu.ctx.cu_ctx(),
+                        src + (off * 16) as u64,
+                        bytes,
+                        c.cu_stream(),
+                    )?;
+                }
+            }
+            self.parts[d].copied.record(&c)?;
+        }
+        for d in 0..count {
+            let own = (self.seg_off[d], self.seg_pad[d]);
+            let part = &mut self.parts[d];
+            part.gpu.stream.wait(&part.copied)?;
+            for e in (0..count).filter(|&e| e != d) {
+                launch_forces(part, self.shape, own, e, eps2)?;
+            }
+            part.forces_done.record(&part.gpu.stream)?;
+        }
         Ok(())
     }
 
     fn kick(&mut self, h: f64) -> Result<()> {
-        let (splits, n_pad, n) = (self.splits as i32, self.n_pad as i32, self.n as i32);
-        let mut l = self.gpu.stream.launch_builder(&self.kick);
-        l.arg(&self.parts).arg(&splits).arg(&n_pad).arg(&mut self.v);
-        l.arg(&n).arg(&self.scale).arg(&h);
-        // SAFETY: parts holds splits·n_pad float4s, v 3n values.
-        unsafe { l.launch(self.gpu.stride_config(self.n, 256)) }?;
+        for (d, part) in self.parts.iter_mut().enumerate() {
+            if part.n == 0 {
+                continue;
+            }
+            let (splits, pad, n) = (part.splits as i32, self.seg_pad[d] as i32, part.n as i32);
+            let mut l = part.gpu.stream.launch_builder(&part.kick);
+            l.arg(&part.parts).arg(&splits).arg(&pad).arg(&mut part.v);
+            l.arg(&n).arg(&self.scale).arg(&h);
+            // SAFETY: parts holds splits·pad float4s, v 3n values.
+            unsafe { l.launch(part.gpu.stride_config(part.n, 256)) }?;
+        }
         Ok(())
     }
 
     fn drift(&mut self) -> Result<()> {
-        let (n, dt) = (self.n as i32, self.dt);
-        let mut l = self.gpu.stream.launch_builder(&self.drift);
-        l.arg(&mut self.x).arg(&self.v).arg(&n).arg(&dt);
-        // SAFETY: x and v hold 3n values; grid-stride.
-        unsafe { l.launch(self.gpu.stride_config(3 * self.n, 256)) }?;
+        for part in self.parts.iter_mut().filter(|p| p.n > 0) {
+            let (n, dt) = (part.n as i32, self.dt);
+            let mut l = part.gpu.stream.launch_builder(&part.drift);
+            l.arg(&mut part.x).arg(&part.v).arg(&n).arg(&dt);
+            // SAFETY: x and v hold 3n values; grid-stride.
+            unsafe { l.launch(part.gpu.stride_config(3 * part.n, 256)) }?;
+        }
         Ok(())
     }
 
     /// Accelerations at the current positions, on the host (the splits added in order
     /// as the kick adds them), for tests against the CPU direct sum.
     pub fn accelerations(&mut self) -> Result<Vec<[f64; 3]>> {
-        let parts = self.gpu.stream.clone_dtoh(&self.parts)?;
-        let mut acc = vec![[0.0; 3]; self.n];
-        for (i, a) in acc.iter_mut().enumerate() {
-            for s in 0..self.splits {
-                let q = &parts[4 * (s * self.n_pad + i)..];
-                for k in 0..3 {
-                    a[k] += q[k] as f64;
+        let mut acc = Vec::new();
+        for (d, part) in self.parts.iter().enumerate() {
+            let parts = part.gpu.stream.clone_dtoh(&part.parts)?;
+            let pad = self.seg_pad[d];
+            for i in 0..part.n {
+                let mut a = [0.0; 3];
+                for s in 0..part.splits {
+                    let q = &parts[4 * (s * pad + i)..];
+                    for k in 0..3 {
+                        a[k] += q[k] as f64;
+                    }
                 }
+                acc.push(a.map(|v| self.scale * v));
             }
-            *a = a.map(|v| self.scale * v);
         }
         Ok(acc)
     }
 
-    /// Seconds of one force evaluation (pack and forces), the median of `reps`.
+    /// Seconds of one force evaluation (pack, copies, forces on every device), the median
+    /// of `reps`, timed on the first device after the others' work joined its stream.
     pub fn time_forces(&mut self, reps: usize) -> Result<f64> {
-        let gpu = self.gpu.clone();
-        crate::device::ceilings::time_median(&gpu, 2, reps, || self.compute_forces())
+        let gpu = self.parts[0].gpu.clone();
+        let joins: Vec<cudarc::driver::CudaEvent> = (self.parts.iter())
+            .map(|p| p.gpu.ctx.new_event(None))
+            .collect::<std::result::Result<_, _>>()?;
+        crate::device::ceilings::time_median(&gpu, 2, reps, || {
+            self.compute_forces()?;
+            for (p, j) in self.parts.iter().zip(&joins).skip(1) {
+                j.record(&p.gpu.stream)?;
+                gpu.stream.wait(j)?;
+            }
+            Ok(())
+        })
     }
 
     /// Seconds of the CUDA sample's kernel (one i per thread, 256-particle tiles, no
-    /// split) on the same packed particles, the median of `reps`; N is padded to 256.
-    pub fn time_baseline(&mut self, reps: usize) -> Result<f64> {
-        let gpu = self.gpu.clone();
+    /// split) on the same particles on the first device, the median of `reps`; N is
+    /// padded to 256.
+    pub fn time_baseline(&mut self, p: &Particles, reps: usize) -> Result<f64> {
+        let gpu = self.parts[0].gpu.clone();
         let f = gpu.function(&KERNELS, Precision::F64, &[], "nbody_baseline")?;
-        let n256 = self.n.div_ceil(256) * 256;
-        let mut xm = gpu.stream.alloc_zeros::<f32>(4 * n256)?;
-        let mut acc = gpu.stream.alloc_zeros::<f32>(4 * n256)?;
+        let n = p.len();
+        let n256 = n.div_ceil(256) * 256;
+        let s = &gpu.stream;
+        let xs: Vec<f64> = p.pos.iter().flatten().copied().collect();
+        let (x, m) = (s.clone_htod(&xs)?, s.clone_htod(&p.mass)?);
+        let mut xm = s.alloc_zeros::<f32>(4 * n256)?;
+        let mut acc = s.alloc_zeros::<f32>(4 * n256)?;
         let pack = gpu.function(&KERNELS, Precision::F64, &[], "nbody_pack")?;
-        let (n, n_pad) = (self.n as i32, n256 as i32);
-        let mut l = gpu.stream.launch_builder(&pack);
-        l.arg(&self.x).arg(&self.m).arg(&mut xm).arg(&n).arg(&n_pad);
+        let (ni, n_pad) = (n as i32, n256 as i32);
+        let mut l = s.launch_builder(&pack);
+        l.arg(&x).arg(&m).arg(&mut xm).arg(&ni).arg(&n_pad);
         // SAFETY: x holds 3n, m n, xm 4·n256 values; grid-stride.
         unsafe { l.launch(gpu.stride_config(n256, 256)) }?;
         let eps2 = (self.grav.softening * self.grav.softening) as f32;
@@ -273,9 +403,39 @@ impl CudaNbody {
         })
     }
 
-    pub fn splits(&self) -> usize {
-        self.splits
+    /// Splits of the force sums per device.
+    pub fn splits(&self) -> Vec<usize> {
+        self.parts.iter().map(|p| p.splits).collect()
     }
+}
+
+/// The force kernel of `part`'s particles (its segment: `pad` padded particles from
+/// `i_base` in xm) against j-segment `segment`, into that segment's splits.
+fn launch_forces(
+    part: &mut Part,
+    shape: ForceShape,
+    (i_base, pad): (usize, usize),
+    segment: usize,
+    eps2: f32,
+) -> Result<()> {
+    if part.n == 0 {
+        return Ok(());
+    }
+    let (t0, t1, tps, base) = part.segments[segment];
+    let splits = (t1 - t0 + tps - 1) / tps;
+    let cfg = LaunchConfig {
+        grid_dim: ((pad / shape.block_particles()) as u32, splits as u32, 1),
+        block_dim: (shape.threads as u32, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let (i_base, pad) = (i_base as i32, pad as i32);
+    let mut l = part.gpu.stream.launch_builder(&part.forces);
+    l.arg(&part.xm).arg(&mut part.parts).arg(&i_base).arg(&pad);
+    l.arg(&t0).arg(&t1).arg(&tps).arg(&base).arg(&eps2);
+    // SAFETY: the grid covers the segment's pad i-particles (ipt per thread) and the
+    // j-tiles t0..t1 of xm; parts holds (base + splits) · pad float4s at least.
+    unsafe { l.launch(cfg) }?;
+    Ok(())
 }
 
 /// The potential per unit mass of every particle of `p`: an f64 direct sum on `gpu`
@@ -323,8 +483,13 @@ impl Engine for CudaNbody {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        let v = self.gpu.stream.clone_dtoh(&self.v)?;
-        let status = if v.iter().all(|x| x.is_finite()) {
+        let mut finite = true;
+        for part in self.parts.iter().filter(|p| p.n > 0) {
+            finite &= (part.gpu.stream.clone_dtoh(&part.v)?)
+                .iter()
+                .all(|x| x.is_finite());
+        }
+        let status = if finite {
             Status::Running
         } else {
             Status::NonFinite
@@ -333,17 +498,18 @@ impl Engine for CudaNbody {
     }
 
     fn snapshot(&mut self) -> Result<Field<f64>> {
-        let s = &self.gpu.stream;
-        let (x, v, m) = (
-            s.clone_dtoh(&self.x)?,
-            s.clone_dtoh(&self.v)?,
-            s.clone_dtoh(&self.m)?,
-        );
-        let p = Particles {
-            pos: x.chunks(3).map(|c| [c[0], c[1], c[2]]).collect(),
-            vel: v.chunks(3).map(|c| [c[0], c[1], c[2]]).collect(),
-            mass: m,
+        let mut p = Particles {
+            pos: Vec::new(),
+            vel: Vec::new(),
+            mass: Vec::new(),
         };
+        for part in self.parts.iter().filter(|p| p.n > 0) {
+            let s = &part.gpu.stream;
+            let (x, v) = (s.clone_dtoh(&part.x)?, s.clone_dtoh(&part.v)?);
+            p.pos.extend(x.chunks(3).map(|c| [c[0], c[1], c[2]]));
+            p.vel.extend(v.chunks(3).map(|c| [c[0], c[1], c[2]]));
+            p.mass.extend(s.clone_dtoh(&part.m)?);
+        }
         Ok(cpu::particles_field(&p))
     }
 }

@@ -58,19 +58,21 @@ __device__ __forceinline__ float nb_rsqrt(float r2) {
     return inv;
 }
 
-// Block b holds the i-particles b*NB_THREADS*NB_IPT + k*NB_THREADS + threadIdx.x
-// (k < NB_IPT) and sums over the j-tiles [t0, t1) of its split (blockIdx.y). Per
+// Block b holds the i-particles i_base + b*NB_THREADS*NB_IPT + k*NB_THREADS + threadIdx.x
+// of xm (k < NB_IPT; a device's segment of n_i_pad) and sums over the j-tiles [t0, t1)
+// of its split (blockIdx.y) of the range tile_first..tile_end (a j-segment). Per
 // interaction: 3 FADD, 3 FFMA (r^2, a chain from eps^2), one MUFU rsqrt, 2-3 FMUL
-// (m/r^3), 3 FFMA (accelerations); no branch. out[split*n_pad + i] = (ax, ay, az, 0):
+// (m/r^3), 3 FFMA (accelerations); no branch. out[(split_base + split)*n_i_pad + i] =
+// (ax, ay, az, 0):
 // sum_j m_j d/r^3 (or sum_j d/r^3 with NB_EQUAL_MASS).
 extern "C" __global__ void __launch_bounds__(NB_THREADS, NB_MINB)
-nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int n_pad,
-             int tiles_per_split, float eps2) {
+nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int i_base, int n_i_pad,
+             int tile_first, int tile_end, int tiles_per_split, int split_base, float eps2) {
     __shared__ float4 tile[NB_THREADS];
-    const int first = blockIdx.x * (NB_THREADS * NB_IPT) + threadIdx.x;
-    const int tiles = n_pad / NB_THREADS;
-    const int t0 = blockIdx.y * tiles_per_split;
-    const int t1 = min(t0 + tiles_per_split, tiles);
+    const int mine = blockIdx.x * (NB_THREADS * NB_IPT) + threadIdx.x;
+    const int first = i_base + mine;
+    const int t0 = tile_first + blockIdx.y * tiles_per_split;
+    const int t1 = min(t0 + tiles_per_split, tile_end);
     float px[NB_IPT], py[NB_IPT], pz[NB_IPT];
 #if NB_ACCURATE
     double ax[NB_IPT], ay[NB_IPT], az[NB_IPT];
@@ -112,7 +114,7 @@ nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int n_pad,
             }
         }
     }
-    float4* o = out + (size_t)blockIdx.y * n_pad + first;
+    float4* o = out + (size_t)(split_base + blockIdx.y) * n_i_pad + mine;
 #pragma unroll
     for (int k = 0; k < NB_IPT; ++k)
         o[k * NB_THREADS] = make_float4((float)ax[k], (float)ay[k], (float)az[k], 0.f);

@@ -42,6 +42,16 @@ impl Solver for Nbody {
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         super::bench::run(device, args)
     }
+    fn bench_placed(
+        &self,
+        placement: &crate::device::Placement,
+        args: &clap::ArgMatches,
+    ) -> Result<Report> {
+        match placement.is_single() {
+            true => super::bench::run(placement.first(), args),
+            false => super::bench::run_placed(placement, args),
+        }
+    }
 }
 
 impl SolverProblem for NbodyProblem {
@@ -55,10 +65,12 @@ impl SolverProblem for NbodyProblem {
         &["steps"]
     }
     fn decomposes(&self) -> bool {
-        true // over MPI ranks (every rank holds every particle; forces are shared out)
+        true // over GPUs of a process, or MPI ranks (CPU): forces are shared out
     }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
-        if cx.placement.world.is_none() && !cx.placement.is_single() {
+        // Several GPUs of this process share the particles (--devices 0,1).
+        let gpus = cx.placement.gpus()?;
+        if cx.placement.world.is_none() && !cx.placement.is_single() && gpus.is_none() {
             return Err(Error::invalid(
                 "--subdomains",
                 cx.placement.parts.len(),
@@ -107,7 +119,7 @@ impl SolverProblem for NbodyProblem {
                     cx.placement.world,
                 )?),
                 Device::Cuda(gpu) => Box::new(cuda::CudaNbody::new(
-                    gpu.clone(),
+                    gpus.as_deref().unwrap_or(std::slice::from_ref(gpu)),
                     self.gravity(),
                     self.dt,
                     &particles,

@@ -181,17 +181,8 @@ mpi_gpu() {
 # and 2 MPI ranks against one device, bit for bit), N-body kernel tuning.
 next() {
   device; mkdir -p "$OUT"
-  for t in nbody_cuda jacobi_slabs; do
-    timeout 300 gpu/tests/$t --test-threads=1 --nocapture > "$OUT/test-$t.log" 2>&1
-    echo "== $t: $(grep -E '^test result' "$OUT/test-$t.log")"; grep -E "panicked|FAILED|shares|GPUs, n" "$OUT/test-$t.log" | tail -14
-  done
-  echo "== bench nbody"; timeout 200 $K bench nbody | tee "$OUT/bench-nbody.txt" | grep -E "N =|ceilings"
-  echo "== bench nbody --devices 0,0"; timeout 200 $K bench nbody --devices 0,0 --n 65536,1048576 | grep -E "N ="
-  echo "== nbody runs"
-  for args in "" "--devices 0,0" "--set nbody.n=65536 --set nbody.end_time=1" "--set nbody.n=65536 --set nbody.end_time=1 --devices 0,0"; do
-    $K run examples/nbody-plummer.toml -q --json $args --set output.dir=$OUT/nb | python3 -c "import json,sys; s=json.load(sys.stdin); print('$args', s['timings']['solve_s'], s['results']['energy_error'])"
-  done
-  rm -rf "$OUT/nb"
+  echo "== model nbody (one GPU)"; timeout 250 $K model nbody examples/nbody-plummer.toml --set nbody.n=1048576 --json > "$OUT/model-1.json" 2> "$OUT/model-1.err"; tail -12 "$OUT/model-1.err"
+  echo "== model nbody --devices 0,0"; timeout 300 $K model nbody examples/nbody-plummer.toml --set nbody.n=1048576 --devices 0,0 2>/dev/null | tee "$OUT/model-2.txt"
 }
 
 case "${1:-}" in

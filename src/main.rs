@@ -298,7 +298,7 @@ fn model(name: &str, m: &clap::ArgMatches) -> Result<()> {
         ));
     }
     let (placement, _) = select(&c.dev, &problem.run, c.json)?;
-    print_report(solver.model(&problem, placement.first(), m)?, c.json);
+    print_report(solver.model(&problem, &placement, m)?, c.json);
     Ok(())
 }
 

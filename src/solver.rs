@@ -41,10 +41,12 @@ pub trait Solver: Sync {
     fn model_args(&self, _cmd: clap::Command) -> Option<clap::Command> {
         None
     }
+    /// The model on `placement` (its first device; solvers that share work over
+    /// devices measure on all of them).
     fn model(
         &self,
         _problem: &Problem,
-        _device: &Device,
+        _placement: &Placement,
         _args: &clap::ArgMatches,
     ) -> Result<Report> {
         Err(Error::Parse(format!(

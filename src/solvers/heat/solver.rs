@@ -49,9 +49,14 @@ impl Solver for Heat {
     fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
         Some(<bench::HeatModelArgs as clap::Args>::augment_args(cmd))
     }
-    fn model(&self, problem: &Problem, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
+    fn model(
+        &self,
+        problem: &Problem,
+        placement: &Placement,
+        args: &clap::ArgMatches,
+    ) -> Result<Report> {
         let p = problem.spec_as::<HeatProblem>().expect("a heat problem");
-        bench::model(p, problem.precision, device, args)
+        bench::model(p, problem.precision, placement.first(), args)
     }
 }
 

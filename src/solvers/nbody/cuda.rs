@@ -407,6 +407,53 @@ impl CudaNbody {
     pub fn splits(&self) -> Vec<usize> {
         self.parts.iter().map(|p| p.splits).collect()
     }
+
+    /// Blocks of the force kernel that one SM holds at once (the driver's occupancy).
+    pub fn blocks_per_sm(&self) -> Result<usize> {
+        let p = &self.parts[0];
+        Ok(p.forces
+            .occupancy_max_active_blocks_per_multiprocessor(self.shape.threads as u32, 0, None)?
+            as usize)
+    }
+
+    /// Seconds of one leapfrog step (kick, drift, forces with their copies, kick on
+    /// every device), the median over `reps` runs of `steps` steps.
+    pub fn time_steps(&mut self, steps: u64, reps: usize) -> Result<f64> {
+        let gpu = self.parts[0].gpu.clone();
+        let joins: Vec<cudarc::driver::CudaEvent> = (self.parts.iter())
+            .map(|p| p.gpu.ctx.new_event(None))
+            .collect::<std::result::Result<_, _>>()?;
+        let t = crate::device::ceilings::time_median(&gpu, 1, reps, || {
+            self.advance(steps)?;
+            for (p, j) in self.parts.iter().zip(&joins).skip(1) {
+                j.record(&p.gpu.stream)?;
+                gpu.stream.wait(j)?;
+            }
+            Ok(())
+        })?;
+        Ok(t / steps as f64)
+    }
+}
+
+/// The memory latency of `gpu` in seconds per dependent load: one thread chasing a
+/// stride of 4099 × 32 elements (512 KiB) through 256 MiB.
+pub fn load_latency(gpu: &Gpu) -> Result<f64> {
+    let n: u32 = 64 << 20;
+    let stride: u32 = 4099 * 32;
+    let next: Vec<u32> = (0..n).map(|i| ((i as u64 + stride as u64) % n as u64) as u32).collect();
+    let s = &gpu.stream;
+    let next = s.clone_htod(&next)?;
+    let mut out = s.alloc_zeros::<u32>(1)?;
+    let f = gpu.function(&KERNELS, Precision::F64, &[], "nbody_chase")?;
+    let hops = 4096i32;
+    let t = crate::device::ceilings::time_median(gpu, 1, 5, || {
+        let mut l = s.launch_builder(&f);
+        l.arg(&next).arg(&hops).arg(&mut out);
+        // SAFETY: every next[] entry is an index below n; one thread.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        Ok(())
+    })?;
+    Ok(t / hops as f64)
 }
 
 /// The force kernel of `part`'s particles (its segment: `pad` padded particles from

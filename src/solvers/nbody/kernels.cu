@@ -205,3 +205,12 @@ nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, 
     }
     acc[i] = make_float4(a.x, a.y, a.z, 0.f);
 }
+
+// The cycle model's memory latency L: one thread follows `hops` dependent loads through
+// next[] (a stride that leaves every cache line and page behind); *out keeps the chain.
+extern "C" __global__ void nbody_chase(const unsigned* __restrict__ next, int hops,
+                                       unsigned* __restrict__ out) {
+    unsigned i = 0;
+    for (int h = 0; h < hops; ++h) i = next[i];
+    *out = i;
+}

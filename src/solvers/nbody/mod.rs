@@ -9,6 +9,7 @@ pub mod bench;
 pub mod cpu;
 pub mod cuda;
 pub mod diagnostics;
+pub mod model;
 pub mod presets;
 pub mod problem;
 mod projection;

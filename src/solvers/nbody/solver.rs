@@ -42,6 +42,18 @@ impl Solver for Nbody {
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         super::bench::run(device, args)
     }
+    fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
+        Some(<super::model::NbodyModelArgs as clap::Args>::augment_args(cmd))
+    }
+    fn model(
+        &self,
+        problem: &crate::problem::Problem,
+        placement: &crate::device::Placement,
+        args: &clap::ArgMatches,
+    ) -> Result<Report> {
+        let p = problem.spec_as::<NbodyProblem>().expect("an nbody problem");
+        super::model::run(p, placement, args)
+    }
     fn bench_placed(
         &self,
         placement: &crate::device::Placement,

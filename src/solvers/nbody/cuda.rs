@@ -436,20 +436,25 @@ impl CudaNbody {
 }
 
 /// The memory latency of `gpu` in seconds per dependent load: one thread chasing a
-/// stride of 4099 × 32 elements (512 KiB) through 256 MiB.
+/// stride of 4099 × 32 elements (512 KiB) through 256 MiB, every timed chain on lines
+/// no earlier chain touched (DRAM, not L2).
 pub fn load_latency(gpu: &Gpu) -> Result<f64> {
     let n: u32 = 64 << 20;
-    let stride: u32 = 4099 * 32;
-    let next: Vec<u32> = (0..n).map(|i| ((i as u64 + stride as u64) % n as u64) as u32).collect();
+    let stride: u64 = 4099 * 32;
+    let next: Vec<u32> = (0..n).map(|i| ((i as u64 + stride) % n as u64) as u32).collect();
     let s = &gpu.stream;
     let next = s.clone_htod(&next)?;
     let mut out = s.alloc_zeros::<u32>(1)?;
     let f = gpu.function(&KERNELS, Precision::F64, &[], "nbody_chase")?;
     let hops = 4096i32;
+    let mut chain = 0u32;
     let t = crate::device::ceilings::time_median(gpu, 1, 5, || {
+        // Chains 1 MiB + 128 B apart: other lines, other pages.
+        chain += 1;
+        let start = chain * ((1 << 18) + 32);
         let mut l = s.launch_builder(&f);
-        l.arg(&next).arg(&hops).arg(&mut out);
-        // SAFETY: every next[] entry is an index below n; one thread.
+        l.arg(&next).arg(&start).arg(&hops).arg(&mut out);
+        // SAFETY: every next[] entry and every start is an index below n; one thread.
         unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
         Ok(())
     })?;

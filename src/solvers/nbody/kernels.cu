@@ -207,10 +207,11 @@ nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, 
 }
 
 // The cycle model's memory latency L: one thread follows `hops` dependent loads through
-// next[] (a stride that leaves every cache line and page behind); *out keeps the chain.
-extern "C" __global__ void nbody_chase(const unsigned* __restrict__ next, int hops,
-                                       unsigned* __restrict__ out) {
-    unsigned i = 0;
+// next[] from `start` (a stride that leaves every cache line and page behind; each call
+// starts elsewhere, so no line is in L2 from an earlier call); *out keeps the chain.
+extern "C" __global__ void nbody_chase(const unsigned* __restrict__ next, unsigned start,
+                                       int hops, unsigned* __restrict__ out) {
+    unsigned i = start;
     for (int h = 0; h < hops; ++h) i = next[i];
     *out = i;
 }

@@ -98,14 +98,15 @@ impl Fit {
         }
     }
 
-    /// Predicted seconds per step of N particles on P devices of one process.
-    pub fn in_process(&self, n: usize, p: usize) -> f64 {
+    /// Predicted seconds per step of N particles on P shares of one process, `per_gpu`
+    /// of them on each GPU (shares of one GPU take their turns on its SMs).
+    pub fn in_process(&self, n: usize, p: usize, per_gpu: usize) -> f64 {
         let share = n.div_ceil(p);
         let local = self.force_cycles(share, share) / self.clock_hz;
         let bytes = (p - 1) as f64 * (share.div_ceil(self.shape().block_particles()) as f64)
             * (self.shape().block_particles() * 16) as f64;
         let copy = bytes / self.peer_bytes_per_s;
-        self.fixed(p) + p as f64 * local + (copy - local).max(0.0)
+        self.fixed(p) + (per_gpu * p) as f64 * local + (copy - local).max(0.0)
     }
 
     /// Predicted seconds per step of N particles on P ranks passing segments round a ring
@@ -121,7 +122,9 @@ impl Fit {
 #[derive(Debug, Clone, Serialize)]
 pub struct Point {
     pub n: usize,
+    /// Shares of the particles, and the distinct GPUs under them.
     pub devices: usize,
+    pub gpus: usize,
     pub predicted_s: f64,
     pub measured_s: f64,
 }
@@ -231,10 +234,14 @@ pub fn run(problem: &NbodyProblem, placement: &Placement, args: &clap::ArgMatche
             } else {
                 measure(&gpus[..p], problem, &plummer(n), a.repetitions)?
             };
+            let distinct = (gpus[..p].iter().map(|g| g.ordinal))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
             let point = Point {
                 n,
                 devices: p,
-                predicted_s: fit.in_process(n, p),
+                gpus: distinct,
+                predicted_s: fit.in_process(n, p, p.div_ceil(distinct)),
                 measured_s,
             };
             eprintln!("{}", point_row(&point));
@@ -306,9 +313,11 @@ fn peer_bandwidth(gpus: &[std::sync::Arc<crate::device::Gpu>]) -> Result<f64> {
 fn point_row(p: &Point) -> String {
     use crate::units::seconds as s;
     format!(
-        "  N = {:>8} on {} GPU(s): predicted {:>10}, measured {:>10} per step ({:+.1} %)",
+        "  N = {:>8}, {} share(s) on {} GPU(s): predicted {:>10}, measured {:>10} per step \
+         ({:+.1} %)",
         p.n,
         p.devices,
+        p.gpus,
         s(p.predicted_s),
         s(p.measured_s),
         100.0 * (p.predicted_s / p.measured_s - 1.0)

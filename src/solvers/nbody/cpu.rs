@@ -136,7 +136,7 @@ impl CpuNbody {
 }
 
 /// Rank `r`'s particles: an even share, the first n mod size one more.
-fn share(n: usize, w: World, r: usize) -> Range<usize> {
+pub fn share(n: usize, w: World, r: usize) -> Range<usize> {
     let (q, extra) = (n / w.size, n % w.size);
     let start = r * q + r.min(extra);
     start..start + q + usize::from(r < extra)

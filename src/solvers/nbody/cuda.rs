@@ -5,6 +5,7 @@
 //! half-empty last wave); the splits are added in order, so runs repeat bit for bit.
 //! The potential for the diagnostics is an f64 direct sum on the device ([`potential`]).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKernelArg};
@@ -13,6 +14,7 @@ use super::{Gravity, Particles, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::Result;
 use crate::precision::Precision;
+use crate::parallel::{World, world};
 use crate::run::{Diagnostics, Engine, Field, Status};
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -72,6 +74,8 @@ pub fn tiles_per_split(i_blocks: usize, tiles: usize, sms: usize) -> usize {
 /// others' copied from their devices each step), and the splits of its force sums.
 struct Part {
     gpu: Arc<Gpu>,
+    /// Its particles' segment among all.
+    segment: usize,
     /// Peer copies of the other devices' segments run here, beside the local forces.
     copy: Arc<cudarc::driver::CudaStream>,
     /// Recorded after this device packed its segment / after its copies of the others'.
@@ -96,6 +100,12 @@ struct Part {
     drift: CudaFunction,
 }
 
+/// Under mpirun, every segment in a page-locked host buffer (segment order).
+struct Ranks {
+    world: World,
+    host: cudarc::driver::PinnedHostSlice<f32>,
+}
+
 /// The engine over one or several devices in one process (the study's two-GPU scheme,
 /// for any count): each device owns a contiguous share of the particles, packs their
 /// positions, starts the forces from its own share while the other devices' positions
@@ -103,11 +113,17 @@ struct Part {
 /// force is summed over the j-segments in particle order, so a run repeats bit for bit;
 /// another device count groups the f32 sums differently (equal within the f32 bound).
 pub struct CudaNbody {
+    /// This process's devices (one under mpirun).
     parts: Vec<Part>,
+    /// Under mpirun: the ranks, each with one segment, and the host buffer the
+    /// segments travel through.
+    ranks: Option<Ranks>,
     shape: ForceShape,
     /// Padded particles per segment (= per device) and their offsets in `xm`.
     seg_pad: Vec<usize>,
     seg_off: Vec<usize>,
+    /// Particles of the run (all ranks').
+    total: usize,
     grav: Gravity,
     /// What the kick multiplies the kernel's sums by: G, or G·m when every mass is m.
     scale: f64,
@@ -140,12 +156,53 @@ impl CudaNbody {
         accurate: bool,
         shape: ForceShape,
     ) -> Result<Self> {
+        Self::build(gpus, None, grav, dt, p, step, accurate, shape)
+    }
+
+    /// This rank's share of `p` on `gpu` under mpirun: the ranks' segments travel by the
+    /// study's accumulation stages (partner rank XOR 2^s, the data doubling each stage)
+    /// when the rank count is a power of two, else round the ring (the transport), and
+    /// the forces of each arrival start while the next stage travels.
+    pub fn on_ranks(
+        gpu: Arc<Gpu>,
+        world: World,
+        grav: Gravity,
+        dt: f64,
+        p: &Particles,
+        step: u64,
+        accurate: bool,
+    ) -> Result<Self> {
+        let shape = ForceShape::default();
+        Self::build(&[gpu], Some(world), grav, dt, p, step, accurate, shape)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn build(
+        gpus: &[Arc<Gpu>],
+        world: Option<World>,
+        grav: Gravity,
+        dt: f64,
+        p: &Particles,
+        step: u64,
+        accurate: bool,
+        shape: ForceShape,
+    ) -> Result<Self> {
         let n = p.len();
-        let count = gpus.len();
+        let count = world.map_or(gpus.len(), |w| w.size);
         let bp = shape.block_particles();
-        let bounds: Vec<usize> = (0..=count).map(|d| n * d / count).collect();
+        let bounds: Vec<usize> = match world {
+            Some(w) => (0..=count)
+                .map(|r| if r < count { cpu::share(n, w, r).start } else { n })
+                .collect(),
+            None => (0..=count).map(|d| n * d / count).collect(),
+        };
+        let widest = (0..count).map(|d| bounds[d + 1] - bounds[d]).max().unwrap_or(0);
+        // Ranks exchange equal blocks: every segment as wide as the widest.
         let seg_pad: Vec<usize> = (0..count)
-            .map(|d| (bounds[d + 1] - bounds[d]).div_ceil(bp).max(1) * bp)
+            .map(|d| match world {
+                Some(_) => widest.div_ceil(bp).max(1) * bp,
+                None => (bounds[d + 1] - bounds[d]).div_ceil(bp).max(1) * bp,
+            })
             .collect();
         let seg_off: Vec<usize> = (0..count).map(|d| seg_pad[..d].iter().sum()).collect();
         let total: usize = seg_pad.iter().sum();
@@ -161,11 +218,12 @@ impl CudaNbody {
             ("NB_GUARD", u8::from(grav.softening == 0.0).to_string()),
             ("NB_EQUAL_MASS", u8::from(equal_mass).to_string()),
         ];
-        if count > 1 {
+        if gpus.len() > 1 {
             crate::device::cuda::enable_peer_access(gpus)?;
         }
-        let mut parts = Vec::with_capacity(count);
-        for (d, gpu) in gpus.iter().enumerate() {
+        let mut parts = Vec::with_capacity(gpus.len());
+        for (k, gpu) in gpus.iter().enumerate() {
+            let d = world.map_or(k, |w| w.rank);
             let (first, own) = (bounds[d], bounds[d + 1] - bounds[d]);
             let i_blocks = seg_pad[d] / bp;
             let mut segments = Vec::with_capacity(count);
@@ -194,6 +252,7 @@ impl CudaNbody {
                 })
             };
             parts.push(Part {
+                segment: d,
                 copy: gpu.ctx.new_stream()?,
                 packed: gpu.ctx.new_event(None)?,
                 copied: gpu.ctx.new_event(None)?,
@@ -213,9 +272,19 @@ impl CudaNbody {
                 gpu: gpu.clone(),
             });
         }
+        let ranks = match world {
+            // SAFETY: every byte is written (own segment or received) before it is read.
+            Some(w) => Some(Ranks {
+                world: w,
+                host: unsafe { gpus[0].ctx.alloc_pinned_with_flags::<f32>(4 * total, 0) }?,
+            }),
+            None => None,
+        };
         let mut e = Self {
             parts,
+            ranks,
             shape,
+            total: n,
             seg_pad,
             seg_off,
             scale: if equal_mass {
@@ -237,6 +306,9 @@ impl CudaNbody {
     /// then the sums over those. A device packs again only after every copy of its
     /// segment is done.
     pub fn compute_forces(&mut self) -> Result<()> {
+        if self.ranks.is_some() {
+            return self.compute_forces_on_ranks();
+        }
         let count = self.parts.len();
         let eps2 = (self.grav.softening * self.grav.softening) as f32;
         for d in 0..count {
@@ -301,6 +373,72 @@ impl CudaNbody {
                 launch_forces(part, self.shape, own, e, eps2)?;
             }
             part.forces_done.record(&part.gpu.stream)?;
+        }
+        Ok(())
+    }
+
+    /// [`CudaNbody::compute_forces`] under mpirun: pack this rank's segment, bring it to
+    /// the host and start its forces; then each stage sends what this rank holds to its
+    /// partner (recursive doubling) or passes one segment on round the ring, and the
+    /// segments that arrived go up to the device and their forces start while the next
+    /// stage travels.
+    fn compute_forces_on_ranks(&mut self) -> Result<()> {
+        let eps2 = (self.grav.softening * self.grav.softening) as f32;
+        let Some(ranks) = self.ranks.as_mut() else {
+            unreachable!("called under mpirun only")
+        };
+        let (w, part) = (ranks.world, &mut self.parts[0]);
+        let d = part.segment;
+        let seg = self.seg_pad[d];
+        let floats = 4 * seg; // per segment (all equal under mpirun)
+        let own = (self.seg_off[d], seg);
+        let s = part.gpu.stream.clone();
+        let n = part.n as i32;
+        let pad = seg as i32;
+        {
+            let mut mine = part.xm.slice_mut(4 * own.0..4 * (own.0 + seg));
+            let mut l = s.launch_builder(&part.pack);
+            l.arg(&part.x).arg(&part.m).arg(&mut mine).arg(&n).arg(&pad);
+            // SAFETY: x holds 3n, m n values; the segment 4·pad; grid-stride.
+            unsafe { l.launch(part.gpu.stride_config(seg, 256)) }?;
+        }
+        let host = ranks.host.as_mut_slice()?;
+        let (xm_ptr, _) = part.xm.device_ptr(&s);
+        // SAFETY: the host range and the device segment hold `floats` f32s; the stream
+        // is synchronised before MPI reads the host range.
+        unsafe {
+            cudarc::driver::result::memcpy_dtoh_async(
+                &mut host[d * floats..(d + 1) * floats],
+                xm_ptr + (d * floats * 4) as u64,
+                s.cu_stream(),
+            )
+        }?;
+        s.synchronize()?;
+        launch_forces(part, self.shape, own, d, eps2)?;
+        for (stage, (send, from, arriving)) in stages(w).into_iter().enumerate() {
+            let tag = stage as i32;
+            let sends = [(
+                send.0,
+                tag,
+                world::to_bytes(&host[send.1.start * floats..send.1.end * floats]),
+            )];
+            let receives = [(from, tag, arriving.len() * floats * 4)];
+            let got = world::exchange(&sends, &receives)?;
+            let at = arriving.start * floats;
+            host[at..at + arriving.len() * floats]
+                .copy_from_slice(&world::from_bytes::<f32>(&got[0]));
+            // SAFETY: page-locked host range and device segments of the same size; the
+            // range is not written again before the stream is synchronised (next step).
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(
+                    xm_ptr + (at * 4) as u64,
+                    &host[at..at + arriving.len() * floats],
+                    s.cu_stream(),
+                )
+            }?;
+            for e in arriving {
+                launch_forces(part, self.shape, own, e, eps2)?;
+            }
         }
         Ok(())
     }
@@ -461,6 +599,33 @@ pub fn load_latency(gpu: &Gpu) -> Result<f64> {
     Ok(t / hops as f64)
 }
 
+/// The stages that bring every rank's segment to rank `w.rank`: (where to send and
+/// which segments, whom to receive from, the segments arriving). Recursive doubling
+/// (the study's accumulation: partner = rank XOR 2^s, the block doubling) when the
+/// rank count is a power of two, else the ring (the transport: one segment passed on
+/// per stage).
+fn stages(w: World) -> Vec<((usize, Range<usize>), usize, Range<usize>)> {
+    let (r, p) = (w.rank, w.size);
+    if p.is_power_of_two() {
+        (0..p.trailing_zeros())
+            .map(|s| {
+                let block = 1usize << s;
+                let (base, partner) = (r & !(block - 1), r ^ block);
+                let theirs = partner & !(block - 1);
+                ((partner, base..base + block), partner, theirs..theirs + block)
+            })
+            .collect()
+    } else {
+        (1..p)
+            .map(|t| {
+                let pass = (r + p - t + 1) % p; // what arrived last stage (own first)
+                let arrives = (r + p - t) % p;
+                (((r + 1) % p, pass..pass + 1), (r + p - 1) % p, arrives..arrives + 1)
+            })
+            .collect()
+    }
+}
+
 /// The force kernel of `part`'s particles (its segment: `pad` padded particles from
 /// `i_base` in xm) against j-segment `segment`, into that segment's splits.
 fn launch_forces(
@@ -541,6 +706,11 @@ impl Engine for CudaNbody {
                 .iter()
                 .all(|x| x.is_finite());
         }
+        if let Some(r) = &self.ranks {
+            // Every rank takes the same decision.
+            let all = world::all_gather(&[u8::from(finite)], &vec![1; r.world.size])?;
+            finite = all.iter().all(|&f| f == 1);
+        }
         let status = if finite {
             Status::Running
         } else {
@@ -562,13 +732,54 @@ impl Engine for CudaNbody {
             p.vel.extend(v.chunks(3).map(|c| [c[0], c[1], c[2]]));
             p.mass.extend(s.clone_dtoh(&part.m)?);
         }
-        Ok(cpu::particles_field(&p))
+        let field = cpu::particles_field(&p);
+        let Some(r) = &self.ranks else {
+            return Ok(field);
+        };
+        // Every rank's rows in rank order (= particle order), on every rank.
+        let n = self.seg_pad.len(); // ranks
+        let counts: Vec<usize> = (0..n)
+            .map(|k| 7 * 8 * cpu::share(self.total, r.world, k).len())
+            .collect();
+        let data = world::from_bytes(&world::all_gather(&world::to_bytes(&field.data), &counts)?);
+        Ok(cpu::particles_field(&cpu::particles_of(&data)))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::tiles_per_split;
+    use super::{stages, tiles_per_split};
+    use crate::parallel::World;
+
+    #[test]
+    fn every_rank_gets_every_segment_from_a_partner_that_holds_it() {
+        for size in 1..=9 {
+            let plans: Vec<_> = (0..size).map(|rank| stages(World { rank, size })).collect();
+            let mut held: Vec<Vec<bool>> = (0..size)
+                .map(|r| (0..size).map(|k| k == r).collect())
+                .collect();
+            let count = plans[0].len();
+            assert!(plans.iter().all(|p| p.len() == count));
+            if size.is_power_of_two() {
+                assert_eq!(count, size.trailing_zeros() as usize, "doubling: log2 stages");
+            }
+            for stage in 0..count {
+                let before = held.clone();
+                for r in 0..size {
+                    let ((to, ref sent), _, _) = plans[r][stage];
+                    assert!(sent.clone().all(|k| before[r][k]), "sends only what it holds");
+                    // The receiver expects exactly this block from r.
+                    let (_, from, ref arriving) = plans[to][stage];
+                    assert_eq!((from, arriving.clone()), (r, sent.clone()));
+                    for k in sent.clone() {
+                        assert!(!before[to][k], "nothing arrives twice");
+                        held[to][k] = true;
+                    }
+                }
+            }
+            assert!(held.iter().flatten().all(|&h| h), "size {size}: all segments");
+        }
+    }
 
     /// Time of the busiest SM over the even share, for the chosen split.
     fn efficiency(i_blocks: usize, tiles: usize, sms: usize) -> (f64, usize) {

@@ -90,13 +90,6 @@ impl SolverProblem for NbodyProblem {
                  runs on every CPU thread already",
             ));
         }
-        if cx.placement.world.is_some() && matches!(cx.device, Device::Cuda(_)) {
-            return Err(Error::invalid(
-                "mpirun",
-                cx.placement.describe(),
-                "nbody over MPI ranks runs on the CPU backend so far; add --backend cpu",
-            ));
-        }
         let p0 = self.particles()?;
         let grav = self.gravity();
         // The diagnostics' potential: on the GPU when the run has one (the host's O(N²)
@@ -130,14 +123,25 @@ impl SolverProblem for NbodyProblem {
                     step,
                     cx.placement.world,
                 )?),
-                Device::Cuda(gpu) => Box::new(cuda::CudaNbody::new(
-                    gpus.as_deref().unwrap_or(std::slice::from_ref(gpu)),
-                    self.gravity(),
-                    self.dt,
-                    &particles,
-                    step,
-                    self.accurate,
-                )?),
+                Device::Cuda(gpu) => match cx.placement.world {
+                    Some(world) => Box::new(cuda::CudaNbody::on_ranks(
+                        gpu.clone(),
+                        world,
+                        self.gravity(),
+                        self.dt,
+                        &particles,
+                        step,
+                        self.accurate,
+                    )?),
+                    None => Box::new(cuda::CudaNbody::new(
+                        gpus.as_deref().unwrap_or(std::slice::from_ref(gpu)),
+                        self.gravity(),
+                        self.dt,
+                        &particles,
+                        step,
+                        self.accurate,
+                    )?),
+                },
             };
             Ok(NbodyCase {
                 p: self,

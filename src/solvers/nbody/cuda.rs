@@ -13,8 +13,8 @@ use cudarc::driver::{CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PushKerne
 use super::{Gravity, Particles, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::Result;
-use crate::precision::Precision;
 use crate::parallel::{World, world};
+use crate::precision::Precision;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -192,11 +192,20 @@ impl CudaNbody {
         let bp = shape.block_particles();
         let bounds: Vec<usize> = match world {
             Some(w) => (0..=count)
-                .map(|r| if r < count { cpu::share(n, w, r).start } else { n })
+                .map(|r| {
+                    if r < count {
+                        cpu::share(n, w, r).start
+                    } else {
+                        n
+                    }
+                })
                 .collect(),
             None => (0..=count).map(|d| n * d / count).collect(),
         };
-        let widest = (0..count).map(|d| bounds[d + 1] - bounds[d]).max().unwrap_or(0);
+        let widest = (0..count)
+            .map(|d| bounds[d + 1] - bounds[d])
+            .max()
+            .unwrap_or(0);
         // Ranks exchange equal blocks: every segment as wide as the widest.
         let seg_pad: Vec<usize> = (0..count)
             .map(|d| match world {
@@ -549,9 +558,11 @@ impl CudaNbody {
     /// Blocks of the force kernel that one SM holds at once (the driver's occupancy).
     pub fn blocks_per_sm(&self) -> Result<usize> {
         let p = &self.parts[0];
-        Ok(p.forces
-            .occupancy_max_active_blocks_per_multiprocessor(self.shape.threads as u32, 0, None)?
-            as usize)
+        Ok(p.forces.occupancy_max_active_blocks_per_multiprocessor(
+            self.shape.threads as u32,
+            0,
+            None,
+        )? as usize)
     }
 
     /// Seconds of one leapfrog step (kick, drift, forces with their copies, kick on
@@ -579,7 +590,9 @@ impl CudaNbody {
 pub fn load_latency(gpu: &Gpu) -> Result<f64> {
     let n: u32 = 64 << 20;
     let stride: u64 = 4099 * 32;
-    let next: Vec<u32> = (0..n).map(|i| ((i as u64 + stride) % n as u64) as u32).collect();
+    let next: Vec<u32> = (0..n)
+        .map(|i| ((i as u64 + stride) % n as u64) as u32)
+        .collect();
     let s = &gpu.stream;
     let next = s.clone_htod(&next)?;
     let mut out = s.alloc_zeros::<u32>(1)?;
@@ -599,12 +612,16 @@ pub fn load_latency(gpu: &Gpu) -> Result<f64> {
     Ok(t / hops as f64)
 }
 
+/// One stage of the exchange: (rank to send to, segments sent), rank to receive from,
+/// segments arriving.
+type Stage = ((usize, Range<usize>), usize, Range<usize>);
+
 /// The stages that bring every rank's segment to rank `w.rank`: (where to send and
 /// which segments, whom to receive from, the segments arriving). Recursive doubling
 /// (the study's accumulation: partner = rank XOR 2^s, the block doubling) when the
 /// rank count is a power of two, else the ring (the transport: one segment passed on
 /// per stage).
-fn stages(w: World) -> Vec<((usize, Range<usize>), usize, Range<usize>)> {
+fn stages(w: World) -> Vec<Stage> {
     let (r, p) = (w.rank, w.size);
     if p.is_power_of_two() {
         (0..p.trailing_zeros())
@@ -612,7 +629,11 @@ fn stages(w: World) -> Vec<((usize, Range<usize>), usize, Range<usize>)> {
                 let block = 1usize << s;
                 let (base, partner) = (r & !(block - 1), r ^ block);
                 let theirs = partner & !(block - 1);
-                ((partner, base..base + block), partner, theirs..theirs + block)
+                (
+                    (partner, base..base + block),
+                    partner,
+                    theirs..theirs + block,
+                )
             })
             .collect()
     } else {
@@ -620,7 +641,11 @@ fn stages(w: World) -> Vec<((usize, Range<usize>), usize, Range<usize>)> {
             .map(|t| {
                 let pass = (r + p - t + 1) % p; // what arrived last stage (own first)
                 let arrives = (r + p - t) % p;
-                (((r + 1) % p, pass..pass + 1), (r + p - 1) % p, arrives..arrives + 1)
+                (
+                    ((r + 1) % p, pass..pass + 1),
+                    (r + p - 1) % p,
+                    arrives..arrives + 1,
+                )
             })
             .collect()
     }
@@ -761,13 +786,20 @@ mod tests {
             let count = plans[0].len();
             assert!(plans.iter().all(|p| p.len() == count));
             if size.is_power_of_two() {
-                assert_eq!(count, size.trailing_zeros() as usize, "doubling: log2 stages");
+                assert_eq!(
+                    count,
+                    size.trailing_zeros() as usize,
+                    "doubling: log2 stages"
+                );
             }
             for stage in 0..count {
                 let before = held.clone();
-                for r in 0..size {
-                    let ((to, ref sent), _, _) = plans[r][stage];
-                    assert!(sent.clone().all(|k| before[r][k]), "sends only what it holds");
+                for (r, plan) in plans.iter().enumerate() {
+                    let ((to, ref sent), _, _) = plan[stage];
+                    assert!(
+                        sent.clone().all(|k| before[r][k]),
+                        "sends only what it holds"
+                    );
                     // The receiver expects exactly this block from r.
                     let (_, from, ref arriving) = plans[to][stage];
                     assert_eq!((from, arriving.clone()), (r, sent.clone()));
@@ -777,7 +809,10 @@ mod tests {
                     }
                 }
             }
-            assert!(held.iter().flatten().all(|&h| h), "size {size}: all segments");
+            assert!(
+                held.iter().flatten().all(|&h| h),
+                "size {size}: all segments"
+            );
         }
     }
 

@@ -103,7 +103,8 @@ impl Fit {
     pub fn in_process(&self, n: usize, p: usize, per_gpu: usize) -> f64 {
         let share = n.div_ceil(p);
         let local = self.force_cycles(share, share) / self.clock_hz;
-        let bytes = (p - 1) as f64 * (share.div_ceil(self.shape().block_particles()) as f64)
+        let bytes = (p - 1) as f64
+            * (share.div_ceil(self.shape().block_particles()) as f64)
             * (self.shape().block_particles() * 16) as f64;
         let copy = bytes / self.peer_bytes_per_s;
         self.fixed(p) + (per_gpu * p) as f64 * local + (copy - local).max(0.0)
@@ -158,7 +159,11 @@ fn measure(
     e.time_steps(steps, reps)
 }
 
-pub fn run(problem: &NbodyProblem, placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+pub fn run(
+    problem: &NbodyProblem,
+    placement: &Placement,
+    args: &clap::ArgMatches,
+) -> Result<Report> {
     let a = NbodyModelArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
     let Device::Cuda(first) = placement.first() else {
         return Err(Error::invalid(
@@ -181,12 +186,20 @@ pub fn run(problem: &NbodyProblem, placement: &Placement, args: &clap::ArgMatche
     }
     let plummer = |n| presets::plummer(n, 1.0, presets::PLUMMER_A, 1);
     let largest = *ns.iter().max().expect("at least one N");
-    let clock_hz = first.ctx.attribute(
-        cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE,
-    )? as f64
+    let clock_hz = first
+        .ctx
+        .attribute(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLOCK_RATE)?
+        as f64
         * 1e3;
     let shape = ForceShape::default();
-    let probe = CudaNbody::new(&gpus[..1], problem.gravity(), problem.dt, &plummer(2), 0, false)?;
+    let probe = CudaNbody::new(
+        &gpus[..1],
+        problem.gravity(),
+        problem.dt,
+        &plummer(2),
+        0,
+        false,
+    )?;
     let blocks_per_sm = probe.blocks_per_sm()?.max(1);
     let latency_cycles = cuda::load_latency(first)? * clock_hz;
     // Fixed cost: one particle per share.

@@ -43,7 +43,9 @@ impl Solver for Nbody {
         super::bench::run(device, args)
     }
     fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
-        Some(<super::model::NbodyModelArgs as clap::Args>::augment_args(cmd))
+        Some(<super::model::NbodyModelArgs as clap::Args>::augment_args(
+            cmd,
+        ))
     }
     fn model(
         &self,

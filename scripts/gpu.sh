@@ -13,7 +13,8 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
-#   gpu/gpu.sh next             # there, on branch wip/gpu-next: CUDA Jacobi slab diagnosis, CUDA N-body tests and bench
+#   gpu/gpu.sh next             # there: the checks of the work in progress (now: N-body on GPU ranks under
+#                               #   mpirun against one process, after FEATURES="--features mpi" scripts/gpu.sh build)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -175,10 +176,8 @@ mpi_gpu() {
   $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --devices 0,1 | solve "1 process, 2 GPUs"
 }
 
-# The next GPU session's checks on branch wip/gpu-next (after FEATURES="--features mpi"
-# scripts/gpu.sh build; keep only jacobi_slabs and nbody_cuda in gpu/tests): CUDA Jacobi
-# slabs (the row kernel with and without the unroll that miscompiled, slabs on one GPU
-# and 2 MPI ranks against one device, bit for bit), N-body kernel tuning.
+# The checks of the work in progress (keep only the test executables it runs in gpu/tests:
+# the device call carries at most 64 MiB): N-body on GPU ranks against one process.
 next() {
   device; mkdir -p "$OUT"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

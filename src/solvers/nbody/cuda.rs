@@ -159,13 +159,14 @@ impl CudaNbody {
         Self::build(gpus, None, grav, dt, p, step, accurate, shape)
     }
 
-    /// This rank's share of `p` on `gpu` under mpirun: the ranks' segments travel by the
-    /// study's accumulation stages (partner rank XOR 2^s, the data doubling each stage)
-    /// when the rank count is a power of two, else round the ring (the transport), and
-    /// the forces of each arrival start while the next stage travels.
-    pub fn on_ranks(
-        gpu: Arc<Gpu>,
-        world: World,
+    /// [`CudaNbody::new`] for a run's placement: with `world` (mpirun), this rank's
+    /// share of `p` on its one GPU — the ranks' segments travel by the study's
+    /// accumulation stages (partner rank XOR 2^s, the data doubling each stage) when the
+    /// rank count is a power of two, else round the ring (the transport), and the forces
+    /// of each arrival start while the next stage travels.
+    pub fn placed(
+        gpus: &[Arc<Gpu>],
+        world: Option<World>,
         grav: Gravity,
         dt: f64,
         p: &Particles,
@@ -173,7 +174,7 @@ impl CudaNbody {
         accurate: bool,
     ) -> Result<Self> {
         let shape = ForceShape::default();
-        Self::build(&[gpu], Some(world), grav, dt, p, step, accurate, shape)
+        Self::build(gpus, world, grav, dt, p, step, accurate, shape)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -188,6 +189,13 @@ impl CudaNbody {
         shape: ForceShape,
     ) -> Result<Self> {
         let n = p.len();
+        if world.is_some() && gpus.len() != 1 {
+            return Err(crate::error::Error::invalid(
+                "--devices",
+                gpus.len(),
+                "under mpirun each rank runs on one GPU (local rank mod GPUs)",
+            ));
+        }
         let count = world.map_or(gpus.len(), |w| w.size);
         let bp = shape.block_particles();
         let bounds: Vec<usize> = match world {

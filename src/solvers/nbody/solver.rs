@@ -125,25 +125,15 @@ impl SolverProblem for NbodyProblem {
                     step,
                     cx.placement.world,
                 )?),
-                Device::Cuda(gpu) => match cx.placement.world {
-                    Some(world) => Box::new(cuda::CudaNbody::on_ranks(
-                        gpu.clone(),
-                        world,
-                        self.gravity(),
-                        self.dt,
-                        &particles,
-                        step,
-                        self.accurate,
-                    )?),
-                    None => Box::new(cuda::CudaNbody::new(
-                        gpus.as_deref().unwrap_or(std::slice::from_ref(gpu)),
-                        self.gravity(),
-                        self.dt,
-                        &particles,
-                        step,
-                        self.accurate,
-                    )?),
-                },
+                Device::Cuda(gpu) => Box::new(cuda::CudaNbody::placed(
+                    gpus.as_deref().unwrap_or(std::slice::from_ref(gpu)),
+                    cx.placement.world,
+                    self.gravity(),
+                    self.dt,
+                    &particles,
+                    step,
+                    self.accurate,
+                )?),
             };
             Ok(NbodyCase {
                 p: self,

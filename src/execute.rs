@@ -81,6 +81,14 @@ pub fn execute_placed(
     })
 }
 
+/// The residual of sweep `step` from a run's residual history (entry k is sweep k + 1),
+/// for an iterative solver's diagnostics row.
+pub fn residual_at(step: u64, residuals: &[f64]) -> Option<f64> {
+    step.checked_sub(1)
+        .and_then(|k| residuals.get(k as usize))
+        .copied()
+}
+
 /// What a solver hands the runner: its engine, and what it adds to the diagnostics and
 /// the summary.
 pub trait Case {

@@ -153,10 +153,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         u: &Field<T>,
         residuals: &[f64],
     ) -> Result<Vec<(&'static str, f64)>> {
-        let r = step
-            .checked_sub(1)
-            .and_then(|k| residuals.get(k as usize))
-            .copied();
+        let r = crate::execute::residual_at(step, residuals);
         let (lo, hi) = u
             .data
             .iter()

@@ -85,11 +85,7 @@ impl<T: Real> Case for JacobiCase<'_, T> {
         u: &Field<T>,
         residuals: &[f64],
     ) -> Result<Vec<(&'static str, f64)>> {
-        let residual = step
-            .checked_sub(1)
-            .and_then(|k| residuals.get(k as usize))
-            .copied()
-            .unwrap_or(f64::NAN);
+        let residual = crate::execute::residual_at(step, residuals).unwrap_or(f64::NAN);
         Ok(vec![
             ("residual", residual),
             ("solution_error", cpu::solution_error(self.p, &u.data)),

@@ -181,8 +181,11 @@ mpi_gpu() {
 next() {
   device; mkdir -p "$OUT"
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  timeout 300 gpu/tests/nbody_cuda --test-threads=1 > "$OUT/test-nbody_cuda.log" 2>&1
-  echo "== nbody_cuda: $(grep -E '^test result' "$OUT/test-nbody_cuda.log")"; grep -E "panicked" "$OUT/test-nbody_cuda.log" | head
+  for t in gpu/tests/*; do
+    timeout 300 "$t" --test-threads=1 > "$OUT/test-$(basename "$t").log" 2>&1
+    echo "== $(basename "$t"): $(grep -E '^test result' "$OUT/test-$(basename "$t").log")"; grep -E "panicked" "$OUT/test-$(basename "$t").log" | head
+  done
+  timeout 120 $K bench jacobi 2>&1 | grep -iE "sweeps|ms" | head -6
   local k=$PWD/$K w; w=$(mktemp -d)
   local prob="$PWD/examples/nbody-plummer.toml"
   local set="--set nbody.n=5000 --set nbody.end_time=0.25 --set output.every=25"

@@ -49,6 +49,23 @@ __device__ __forceinline__ real point_resid(real l, real r, real up, real dn, re
     return (ax * (l + r) + ay * (up + dn) + b * c - fv) * rb;
 }
 
+// One point of a column walk down the rows, the one update of the whole-grid and the slab
+// kernels (so their fields agree bit for bit): the point at c_idx from its row above
+// (`up`) and its own value (`c`), both then moved one row down; returns resid².
+__device__ __forceinline__ double walk_point(const real* __restrict__ u, real* __restrict__ unew,
+                                             const real* __restrict__ f, size_t c_idx, int n,
+                                             real& up, real& c, real ax, real ay, real b, real rb,
+                                             real omega) {
+    const real dn = u[c_idx + n];
+    const real l = u[c_idx - 1];
+    const real r = u[c_idx + 1];
+    const real resid = point_resid(l, r, up, dn, c, f[c_idx], ax, ay, b, rb);
+    unew[c_idx] = c - omega * resid;
+    up = c;
+    c = dn;
+    return (double)resid * (double)resid;
+}
+
 // Book-keeping for sweep k with residual sum of squares `sumsq`; returns true if the
 // solve stops here (converged or non-finite).
 __device__ __forceinline__ bool record_sweep(u64* ctl, double* hist, unsigned hist_len, u64 k,
@@ -90,14 +107,7 @@ jacobi_sweep(const real* __restrict__ u, real* __restrict__ unew, const real* __
         real c = u[c_idx];
 #pragma unroll 4
         for (int j = j0; j < j1; ++j, c_idx += n) {
-            const real dn = u[c_idx + n];
-            const real l = u[c_idx - 1];
-            const real r = u[c_idx + 1];
-            const real resid = point_resid(l, r, up, dn, c, f[c_idx], ax, ay, b, rb);
-            unew[c_idx] = c - omega * resid;
-            acc += (double)resid * (double)resid;
-            up = c;
-            c = dn;
+            acc += walk_point(u, unew, f, c_idx, n, up, c, ax, ay, b, rb, omega);
         }
     }
     const double block_total = block_sum(acc);
@@ -246,14 +256,7 @@ jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __r
         // (tests/jacobi_slabs.rs, a_slab_sweep_writes_exactly_its_rows).
         J_PRAGMA(unroll J_ROWS_UNROLL)
         for (int j = s0; j < s1; ++j, c_idx += n) {
-            const real dn = u[c_idx + n];
-            const real l = u[c_idx - 1];
-            const real r = u[c_idx + 1];
-            const real resid = point_resid(l, r, up, dn, c, f[c_idx], ax, ay, b, rb);
-            unew[c_idx] = c - omega * resid;
-            acc += (double)resid * (double)resid;
-            up = c;
-            c = dn;
+            acc += walk_point(u, unew, f, c_idx, n, up, c, ax, ay, b, rb, omega);
         }
     }
     const double block_total = block_sum(acc);

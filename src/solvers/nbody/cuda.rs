@@ -334,24 +334,11 @@ impl CudaNbody {
                     self.parts[d].gpu.stream.wait(&self.parts[e].copied)?;
                 }
             }
+            let own = (self.seg_off[d], self.seg_pad[d]);
             let part = &mut self.parts[d];
-            let (n, pad) = (part.n as i32, self.seg_pad[d] as i32);
-            let s = &part.gpu.stream;
-            let mut own = part
-                .xm
-                .slice_mut(4 * self.seg_off[d]..4 * (self.seg_off[d] + self.seg_pad[d]));
-            let mut l = s.launch_builder(&part.pack);
-            l.arg(&part.x).arg(&part.m).arg(&mut own).arg(&n).arg(&pad);
-            // SAFETY: x holds 3n, m n values; the segment 4·pad; grid-stride.
-            unsafe { l.launch(part.gpu.stride_config(self.seg_pad[d], 256)) }?;
-            part.packed.record(s)?;
-            launch_forces(
-                part,
-                self.shape,
-                (self.seg_off[d], self.seg_pad[d]),
-                d,
-                eps2,
-            )?;
+            pack(part, own)?;
+            part.packed.record(&part.gpu.stream)?;
+            launch_forces(part, self.shape, own, d, eps2)?;
         }
         if count == 1 {
             return Ok(());
@@ -410,15 +397,7 @@ impl CudaNbody {
         let floats = 4 * seg; // per segment (all equal under mpirun)
         let own = (self.seg_off[d], seg);
         let s = part.gpu.stream.clone();
-        let n = part.n as i32;
-        let pad = seg as i32;
-        {
-            let mut mine = part.xm.slice_mut(4 * own.0..4 * (own.0 + seg));
-            let mut l = s.launch_builder(&part.pack);
-            l.arg(&part.x).arg(&part.m).arg(&mut mine).arg(&n).arg(&pad);
-            // SAFETY: x holds 3n, m n values; the segment 4·pad; grid-stride.
-            unsafe { l.launch(part.gpu.stride_config(seg, 256)) }?;
-        }
+        pack(part, own)?;
         let host = ranks.host.as_mut_slice()?;
         let (xm_ptr, _) = part.xm.device_ptr(&s);
         // SAFETY: the host range and the device segment hold `floats` f32s; the stream
@@ -461,11 +440,9 @@ impl CudaNbody {
     }
 
     fn kick(&mut self, h: f64) -> Result<()> {
-        for (d, part) in self.parts.iter_mut().enumerate() {
-            if part.n == 0 {
-                continue;
-            }
-            let (splits, pad, n) = (part.splits as i32, self.seg_pad[d] as i32, part.n as i32);
+        for part in self.parts.iter_mut().filter(|p| p.n > 0) {
+            let pad = self.seg_pad[part.segment] as i32;
+            let (splits, n) = (part.splits as i32, part.n as i32);
             let mut l = part.gpu.stream.launch_builder(&part.kick);
             l.arg(&part.parts).arg(&splits).arg(&pad).arg(&mut part.v);
             l.arg(&n).arg(&self.scale).arg(&h);
@@ -490,9 +467,9 @@ impl CudaNbody {
     /// as the kick adds them), for tests against the CPU direct sum.
     pub fn accelerations(&mut self) -> Result<Vec<[f64; 3]>> {
         let mut acc = Vec::new();
-        for (d, part) in self.parts.iter().enumerate() {
+        for part in &self.parts {
             let parts = part.gpu.stream.clone_dtoh(&part.parts)?;
-            let pad = self.seg_pad[d];
+            let pad = self.seg_pad[part.segment];
             for i in 0..part.n {
                 let mut a = [0.0; 3];
                 for s in 0..part.splits {
@@ -508,14 +485,25 @@ impl CudaNbody {
     }
 
     /// Seconds of one force evaluation (pack, copies, forces on every device), the median
-    /// of `reps`, timed on the first device after the others' work joined its stream.
+    /// of `reps`.
     pub fn time_forces(&mut self, reps: usize) -> Result<f64> {
+        self.time_on_all_devices(2, reps, |e| e.compute_forces())
+    }
+
+    /// The median seconds of `work` over `reps` (after `warmup`), timed on the first
+    /// device's stream once every other device's work has joined it.
+    fn time_on_all_devices(
+        &mut self,
+        warmup: usize,
+        reps: usize,
+        mut work: impl FnMut(&mut Self) -> Result<()>,
+    ) -> Result<f64> {
         let gpu = self.parts[0].gpu.clone();
         let joins: Vec<cudarc::driver::CudaEvent> = (self.parts.iter())
             .map(|p| p.gpu.ctx.new_event(None))
             .collect::<std::result::Result<_, _>>()?;
-        crate::device::ceilings::time_median(&gpu, 2, reps, || {
-            self.compute_forces()?;
+        crate::device::ceilings::time_median(&gpu, warmup, reps, || {
+            work(self)?;
             for (p, j) in self.parts.iter().zip(&joins).skip(1) {
                 j.record(&p.gpu.stream)?;
                 gpu.stream.wait(j)?;
@@ -576,18 +564,7 @@ impl CudaNbody {
     /// Seconds of one leapfrog step (kick, drift, forces with their copies, kick on
     /// every device), the median over `reps` runs of `steps` steps.
     pub fn time_steps(&mut self, steps: u64, reps: usize) -> Result<f64> {
-        let gpu = self.parts[0].gpu.clone();
-        let joins: Vec<cudarc::driver::CudaEvent> = (self.parts.iter())
-            .map(|p| p.gpu.ctx.new_event(None))
-            .collect::<std::result::Result<_, _>>()?;
-        let t = crate::device::ceilings::time_median(&gpu, 1, reps, || {
-            self.advance(steps)?;
-            for (p, j) in self.parts.iter().zip(&joins).skip(1) {
-                j.record(&p.gpu.stream)?;
-                gpu.stream.wait(j)?;
-            }
-            Ok(())
-        })?;
+        let t = self.time_on_all_devices(1, reps, |e| e.advance(steps))?;
         Ok(t / steps as f64)
     }
 }
@@ -657,6 +634,22 @@ fn stages(w: World) -> Vec<Stage> {
             })
             .collect()
     }
+}
+
+/// Pack `part`'s particles into its segment of xm (`pad` entries from `off`; the
+/// padding far away with zero mass).
+fn pack(part: &mut Part, (off, pad): (usize, usize)) -> Result<()> {
+    let (n, entries) = (part.n as i32, pad as i32);
+    let mut own = part.xm.slice_mut(4 * off..4 * (off + pad));
+    let mut l = part.gpu.stream.launch_builder(&part.pack);
+    l.arg(&part.x)
+        .arg(&part.m)
+        .arg(&mut own)
+        .arg(&n)
+        .arg(&entries);
+    // SAFETY: x holds 3n, m n values; the segment 4·pad; grid-stride.
+    unsafe { l.launch(part.gpu.stride_config(pad, 256)) }?;
+    Ok(())
 }
 
 /// The force kernel of `part`'s particles (its segment: `pad` padded particles from
@@ -770,8 +763,7 @@ impl Engine for CudaNbody {
             return Ok(field);
         };
         // Every rank's rows in rank order (= particle order), on every rank.
-        let n = self.seg_pad.len(); // ranks
-        let counts: Vec<usize> = (0..n)
+        let counts: Vec<usize> = (0..r.world.size)
             .map(|k| 7 * 8 * cpu::share(self.total, r.world, k).len())
             .collect();
         let data = world::from_bytes(&world::all_gather(&world::to_bytes(&field.data), &counts)?);

@@ -13,8 +13,8 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
-#   gpu/gpu.sh next             # there: the checks of the work in progress (now: N-body on GPU ranks under
-#                               #   mpirun against one process, after FEATURES="--features mpi" scripts/gpu.sh build)
+#   gpu/gpu.sh next             # there: the checks of the work in progress (now: the fused electrostatics
+#                               #   sweep: its tests, benches and a launch sweep)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -180,34 +180,19 @@ mpi_gpu() {
 # the device call carries at most 64 MiB): N-body on GPU ranks against one process.
 next() {
   device; mkdir -p "$OUT"
-  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-  for t in gpu/tests/*; do
-    timeout 300 "$t" --test-threads=1 > "$OUT/test-$(basename "$t").log" 2>&1
-    echo "== $(basename "$t"): $(grep -E '^test result' "$OUT/test-$(basename "$t").log")"; grep -E "panicked" "$OUT/test-$(basename "$t").log" | head
+  local ok=1
+  for t in gpu/tests/electrostatics_cuda gpu/tests/checkpoint gpu/tests/electrostatics_slabs; do
+    timeout 300 "$t" --test-threads=1 > "$OUT/test-$(basename "$t").log" 2>&1 || ok=0
+    echo "== $(basename "$t"): $(grep -E '^test result' "$OUT/test-$(basename "$t").log")"; grep -E "panicked|skipped" "$OUT/test-$(basename "$t").log" | head
   done
-  timeout 120 $K bench jacobi 2>&1 | grep -iE "sweeps|ms" | head -6
-  local k=$PWD/$K w; w=$(mktemp -d)
-  local prob="$PWD/examples/nbody-plummer.toml"
-  local set="--set nbody.n=5000 --set nbody.end_time=0.25 --set output.every=25"
-  (cd "$w" && $k run $prob -q $set --out one > /dev/null
-   for np in 1 2 3 4; do timeout 120 mpirun -np $np $k run $prob -q $set --out r$np > r$np.log 2>&1 || { echo "np $np failed"; tail -5 r$np.log; }; done
-   timeout 120 mpirun -np 2 $k run $prob -q $set --out r2b > /dev/null 2>&1)
-  python3 - "$w" <<'PY'
-import sys, numpy as np, os, filecmp
-w = sys.argv[1]
-one = np.load(f"{w}/one/particles.npy")
-for d in ["r1", "r2", "r3", "r4"]:
-    f = f"{w}/{d}/particles.npy"
-    if not os.path.exists(f): print(d, "missing"); continue
-    x = np.load(f)
-    print(d, "max |dx| vs one GPU process", float(np.abs(x[:, :3] - one[:, :3]).max()), "max |dv|", float(np.abs(x[:, 3:6] - one[:, 3:6]).max()), "masses same", bool((x[:, 6] == one[:, 6]).all()))
-print("2 ranks twice: same bytes", filecmp.cmp(f"{w}/r2/particles.npy", f"{w}/r2b/particles.npy", shallow=False))
-for d in ["one", "r2", "r3"]:
-    print(d, open(f"{w}/{d}/diagnostics.csv").read().splitlines()[-1][:90])
-PY
-  solve() { python3 -c "import json,sys; s=json.load(sys.stdin); print('$1', s['timings']['solve_s'], s['results']['energy_error'])"; }
-  (cd "$w" && $k run $prob -q --json --set nbody.n=65536 --set nbody.end_time=1 | solve "65536 one process" \
-    && timeout 200 mpirun -np 2 $k run $prob -q --json --set nbody.n=65536 --set nbody.end_time=1 | solve "65536 2 ranks on one GPU")
+  for u in 2 4; do
+    echo "== bench electrostatics f32, fused unroll $u"; KEISAN_ES_FUSED_UNROLL=$u timeout 100 $K bench electrostatics | tail -7
+  done
+  echo "== bench electrostatics f64"; timeout 100 $K bench electrostatics --precision f64 | tail -7
+  for k in per-colour fused; do
+    echo "== poisson f64 $k"; KEISAN_ES_KERNEL=$k timeout 100 $K bench electrostatics --poisson --precision f64 --repetitions 5 | tail -3
+  done
+  [ $ok = 1 ]
 }
 
 case "${1:-}" in

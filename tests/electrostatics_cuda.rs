@@ -6,7 +6,9 @@ mod common;
 
 use keisan::precision::Real;
 use keisan::run::{self, Engine};
-use keisan::solvers::electrostatics::{self, ElectrostaticsProblem, Geometry, cpu, cuda};
+use keisan::solvers::electrostatics::{
+    self, ElectrostaticsProblem, Geometry, SweepKernel, cpu, cuda,
+};
 use rand::Rng;
 
 /// A random problem: two electrodes (random voltages), a dielectric sphere of random εr
@@ -60,13 +62,18 @@ fn solve<T: Real>(e: &mut dyn Engine<Real = T>, p: &ElectrostaticsProblem) -> (V
     )
 }
 
-/// The CPU engine's and the CUDA engine's (default launch) V and iteration counts.
+/// The CPU engine's and the CUDA engine's (default launch but `kernel`) V and iteration
+/// counts.
 fn cpu_and_cuda<T: Real>(
     gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
     p: &ElectrostaticsProblem,
     g: &Geometry,
+    kernel: SweepKernel,
 ) -> ((Vec<f64>, u64), (Vec<f64>, u64)) {
-    let launch = electrostatics::DEFAULT_LAUNCH;
+    let launch = electrostatics::Launch {
+        kernel,
+        ..electrostatics::DEFAULT_LAUNCH
+    };
     (
         solve(
             &mut cpu::CpuElectrostatics::<T>::new(p, g.clone(), None).unwrap(),
@@ -95,20 +102,36 @@ fn cuda_matches_cpu_on_random_geometries() {
     for (n, charge) in charges.into_iter().enumerate() {
         let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
-        let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g);
-        // Same operations in the same order per node, no contraction: the same bits.
-        let d = common::rel_max_diff(&b, &a);
-        assert!(same_bits(&a, &b), "f64 CUDA vs CPU ({charge}): {d:e}");
-        let ((a32, _), (b32, _)) = cpu_and_cuda::<f32>(&gpu, &p, &g);
-        let d32 = common::rel_max_diff(&b32, &a32);
-        assert!(same_bits(&a32, &b32), "f32 CUDA vs CPU ({charge}): {d32:e}");
+        for kernel in [SweepKernel::Fused, SweepKernel::PerColour] {
+            let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g, kernel);
+            // Same operations in the same order per node, no contraction: the same bits.
+            let d = common::rel_max_diff(&b, &a);
+            assert!(
+                same_bits(&a, &b),
+                "f64 CUDA ({kernel:?}) vs CPU ({charge}): {d:e}"
+            );
+            let ((a32, _), (b32, _)) = cpu_and_cuda::<f32>(&gpu, &p, &g, kernel);
+            let d32 = common::rel_max_diff(&b32, &a32);
+            assert!(
+                same_bits(&a32, &b32),
+                "f32 CUDA ({kernel:?}) vs CPU ({charge}): {d32:e}"
+            );
+        }
     }
-    // To a tolerance: the same iteration count.
-    let p = random_problem(&mut rng, false, 5000, 1e-9, "3e-11");
-    let g = Geometry::build(&p).unwrap();
-    let ((_, na), (_, nb)) = cpu_and_cuda::<f64>(&gpu, &p, &g);
-    assert_eq!(na, nb, "iterations to 1e-9");
-    assert!(na < 5000);
+    // To a tolerance: the same iteration count (an odd one too: the fused kernel's result
+    // then lies in the second buffer).
+    for (tolerance, kernel) in [
+        (1e-9, SweepKernel::Fused),
+        (1e-9, SweepKernel::PerColour),
+        (3e-6, SweepKernel::Fused),
+    ] {
+        let p = random_problem(&mut rng, false, 5000, tolerance, "3e-11");
+        let g = Geometry::build(&p).unwrap();
+        let ((a, na), (b, nb)) = cpu_and_cuda::<f64>(&gpu, &p, &g, kernel);
+        assert_eq!(na, nb, "iterations to {tolerance:e} ({kernel:?})");
+        assert!(na < 5000);
+        assert!(same_bits(&a, &b), "V at {tolerance:e} ({kernel:?})");
+    }
 }
 
 #[test]
@@ -122,19 +145,25 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
     for nx_odd in [false, true] {
         let p = random_problem(&mut rng, nx_odd, 40, 0.0, "{ random = 5e-11, seed = 3 }");
         let g = Geometry::build(&p).unwrap();
+        // The fused kernel's blocks have halo rows and lanes, so at least 3 rows.
+        let (fused, per_colour) = (SweepKernel::Fused, SweepKernel::PerColour);
         let shapes = [
-            ((32, 8), None),
-            ((64, 4), Some(1)),
-            ((32, 4), Some(7)),
-            ((128, 1), Some(100)),
-            ((64, 2), Some(3)),
+            (fused, (32, 10), None),
+            (fused, (64, 4), Some(1)),
+            (fused, (32, 3), Some(7)),
+            (fused, (96, 5), Some(100)),
+            (fused, (32, 16), Some(3)),
+            (per_colour, (32, 8), None),
+            (per_colour, (128, 1), Some(100)),
+            (per_colour, (64, 2), Some(3)),
         ];
         let runs: Vec<Vec<f64>> = shapes
             .iter()
-            .map(|&(block, planes)| {
+            .map(|&(kernel, block, planes)| {
                 let launch = electrostatics::Launch {
-                    block,
+                    block: Some(block),
                     planes,
+                    kernel,
                     ..electrostatics::DEFAULT_LAUNCH
                 };
                 solve(

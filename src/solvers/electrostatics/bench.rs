@@ -4,7 +4,7 @@
 use clap::FromArgMatches;
 use serde::Serialize;
 
-use super::{ElectrostaticsProblem, Geometry, Shape, geometry::Body};
+use super::{ElectrostaticsProblem, Geometry, Shape, SweepKernel, geometry::Body};
 use crate::bench::{ceilings_for, sorted_seconds};
 use crate::device::Device;
 use crate::device::ceilings::Ceilings;
@@ -57,6 +57,8 @@ pub struct ElectrostaticsBench {
     pub precision: String,
     pub nodes: usize,
     pub iterations: u64,
+    /// "fused" (one pass per iteration), "per-colour" (one pass per colour) or "cpu".
+    pub kernel: String,
     pub seconds: f64,
     pub gnodes_per_s: f64,
     /// Bytes one red-black iteration must move per node (see [`bytes_per_node`]).
@@ -68,6 +70,12 @@ pub struct ElectrostaticsBench {
     pub measured_s_per_iteration: f64,
     pub launch: String,
     pub ceilings: Ceilings,
+}
+
+/// Both CUDA kernels (or the CPU engine) measured in one run.
+#[derive(Debug, Serialize)]
+pub struct ElectrostaticsBenches {
+    pub cases: Vec<ElectrostaticsBench>,
 }
 
 /// The bench problem: a unit cube, a dielectric sphere (εr 4) between two plate
@@ -128,36 +136,58 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         return poisson(device, a.precision, a.repetitions);
     }
     let p = problem(cells, iterations);
-    let b = match a.precision {
-        Precision::F32 => case::<f32>(device, &p, a.repetitions)?,
-        Precision::F64 => case::<f64>(device, &p, a.repetitions)?,
+    let kernels: &[Option<SweepKernel>] = match device {
+        Device::Cuda(_) => &[Some(SweepKernel::Fused), Some(SweepKernel::PerColour)],
+        Device::Cpu { .. } => &[None],
     };
-    let human = format!(
-        "electrostatics bench on {}\n{}  {}³ nodes {}, {} red-black iterations, median of {}: {}\n  {:.3} Gnode/s, {} B/node/iteration, {:.1} % of copy bandwidth\n  model: {} per iteration at the copy bandwidth (nodes × B/node ÷ copy); measured {} ({:.2}× the model)\n  launch: {}\n",
-        b.device,
-        b.ceilings.human(),
+    let mut cases = Vec::new();
+    for &kernel in kernels {
+        cases.push(match a.precision {
+            Precision::F32 => case::<f32>(device, &p, kernel, a.repetitions)?,
+            Precision::F64 => case::<f64>(device, &p, kernel, a.repetitions)?,
+        });
+    }
+    let mut human = format!(
+        "electrostatics bench on {}\n{}  {}³ nodes {}, {} red-black iterations, median of {}\n",
+        cases[0].device,
+        cases[0].ceilings.human(),
         cells + 1,
-        b.precision,
-        b.iterations,
+        cases[0].precision,
+        cases[0].iterations,
         a.repetitions,
-        crate::units::seconds(b.seconds),
-        b.gnodes_per_s,
-        b.bytes_per_node,
-        100.0 * b.fraction_of_copy_bandwidth,
-        crate::units::seconds(b.predicted_s_per_iteration),
-        crate::units::seconds(b.measured_s_per_iteration),
-        b.measured_s_per_iteration / b.predicted_s_per_iteration,
-        b.launch
     );
+    for b in &cases {
+        human += &format!(
+            "  {}: {}, {} per iteration, {:.3} Gnode/s\n    {} B/node/iteration, {:.1} % of copy bandwidth; model {} per iteration at the copy bandwidth (nodes × B/node ÷ copy), measured {:.2}× the model\n    launch: {}\n",
+            b.kernel,
+            crate::units::seconds(b.seconds),
+            crate::units::seconds(b.measured_s_per_iteration),
+            b.gnodes_per_s,
+            b.bytes_per_node,
+            100.0 * b.fraction_of_copy_bandwidth,
+            crate::units::seconds(b.predicted_s_per_iteration),
+            b.measured_s_per_iteration / b.predicted_s_per_iteration,
+            b.launch
+        );
+    }
+    if let [fused, per_colour] = &cases[..] {
+        human += &format!(
+            "  fused vs per-colour: {:.2}× faster; {:.2}× the per-colour kernel's floor ({} per iteration)\n",
+            per_colour.seconds / fused.seconds,
+            fused.measured_s_per_iteration / per_colour.predicted_s_per_iteration,
+            crate::units::seconds(per_colour.predicted_s_per_iteration),
+        );
+    }
     Ok(Report {
         human,
-        json: serde_json::to_value(&b).expect("serialises"),
+        json: serde_json::to_value(ElectrostaticsBenches { cases }).expect("serialises"),
     })
 }
 
 fn case<T: Real>(
     device: &Device,
     p: &ElectrostaticsProblem,
+    kernel: Option<SweepKernel>,
     reps: usize,
 ) -> Result<ElectrostaticsBench> {
     let ceilings = ceilings_for(device)?;
@@ -169,7 +199,10 @@ fn case<T: Real>(
                 p,
                 &g,
                 None,
-                super::Launch::from_env(),
+                super::Launch {
+                    kernel: kernel.unwrap_or(SweepKernel::Fused),
+                    ..super::Launch::from_env()
+                },
             )?;
             let s = c.launch_summary()?;
             (Box::new(c), s)
@@ -184,13 +217,19 @@ fn case<T: Real>(
     let times = sorted_seconds(device, e.as_mut(), p.max_iterations, reps)?;
     let seconds = times[times.len() / 2];
     let nodes = p.points();
-    let bytes_per_node = bytes_per_node::<T>(false);
+    let bytes_per_node = bytes_per_node::<T>(kernel.unwrap_or(SweepKernel::PerColour), false);
     let rate = nodes as f64 * p.max_iterations as f64 / seconds;
     Ok(ElectrostaticsBench {
         device: device.describe(),
         precision: T::PRECISION.to_string(),
         nodes,
         iterations: p.max_iterations,
+        kernel: match kernel {
+            Some(SweepKernel::Fused) => "fused",
+            Some(SweepKernel::PerColour) => "per-colour",
+            None => "cpu",
+        }
+        .into(),
         seconds,
         gnodes_per_s: rate * 1e-9,
         bytes_per_node,
@@ -202,14 +241,20 @@ fn case<T: Real>(
     })
 }
 
-/// Bytes one red-black iteration must move per node in keisan's colour-split layout: each
-/// colour's sweep reads V and the class bytes whole (its own half, and the other colour's
-/// half as neighbours, once if the caches keep the rows j±1) and writes back only its own
-/// half of V; a per-node charge adds its value once. (An interleaved layout moves a value
-/// more: each sweep writes back every sector of V.)
-pub fn bytes_per_node<T: Real>(charge_per_node: bool) -> usize {
+/// Bytes one red-black iteration must move per node in keisan's colour-split layout. Per
+/// colour (and on the CPU): each colour's sweep reads V and the class bytes whole (its own
+/// half, and the other colour's half as neighbours, once if the caches keep the rows j±1)
+/// and writes back only its own half of V: 3T + 2. Fused: V read once from one buffer and
+/// written once to the other, the class byte read once: 2T + 1. A per-node charge adds its
+/// value once. (An interleaved in-place layout moves a value more per colour: each sweep
+/// writes back every sector of V.)
+pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool) -> usize {
     let t = std::mem::size_of::<T>();
-    2 * (t + 1) + t + if charge_per_node { t } else { 0 }
+    let v = match kernel {
+        SweepKernel::Fused => 2 * t + 1,
+        SweepKernel::PerColour => 2 * (t + 1) + t,
+    };
+    v + if charge_per_node { t } else { 0 }
 }
 
 fn poisson(device: &Device, precision: Precision, reps: usize) -> Result<Report> {
@@ -275,7 +320,11 @@ fn poisson_case<T: Real>(
     runs.remove(0);
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (seconds, out, residual) = runs.swap_remove(runs.len() / 2);
-    let bytes_per_node = bytes_per_node::<T>(true);
+    let kernel = match device {
+        Device::Cuda(_) => super::Launch::from_env().kernel,
+        Device::Cpu { .. } => SweepKernel::PerColour,
+    };
+    let bytes_per_node = bytes_per_node::<T>(kernel, true);
     let nodes = p.points();
     Ok(PoissonBench {
         device: device.describe(),

@@ -1,15 +1,17 @@
 //! CUDA engine: V and one class byte per node, split by colour (kernels.cu), and the class
-//! table stay on the device; four
-//! launches per iteration (faces and interior, per colour); the residual is reduced inside
-//! the interior launches and a device-side stop flag lets the host queue many iterations
-//! and read a few scalars now and then (as the Jacobi engine does).
+//! table stay on the device. By default an iteration is two launches per colour (faces,
+//! interior), in place; or (`SweepKernel::Fused`) one fused launch over the interior,
+//! both colours in one pass from one buffer of V into the other, between the red and the
+//! black face launches (measured slower on the H100 so far: docs/PERFORMANCE.md). The residual
+//! is reduced inside the interior launches and a device-side stop flag lets the host
+//! queue many iterations and read a few scalars now and then (as the Jacobi engine does).
 
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 
-use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
+use super::{ElectrostaticsProblem, Geometry, Launch, SweepKernel, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
@@ -71,7 +73,8 @@ fn compact_pitch(nx: usize) -> usize {
 }
 
 /// The colour-split layout: node (i, j, k) to array (i + j + k) & 1 at
-/// (k·ny + j)·ph + i/2. Each array has nz + 1 planes (the last pads the sweep's prefetch).
+/// (k·ny + j)·ph + i/2. Each array has nz + 2 planes (the last two pad the sweeps'
+/// prefetches).
 struct Split {
     counts: [usize; 3],
     ph: usize,
@@ -80,7 +83,7 @@ struct Split {
 impl Split {
     fn len(&self) -> usize {
         let [_, ny, nz] = self.counts;
-        (nz + 1) * ny * self.ph
+        (nz + 2) * ny * self.ph
     }
 
     fn split<T: Copy + Default + Send + Sync>(&self, data: &[T]) -> [Vec<T>; 2] {
@@ -125,9 +128,12 @@ impl Split {
 pub struct CudaElectrostatics<T: Real> {
     gpu: Arc<Gpu>,
     p: ElectrostaticsProblem,
-    /// Per colour (kernels.cu): V, the class bytes, and 2ρ/ε0 per node when ρ varies (a
-    /// 1-value placeholder otherwise).
-    v: [CudaSlice<T>; 2],
+    /// V per buffer and colour (kernels.cu): the fused sweep reads buffer `steps % 2`
+    /// and writes the other; the per-colour sweeps work in buffer 0 (buffer 1 is then a
+    /// 1-value placeholder).
+    v: [[CudaSlice<T>; 2]; 2],
+    /// Per colour: the class bytes, and 2ρ/ε0 per node when ρ varies (a 1-value
+    /// placeholder otherwise).
     code: [CudaSlice<u8>; 2],
     qnode: [CudaSlice<T>; 2],
     /// (εr, held) per class.
@@ -142,6 +148,7 @@ pub struct CudaElectrostatics<T: Real> {
     hist: CudaSlice<f64>,
     sweep: CudaFunction,
     faces: CudaFunction,
+    kernel: SweepKernel,
     cfg: LaunchConfig,
     faces_cfg: Option<LaunchConfig>,
     layout: Split,
@@ -158,12 +165,21 @@ impl<T: Real> CudaElectrostatics<T> {
         restart: Option<Restart<T>>,
         launch: Launch,
     ) -> Result<Self> {
-        let block = launch.block;
-        if !block.0.is_multiple_of(32) || block.1 == 0 || block.0 * block.1 > 1024 {
+        let block = launch
+            .block
+            .unwrap_or_else(|| launch.kernel.default_block());
+        let min_rows = match launch.kernel {
+            SweepKernel::Fused => 3,
+            SweepKernel::PerColour => 1,
+        };
+        if !block.0.is_multiple_of(32) || block.1 < min_rows || block.0 * block.1 > 1024 {
             return Err(Error::invalid(
                 "KEISAN_ES_BLOCK",
                 format!("{}x{}", block.0, block.1),
-                "x threads a multiple of 32 (a warp walks one row), at most 1024 in all",
+                format!(
+                    "x threads a multiple of 32 (a warp walks one row), at least {min_rows} \
+                     rows, at most 1024 threads in all"
+                ),
             ));
         }
         let [nx, ny, nz] = g.counts;
@@ -180,24 +196,49 @@ impl<T: Real> CudaElectrostatics<T> {
         }
         let qnode = cpu::charge_per_node::<T>(g);
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
+        let buffers = match launch.kernel {
+            SweepKernel::Fused => 2,
+            SweepKernel::PerColour => 1,
+        };
         gpu.ensure_fits(
-            (2 * layout.len() * per_node) as u128,
-            "the potential, the class bytes and the charge density",
+            (2 * layout.len() * (per_node + (buffers - 1) * std::mem::size_of::<T>())) as u128,
+            "the potential (two buffers with the fused sweep), the class bytes and the \
+             charge density",
         )?;
-        let min_blocks = launch.min_blocks.unwrap_or(match T::PRECISION {
-            Precision::F32 => 4,
-            Precision::F64 => 3,
-        });
+        let min_blocks = launch
+            .min_blocks
+            .unwrap_or(match (launch.kernel, T::PRECISION) {
+                (SweepKernel::Fused, _) => 2,
+                (SweepKernel::PerColour, Precision::F32) => 4,
+                (SweepKernel::PerColour, Precision::F64) => 3,
+            });
+        // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
+        let unroll = match std::env::var("KEISAN_ES_FUSED_UNROLL").as_deref() {
+            Ok("4") => 4,
+            _ => 2,
+        };
         let defines = [
             ("ES_BX", block.0.to_string()),
             ("ES_BY", block.1.to_string()),
             ("ES_MINB", min_blocks.to_string()),
+            ("ES_FUSED_UNROLL", unroll.to_string()),
         ];
-        let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
+        let sweep_name = match launch.kernel {
+            SweepKernel::Fused => "es_fused",
+            SweepKernel::PerColour => "es_sweep",
+        };
+        let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, sweep_name)?;
         let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
+        // Pairs (2h, 2h + 1) holding interior nodes: h = 0 ..= (nx - 2)/2. The fused
+        // kernel's blocks own 30 pairs per warp and all rows but the first and last.
+        let (bx, by) = (block.0 as usize, block.1 as usize);
+        let (pairs_per_block, rows_per_block) = match launch.kernel {
+            SweepKernel::Fused => (30 * bx / 32, by - 2),
+            SweepKernel::PerColour => (bx, by),
+        };
         let (gx, gy) = (
-            ((nx - 2) / 2 + 1).div_ceil(block.0 as usize),
-            (ny - 2).div_ceil(block.1 as usize),
+            ((nx - 2) / 2 + 1).div_ceil(pairs_per_block),
+            (ny - 2).div_ceil(rows_per_block),
         );
         let per_sm =
             sweep.occupancy_max_active_blocks_per_multiprocessor(block.0 * block.1, 0, None)?;
@@ -240,17 +281,24 @@ impl<T: Real> CudaElectrostatics<T> {
             .flat_map(|(&e, &f)| [T::lit(e), T::lit(f as f64)])
             .collect();
         let flag = status.device_flag();
-        let upload = |parts: [Vec<T>; 2]| -> Result<[CudaSlice<T>; 2]> {
+        let upload = |parts: &[Vec<T>; 2]| -> Result<[CudaSlice<T>; 2]> {
             let [a, b] = parts;
-            Ok([s.clone_htod(&a)?, s.clone_htod(&b)?])
+            Ok([s.clone_htod(a)?, s.clone_htod(b)?])
         };
         let (qnode, has_qnode) = match qnode {
-            Some(q) => (upload(layout.split(&q))?, 1),
+            Some(q) => (upload(&layout.split(&q))?, 1),
             None => ([s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?], 0),
         };
         let [c0, c1] = layout.split(&classes.code);
+        // Held nodes are written by no launch, so both buffers start from the same V; the
+        // state after `step` iterations lives in buffer step % 2.
+        let parts = layout.split(&v0);
+        let mut v = [upload(&parts)?, upload(&parts)?];
+        if buffers == 1 {
+            v[1] = [s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?];
+        }
         Ok(Self {
-            v: upload(layout.split(&v0))?,
+            v,
             code: [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
             classes: s.clone_htod(&table)?,
             qnode,
@@ -264,6 +312,7 @@ impl<T: Real> CudaElectrostatics<T> {
             hist: s.alloc_zeros::<f64>(HISTORY)?,
             sweep,
             faces,
+            kernel: launch.kernel,
             cfg,
             faces_cfg,
             layout,
@@ -289,30 +338,44 @@ impl<T: Real> CudaElectrostatics<T> {
         ))
     }
 
-    fn launch_faces(&mut self, oe: i32) -> Result<()> {
+    /// The face launch of colour `oe`: from the other colour's values in buffer `read`,
+    /// into this colour's in buffers `write` (both buffers for the fused sweep's red
+    /// faces). `after`: run only once iteration `after` is done (see kernels.cu).
+    fn launch_faces(
+        &mut self,
+        oe: usize,
+        read: usize,
+        write: [usize; 2],
+        after: Option<u64>,
+    ) -> Result<()> {
         let Some(cfg) = self.faces_cfg else {
             return Ok(());
         };
         let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
         let ph = self.layout.ph as i32;
-        let (vc, vd) = colours(&mut self.v, oe);
+        let after = after.map_or(-1i64, |a| a as i64);
+        let oe_arg = oe as i32;
+        let v = &self.v;
         let mut l = self.gpu.stream.launch_builder(&self.faces);
-        l.arg(vc)
-            .arg(vd)
-            .arg(&self.code[oe as usize])
+        l.arg(&v[write[0]][oe])
+            .arg(&v[write[1]][oe])
+            .arg(&v[read][1 - oe])
+            .arg(&self.code[oe])
             .arg(&self.classes);
         l.arg(&nx)
             .arg(&ny)
             .arg(&nz)
             .arg(&ph)
-            .arg(&oe)
-            .arg(&self.ctl);
-        // SAFETY: each colour's V and class bytes hold (nz+1)·ny rows of `ph` values; the
-        // kernel touches face nodes only.
+            .arg(&oe_arg)
+            .arg(&self.ctl)
+            .arg(&after);
+        // SAFETY: each colour's V and class bytes hold (nz+2)·ny rows of `ph` values in
+        // every buffer used; the kernel touches face nodes only.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
 
+    /// One colour's in-place sweep (per-colour kernel), in buffer 0.
     fn launch_sweep(&mut self, oe: i32, iteration: u64) -> Result<()> {
         let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
         let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
@@ -320,7 +383,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let tol = self.p.tolerance;
         let hist_len = HISTORY as u32;
         let c = &self.coefficients;
-        let (vc, vd) = colours(&mut self.v, oe);
+        let (vc, vd) = colours(&mut self.v[0], oe);
         let (own, other) = (oe as usize, 1 - oe as usize);
         let mut l = self.gpu.stream.launch_builder(&self.sweep);
         l.arg(vc)
@@ -351,10 +414,66 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&mut self.ctl);
         l.arg(&mut self.acc).arg(&mut self.hist).arg(&hist_len);
         // SAFETY: each colour's V, class bytes and per-node charge (when present) hold
-        // (nz+1)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
+        // (nz+2)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
         // axis's nodes, partials two values per block, hist HISTORY values.
         unsafe { l.launch(self.cfg) }?;
         Ok(())
+    }
+
+    /// Both colours' interior in one pass, from buffer `iteration % 2` into the other.
+    fn launch_fused(&mut self, iteration: u64) -> Result<()> {
+        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
+        let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
+        let omega = T::lit(self.p.omega);
+        let tol = self.p.tolerance;
+        let hist_len = HISTORY as u32;
+        let c = &self.coefficients;
+        let [b0, b1] = &mut self.v;
+        let (input, output) = if iteration.is_multiple_of(2) {
+            (b0, b1)
+        } else {
+            (b1, b0)
+        };
+        let [ro, bo] = output;
+        let mut l = self.gpu.stream.launch_builder(&self.sweep);
+        l.arg(&input[0]).arg(&input[1]).arg(ro).arg(bo);
+        l.arg(&self.code[0])
+            .arg(&self.code[1])
+            .arg(&self.classes)
+            .arg(&self.qnode[0])
+            .arg(&self.qnode[1])
+            .arg(&self.has_qnode)
+            .arg(&self.q);
+        l.arg(&c[0])
+            .arg(&c[1])
+            .arg(&c[2])
+            .arg(&c[3])
+            .arg(&c[4])
+            .arg(&c[5]);
+        l.arg(&nx)
+            .arg(&ny)
+            .arg(&nz)
+            .arg(&ph)
+            .arg(&planes)
+            .arg(&omega)
+            .arg(&tol)
+            .arg(&iteration);
+        l.arg(&mut self.partials)
+            .arg(&mut self.ticket)
+            .arg(&mut self.ctl);
+        l.arg(&mut self.hist).arg(&hist_len);
+        // SAFETY: as launch_sweep, for both buffers of V; the kernel writes only the
+        // output buffer's interior.
+        unsafe { l.launch(self.cfg) }?;
+        Ok(())
+    }
+
+    /// The buffer holding the state after the iterations the device has done.
+    fn current(&self) -> Result<usize> {
+        Ok(match self.kernel {
+            SweepKernel::PerColour => 0,
+            SweepKernel::Fused => (self.gpu.stream.clone_dtoh(&self.ctl)?[0] % 2) as usize,
+        })
     }
 }
 
@@ -382,9 +501,22 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     fn advance(&mut self, steps: u64) -> Result<()> {
         for _ in 0..steps {
             let k = self.launched;
-            for oe in 0..2 {
-                self.launch_faces(oe)?;
-                self.launch_sweep(oe, k)?;
+            match self.kernel {
+                SweepKernel::PerColour => {
+                    for oe in 0..2 {
+                        self.launch_faces(oe, 0, [0, 0], None)?;
+                        self.launch_sweep(oe as i32, k)?;
+                    }
+                }
+                SweepKernel::Fused => {
+                    // Red faces from the black input into both buffers (the sweep reads
+                    // them from the input, the next iteration from the output), the
+                    // interior, then black faces from the new red values.
+                    let (input, output) = ((k % 2) as usize, (1 - k % 2) as usize);
+                    self.launch_faces(0, input, [input, output], None)?;
+                    self.launch_fused(k)?;
+                    self.launch_faces(1, output, [output, output], Some(k))?;
+                }
             }
             self.launched += 1;
         }
@@ -406,8 +538,9 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let a = self.gpu.stream.clone_dtoh(&self.v[0])?;
-        let b = self.gpu.stream.clone_dtoh(&self.v[1])?;
+        let v = &self.v[self.current()?];
+        let a = self.gpu.stream.clone_dtoh(&v[0])?;
+        let b = self.gpu.stream.clone_dtoh(&v[1])?;
         Ok(cpu::field_of(&self.p, "V", self.layout.merge([&a, &b])))
     }
 

@@ -9,7 +9,7 @@
 // written back by both colours). In a row of parity s = (j + k) & 1 the C node at compact
 // h is i = 2h + o, o = (C + s) & 1, and its D neighbours are: in the rows j±1 and the
 // planes k±1 the D node at the same h; in its own row the D nodes at h - 1 + o and h + o.
-// Each colour array has nz + 1 planes: the last pads the reads ahead past the top face.
+// Each colour array has nz + 2 planes: the last two pad the reads ahead past the top face.
 //
 // One byte per node, `code`, indexes a class table of (epsr, held): the study's
 // idVolt/idEpsr in one byte. Held nodes (electrodes, fixed faces) compute an update and
@@ -244,11 +244,23 @@ es_sweep(real* __restrict__ vc, const real* __restrict__ vd,
 // same colour commute. Launched before es_sweep of its colour, so an iteration's four
 // launches all see the same stop flag. blockIdx.z is the face, threads cover (a, b), its
 // two in-plane indices (fastest first).
-extern "C" __global__ void es_faces(real* __restrict__ vc, const real* __restrict__ vd,
+//
+// With the fused sweep (es_fused, ping-pong buffers) an iteration is: red faces (vd: the
+// black values read, from the input buffer; written to vc and vc2, the input and output
+// buffers, since the fused sweep reads them from the one and the next iteration from the
+// other), es_fused, black faces (vd: the red values just written, in the output buffer;
+// vc = vc2 = the output buffer). `after` >= 0: run only if iteration `after` is done
+// (ctl[0] == after + 1), so the black faces of the iteration that converged still run;
+// else only while no stop is flagged.
+extern "C" __global__ void es_faces(real* vc, real* vc2,
+                                    const real* __restrict__ vd,
                                     const unsigned char* __restrict__ cc,
                                     const real* __restrict__ classes, int nx, int ny, int nz,
-                                    int ph, int oe, const u64* __restrict__ ctl) {
-    if (((volatile const u64*)ctl)[1] != 0) return;
+                                    int ph, int oe, const u64* __restrict__ ctl,
+                                    long long after) {
+    if (after >= 0 ? ((volatile const u64*)ctl)[0] != (u64)after + 1
+                   : ((volatile const u64*)ctl)[1] != 0)
+        return;
     const int f = blockIdx.z, axis = f >> 1, high = f & 1;
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const int b = blockIdx.y * blockDim.y + threadIdx.y;
@@ -268,5 +280,342 @@ extern "C" __global__ void es_faces(real* __restrict__ vc, const real* __restric
     if (axis == 0) m = n - (i >> 1) + ((i + d) >> 1);
     else if (axis == 1) m = n + (ptrdiff_t)d * ph;
     else m = n + (ptrdiff_t)d * ph * ny;
-    vc[n] = vd[m];
+    const real v = vd[m];
+    vc[n] = v;
+    vc2[n] = v;
+}
+
+// ---------------------------------------------------------------------------------------
+// es_fused: one launch per red-black iteration, both colours in one pass through memory.
+//
+// Ping-pong buffers: every value is read from the input buffer (ri, bi: red and black
+// arrays of the colour-split layout) and written to the output buffer (ro, bo), so no
+// block reads what another block has written in this launch, whatever their progress.
+// Per node and iteration: V read once and written once, the class byte read once
+// (2T + 1 B; + T for a per-node charge), against 3T + 2 for the per-colour sweeps.
+//
+// Thread (tx, ty) holds pair h (nodes 2h, 2h + 1: one red, one black, both at compact
+// index h) of row j and marches up z. At step k it computes red at plane k + 1 and then
+// black at plane k; both sit at i = 2h + O, O = (j + k + 1) & 1 (warp-uniform; two planes
+// per trip make it a compile-time constant). Black at plane k needs the new red values at
+// planes k - 1, k, k + 1: its own column's are in registers, the row neighbours' in the
+// shared plane where every warp stores its new red values, the x-neighbours' come from
+// the adjacent lanes. So the block's edges are a halo that computes red only: lanes 0
+// and 31 of each warp and the thread rows 0 and ES_BY - 1; a warp owns the 30 pairs of
+// lanes 1..30, a block the ES_BY - 2 rows between. A halo thread computes what the owner
+// computes, operation for operation (the same bits), from the input buffer. Three shared
+// planes rotate, so one __syncthreads per step keeps readers and writers apart. A chunk
+// of planes [k0, k1) also computes red at plane k0 - 1 (its own columns). Red values at
+// faces and held nodes are the input buffer's: the red faces launch writes them to both
+// buffers first.
+// ---------------------------------------------------------------------------------------
+
+struct Val { real v, e; };
+
+struct Fused {
+    const real* ri; const real* bi;
+    real* ro; real* bo;
+    const unsigned char* cr; const unsigned char* cb;
+    const real* qr; const real* qb;
+    const es_class* cls;
+    const real *rxp, *rxm, *ryp, *rym, *rzp, *rzm;
+    int has_qnode; real q, omega;
+    int nx, ny, nz, ph;
+    unsigned hj, hk;
+};
+
+// The SOR update of one node from its six neighbours (values and epsr), in the CPU
+// engine's order of operations.
+__device__ __forceinline__ real sor_update(real e, real old, real q, real omega, real vxp,
+                                           real exp, real vxm, real exm, real vyp, real eyp,
+                                           real vym, real eym, real vzp, real ezp, real vzm,
+                                           real ezm, real cxp, real cxm, real cyp, real cym,
+                                           real czp, real czm, real& res) {
+    const real axp = (e + exp) * cxp;
+    const real axm = (e + exm) * cxm;
+    const real ayp = (e + eyp) * cyp;
+    const real aym = (e + eym) * cym;
+    const real azp = (e + ezp) * czp;
+    const real azm = (e + ezm) * czm;
+    const real sum = axp * vxp + axm * vxm + ayp * vyp + aym * vym + azp * vzp + azm * vzm;
+    const real den = axp + axm + ayp + aym + azp + azm;
+    res = omega * ((sum + q) / den - old);
+    return old + res;
+}
+
+struct Point { real v, e, res; bool updated; };
+
+// The new red value of pair h of row j at plane k, from the input buffer alone (loads
+// clamped into the arrays; a node that is not an interior free node keeps its value).
+// For the chunk's first planes only: the march streams everything else.
+__device__ Point red_new(const Fused& w, int h, int j, int k) {
+    const int hc = min(max(h, 0), w.ph - 1), jc = min(max(j, 0), w.ny - 1),
+              kc = min(max(k, 0), w.nz - 1);
+    const int o = (j + k) & 1, i = 2 * h + o;
+    const unsigned m = ((unsigned)kc * w.ny + jc) * w.ph + hc;
+    Point p;
+    p.v = w.ri[m];
+    const es_class me = w.cls[w.cr[m]];
+    p.e = me.eps;
+    p.res = 0;
+    p.updated = i >= 1 && i <= w.nx - 2 && j >= 1 && j <= w.ny - 2 && k >= 1 &&
+                k <= w.nz - 2 && me.held == (real)0;
+    if (!p.updated) return p;
+    // The pair's black node is at i + 1 (o = 0) or i - 1; the other x-neighbour is in the
+    // pair beside it.
+    const unsigned xp = o ? m + 1 : m, xm = o ? m : m - 1;
+    const real* vd = w.bi;
+    const unsigned char* cd = w.cb;
+    const real q = w.has_qnode ? w.qr[m] : w.q;
+    p.v = sor_update(me.eps, p.v, q, w.omega, vd[xp], w.cls[cd[xp]].eps, vd[xm],
+                     w.cls[cd[xm]].eps, vd[m + w.hj], w.cls[cd[m + w.hj]].eps, vd[m - w.hj],
+                     w.cls[cd[m - w.hj]].eps, vd[m + w.hk], w.cls[cd[m + w.hk]].eps,
+                     vd[m - w.hk], w.cls[cd[m - w.hk]].eps, w.rxp[i], w.rxm[i], w.ryp[j],
+                     w.rym[j], w.rzp[k], w.rzm[k], p.res);
+    return p;
+}
+
+// What one thread carries up its column at step k (planes named relative to k). Values
+// loaded during step k - 1 arrive as raw values and class codes; their class lookups
+// happen where step k uses them, so a load's latency hides behind a whole step.
+struct Col {
+    real b0, b1, b2;      // black, input buffer, planes k, k+1, k+2
+    es_class k0, k1;      // classes of b0, b1
+    int cb2;              // class code of b2
+    real r1; int cr1;     // red, input, plane k+1, and its class code
+    real ys, yn;          // black, input, plane k+1, rows j-1 and j+1
+    int cys, cyn;
+    real xe; int cxe;     // lanes 0 and 31: the far x-neighbour of red k+1 (black k+1)
+    real qr1, qb0;        // charge terms of red k+1 and black k
+    real rm, erm, rc, erc;// red, new, planes k-1 and k
+    real czp0, czm0, czp1, czm1;  // z coefficients of planes k and k+1
+    unsigned n;           // index of (h, j, k)
+    double res2, v2;
+};
+
+struct Tile {
+    int tx, ty, k1;
+    bool in0, in1, owned, edge_left, edge_right;
+    real xp0, xm0, xp1, xm1, yp, ym;
+};
+
+typedef Val RedPlanes[3][ES_BY][ES_BX];
+
+template <int O>
+__device__ __forceinline__ void fused_step(const Fused& w, const Tile& t, RedPlanes& s,
+                                           Col& c, int k, int& bk, int& bk1) {
+    const unsigned n = c.n, n1 = n + w.hk, n2 = n1 + w.hk, n3 = n2 + w.hk;
+    // Loads for step k + 1 (offset 1 - O), consumed there.
+    const real b3 = w.bi[n3];
+    const int cb3 = w.cb[n3];
+    const real r2 = w.ri[n2];
+    const int cr2 = w.cr[n2];
+    const real ys2 = w.bi[n2 - w.hj], yn2 = w.bi[n2 + w.hj];
+    const int cys2 = w.cb[n2 - w.hj], cyn2 = w.cb[n2 + w.hj];
+    const real qr2 = w.has_qnode ? w.qr[n2] : w.q;
+    const real qb1 = w.has_qnode ? w.qb[n1] : w.q;
+    const real czp2 = w.rzp[min(k + 2, w.nz - 1)], czm2 = w.rzm[min(k + 2, w.nz - 1)];
+    real xe2 = 0;
+    int cxe2 = 0;
+    if (O ? t.edge_left : t.edge_right) {
+        const unsigned x = O ? n2 - 1 : n2 + 1;
+        xe2 = w.bi[x]; cxe2 = w.cb[x];
+    }
+
+    const bool in = O ? t.in1 : t.in0;
+    const real cxp = O ? t.xp1 : t.xp0, cxm = O ? t.xm1 : t.xm0;
+    const es_class k2 = w.cls[c.cb2], c1 = w.cls[c.cr1];
+
+    // Red at plane k + 1, node i = 2h + O. Its pair's black (plane k + 1) is at i + 1 for
+    // O = 0, i - 1 for O = 1; the other x-neighbour is the adjacent pair's.
+    real xo, exo;
+    if (O == 0) {
+        xo = __shfl_up_sync(0xffffffffu, c.b1, 1);
+        exo = __shfl_up_sync(0xffffffffu, c.k1.eps, 1);
+    } else {
+        xo = __shfl_down_sync(0xffffffffu, c.b1, 1);
+        exo = __shfl_down_sync(0xffffffffu, c.k1.eps, 1);
+    }
+    if (O == 0 ? t.edge_left : t.edge_right) { xo = c.xe; exo = w.cls[c.cxe].eps; }
+    real rn = c.r1;
+    if (in && k + 1 <= w.nz - 2 && c1.held == (real)0) {
+        real res;
+        rn = sor_update(c1.eps, c.r1, c.qr1, w.omega, O ? xo : c.b1, O ? exo : c.k1.eps,
+                        O ? c.b1 : xo, O ? c.k1.eps : exo, c.yn, w.cls[c.cyn].eps, c.ys,
+                        w.cls[c.cys].eps, c.b2, k2.eps, c.b0, c.k0.eps, cxp, cxm, t.yp, t.ym,
+                        c.czp1, c.czm1, res);
+        if (t.owned && k + 1 < t.k1) {
+            w.ro[n1] = rn;
+            c.res2 += (double)res * (double)res;
+            c.v2 += (double)rn * (double)rn;
+        }
+    }
+    const int bk2 = 3 - bk - bk1;  // the third buffer, free since step k - 1's barrier
+    s[bk2][t.ty][t.tx] = Val{rn, c1.eps};
+    __syncthreads();
+
+    // Black at plane k, the same i. Its pair's red (plane k) is at i + 1 for O = 0, i - 1
+    // for O = 1; the other x-neighbour is the adjacent lane's (halo lanes own no black).
+    if (O == 0) {
+        xo = __shfl_up_sync(0xffffffffu, c.rc, 1);
+        exo = __shfl_up_sync(0xffffffffu, c.erc, 1);
+    } else {
+        xo = __shfl_down_sync(0xffffffffu, c.rc, 1);
+        exo = __shfl_down_sync(0xffffffffu, c.erc, 1);
+    }
+    if (t.owned && in && c.k0.held == (real)0) {
+        const Val s_ = s[bk][t.ty - 1][t.tx], n_ = s[bk][t.ty + 1][t.tx];
+        real res;
+        const real bn = sor_update(c.k0.eps, c.b0, c.qb0, w.omega, O ? xo : c.rc,
+                                   O ? exo : c.erc, O ? c.rc : xo, O ? c.erc : exo, n_.v, n_.e,
+                                   s_.v, s_.e, rn, c1.eps, c.rm, c.erm, cxp, cxm, t.yp, t.ym,
+                                   c.czp0, c.czm0, res);
+        w.bo[n] = bn;
+        c.res2 += (double)res * (double)res;
+        c.v2 += (double)bn * (double)bn;
+    }
+
+    // Shift up a plane.
+    c.rm = c.rc; c.erm = c.erc;
+    c.rc = rn; c.erc = c1.eps;
+    c.b0 = c.b1; c.k0 = c.k1;
+    c.b1 = c.b2; c.k1 = k2;
+    c.b2 = b3; c.cb2 = cb3;
+    c.r1 = r2; c.cr1 = cr2;
+    c.ys = ys2; c.cys = cys2;
+    c.yn = yn2; c.cyn = cyn2;
+    c.xe = xe2; c.cxe = cxe2;
+    c.qr1 = qr2; c.qb0 = qb1;
+    c.czp0 = c.czp1; c.czm0 = c.czm1;
+    c.czp1 = czp2; c.czm1 = czm2;
+    c.n = n1;
+    bk1 = bk;
+    bk = bk2;
+}
+
+// ES_FUSED_UNROLL = 4 planes per trip lets the black stream rotate through four registers
+// (three planes and the one loading) with no register move; 2 keeps the code smaller.
+#ifndef ES_FUSED_UNROLL
+#define ES_FUSED_UNROLL 2
+#endif
+template <int O0>
+__device__ __forceinline__ void fused_march(const Fused& w, const Tile& t, RedPlanes& s,
+                                            Col& c, int k0, int k1, int& bk, int& bk1) {
+    int k = k0;
+    for (; ES_FUSED_UNROLL == 4 && k + 3 < k1; k += 4) {
+        fused_step<O0>(w, t, s, c, k, bk, bk1);
+        fused_step<1 - O0>(w, t, s, c, k + 1, bk, bk1);
+        fused_step<O0>(w, t, s, c, k + 2, bk, bk1);
+        fused_step<1 - O0>(w, t, s, c, k + 3, bk, bk1);
+    }
+    for (; k + 1 < k1; k += 2) {
+        fused_step<O0>(w, t, s, c, k, bk, bk1);
+        fused_step<1 - O0>(w, t, s, c, k + 1, bk, bk1);
+    }
+    if (k < k1) fused_step<O0>(w, t, s, c, k, bk, bk1);
+}
+
+// One red-black iteration: ri, bi in, ro, bo out; the stop logic of es_sweep (colour 1).
+// Block: ES_BX (a multiple of 32) by ES_BY >= 3 threads; it owns 30 pairs per warp and
+// ES_BY - 2 rows.
+extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
+es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restrict__ ro,
+         real* __restrict__ bo, const unsigned char* __restrict__ cr,
+         const unsigned char* __restrict__ cb, const real* __restrict__ classes,
+         const real* __restrict__ qr, const real* __restrict__ qb, int has_qnode, real q,
+         const real* __restrict__ rxp, const real* __restrict__ rxm,
+         const real* __restrict__ ryp, const real* __restrict__ rym,
+         const real* __restrict__ rzp, const real* __restrict__ rzm, int nx, int ny, int nz,
+         int ph, int planes, real omega, double tol, u64 iteration,
+         double* __restrict__ partials, unsigned int* __restrict__ ticket,
+         u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len) {
+    if (((volatile u64*)ctl)[1] != 0) return;
+    __shared__ es_class cls[256];
+    __shared__ RedPlanes s;
+    Tile t;
+    t.tx = threadIdx.x; t.ty = threadIdx.y;
+    const int tid = t.tx + ES_BX * t.ty;
+    for (int x = tid; x < 256; x += ES_BX * ES_BY) {
+        cls[x].eps = classes[2 * x];
+        cls[x].held = classes[2 * x + 1];
+    }
+    Fused w;
+    w.ri = ri; w.bi = bi; w.ro = ro; w.bo = bo; w.cr = cr; w.cb = cb;
+    w.qr = qr; w.qb = qb; w.cls = cls;
+    w.rxp = rxp; w.rxm = rxm; w.ryp = ryp; w.rym = rym; w.rzp = rzp; w.rzm = rzm;
+    w.has_qnode = has_qnode; w.q = q; w.omega = omega;
+    w.nx = nx; w.ny = ny; w.nz = nz; w.ph = ph;
+    w.hj = ph; w.hk = (unsigned)ph * ny;
+
+    const int lane = t.tx & 31;
+    const int h = blockIdx.x * (30 * (ES_BX / 32)) + 30 * (t.tx >> 5) + lane - 1;
+    const int j = blockIdx.y * (ES_BY - 2) + t.ty;
+    const int k0 = 1 + blockIdx.z * planes;
+    t.k1 = min(k0 + planes, nz - 1);
+    t.owned = lane >= 1 && lane <= 30 && t.ty >= 1 && t.ty <= ES_BY - 2;
+    const bool active = j >= 1 && j <= ny - 2;
+    const int hc = min(max(h, 0), ph - 1), jl = min(j, ny - 1);
+    t.edge_left = lane == 0;
+    t.edge_right = lane == 31;
+    const int i0 = 2 * h, i0c = min(max(i0, 1), nx - 2), i1c = min(max(i0 + 1, 1), nx - 2);
+    t.xp0 = rxp[i0c]; t.xm0 = rxm[i0c]; t.xp1 = rxp[i1c]; t.xm1 = rxm[i1c];
+    const int jr = min(max(j, 1), ny - 2);
+    t.yp = ryp[jr]; t.ym = rym[jr];
+    t.in0 = active && i0 >= 1 && i0 <= nx - 2;
+    t.in1 = active && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
+    __syncthreads();
+
+    Col c;
+    c.res2 = 0.0; c.v2 = 0.0;
+    if (k0 < t.k1) {
+        // The red planes k0 - 1 and k0 of the thread's pair.
+        const Point pm = red_new(w, h, j, k0 - 1);
+        const Point pc = red_new(w, h, j, k0);
+        c.rm = pm.v; c.erm = pm.e;
+        c.rc = pc.v; c.erc = pc.e;
+        c.n = ((unsigned)k0 * ny + jl) * ph + hc;
+        if (pc.updated && t.owned) {
+            ro[c.n] = pc.v;
+            c.res2 += (double)pc.res * (double)pc.res;
+            c.v2 += (double)pc.v * (double)pc.v;
+        }
+        int bk = 0, bk1 = 2;
+        s[bk][t.ty][t.tx] = Val{pc.v, pc.e};
+        // The column's stream at step k0.
+        const unsigned n = c.n, n1 = n + w.hk, n2 = n1 + w.hk;
+        c.b0 = bi[n]; c.k0 = cls[cb[n]];
+        c.b1 = bi[n1]; c.k1 = cls[cb[n1]];
+        c.b2 = bi[n2]; c.cb2 = cb[n2];
+        c.r1 = ri[n1]; c.cr1 = cr[n1];
+        c.ys = bi[n1 - w.hj]; c.cys = cb[n1 - w.hj];
+        c.yn = bi[n1 + w.hj]; c.cyn = cb[n1 + w.hj];
+        c.qr1 = has_qnode ? qr[n1] : q;
+        c.qb0 = has_qnode ? qb[n] : q;
+        c.czp0 = rzp[k0]; c.czm0 = rzm[k0];
+        c.czp1 = rzp[k0 + 1]; c.czm1 = rzm[k0 + 1];
+        const int O0 = (j + k0 + 1) & 1;
+        c.xe = 0; c.cxe = 0;
+        if (O0 ? t.edge_right : t.edge_left) {
+            const unsigned xi = O0 ? n1 + 1 : n1 - 1;
+            c.xe = bi[xi]; c.cxe = cb[xi];
+        }
+        // O0 from j, not jl: warp-uniform (a warp is one row).
+        if (O0) fused_march<1>(w, t, s, c, k0, t.k1, bk, bk1);
+        else fused_march<0>(w, t, s, c, k0, t.k1, bk, bk1);
+    }
+
+    double sums[2] = {c.res2, c.v2};
+    double block[2];
+    for (int x = 0; x < 2; ++x) {
+        block[x] = block_sum(sums[x]);
+        __syncthreads();
+    }
+    double total[2];
+    if (!grid_sums_last_block<2>(block, partials, ticket, total)) return;
+    const double r = sqrt(total[0]), norm = sqrt(total[1]);
+    const double rel = norm > 0.0 ? r / norm : r;
+    hist[iteration % hist_len] = rel;
+    ctl[0] = iteration + 1;
+    if (!(rel == rel) || rel > 1.7976931348623157e308) ctl[1] = 2;
+    else if (rel <= tol) ctl[1] = 1;
 }

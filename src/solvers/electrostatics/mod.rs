@@ -33,22 +33,48 @@ use crate::run::{Engine, Restart, Status};
 /// (None: enough blocks for many waves). The result does not depend on it (tested).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Launch {
-    pub block: (u32, u32),
+    /// Threads per block (x a multiple of 32; the fused kernel needs y >= 3); None: the
+    /// kernel's default (see [`SweepKernel::default_block`]).
+    pub block: Option<(u32, u32)>,
     pub planes: Option<usize>,
     /// Blocks per multiprocessor the compiler must fit (caps registers per thread); None:
-    /// the best measured on the H100 for the precision (4 for f32, 3 for f64).
+    /// the best measured on the H100 for the kernel and precision.
     pub min_blocks: Option<u32>,
+    /// Both colours in one pass (es_fused, ping-pong buffers), or one launch per colour
+    /// (es_sweep, in place).
+    pub kernel: SweepKernel,
+}
+
+impl SweepKernel {
+    /// The launch shape measured best on the H100: for the fused kernel 8 rows owned
+    /// between 2 halo rows.
+    pub fn default_block(self) -> (u32, u32) {
+        match self {
+            SweepKernel::Fused => (32, 10),
+            SweepKernel::PerColour => (32, 8),
+        }
+    }
+}
+
+/// How a red-black iteration runs on a CUDA device (see kernels.cu).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SweepKernel {
+    /// One launch per iteration: red at plane k + 1 and black at plane k in one march.
+    Fused,
+    /// One launch per colour, in place (the single-pass floor's kernel).
+    PerColour,
 }
 
 pub const DEFAULT_LAUNCH: Launch = Launch {
-    block: (32, 8),
+    block: None,
     planes: None,
     min_blocks: None,
+    kernel: SweepKernel::PerColour,
 };
 
 impl Launch {
-    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K and
-    /// KEISAN_ES_MINB=M for tuning runs.
+    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K, KEISAN_ES_MINB=M
+    /// and KEISAN_ES_KERNEL=fused|per-colour for tuning runs.
     pub fn from_env() -> Self {
         let block = std::env::var("KEISAN_ES_BLOCK")
             .ok()
@@ -56,8 +82,7 @@ impl Launch {
                 let (a, b) = v.split_once('x')?;
                 Some((a.parse().ok()?, b.parse().ok()?))
             })
-            .filter(|&(x, y): &(u32, u32)| x.is_multiple_of(32) && y >= 1 && x * y <= 1024)
-            .unwrap_or(DEFAULT_LAUNCH.block);
+            .filter(|&(x, y): &(u32, u32)| x.is_multiple_of(32) && y >= 1 && x * y <= 1024);
         let planes = std::env::var("KEISAN_ES_PLANES")
             .ok()
             .and_then(|v| v.parse::<usize>().ok())
@@ -66,10 +91,16 @@ impl Launch {
             .ok()
             .and_then(|v| v.parse::<u32>().ok())
             .filter(|&v| (1..=32).contains(&v));
+        let kernel = match std::env::var("KEISAN_ES_KERNEL").as_deref() {
+            Ok("fused") => SweepKernel::Fused,
+            Ok("per-colour") => SweepKernel::PerColour,
+            _ => DEFAULT_LAUNCH.kernel,
+        };
         Self {
             block,
             planes,
             min_blocks,
+            kernel,
         }
     }
 }

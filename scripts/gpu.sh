@@ -181,16 +181,18 @@ mpi_gpu() {
 next() {
   device; mkdir -p "$OUT"
   local ok=1
-  for t in gpu/tests/electrostatics_cuda gpu/tests/checkpoint gpu/tests/electrostatics_slabs; do
+  for t in gpu/tests/electrostatics_cuda; do
     timeout 300 "$t" --test-threads=1 > "$OUT/test-$(basename "$t").log" 2>&1 || ok=0
     echo "== $(basename "$t"): $(grep -E '^test result' "$OUT/test-$(basename "$t").log")"; grep -E "panicked|skipped" "$OUT/test-$(basename "$t").log" | head
   done
-  for u in 2 4; do
-    echo "== bench electrostatics f32, fused unroll $u"; KEISAN_ES_FUSED_UNROLL=$u timeout 100 $K bench electrostatics | tail -7
-  done
-  echo "== bench electrostatics f64"; timeout 100 $K bench electrostatics --precision f64 | tail -7
-  for k in per-colour fused; do
+  echo "== bench electrostatics f32"; timeout 100 $K bench electrostatics | tail -12
+  echo "== bench electrostatics f64"; timeout 100 $K bench electrostatics --precision f64 | tail -12
+  for k in staged per-colour; do
     echo "== poisson f64 $k"; KEISAN_ES_KERNEL=$k timeout 100 $K bench electrostatics --poisson --precision f64 --repetitions 5 | tail -3
+  done
+  for cfg in "3 32x8 64" "4 32x4 64" "4 32x8 16" "2 32x8 64"; do
+    set -- $cfg
+    echo "f32 staged minb $1 block $2 planes $3: $(KEISAN_ES_MINB=$1 KEISAN_ES_BLOCK=$2 KEISAN_ES_PLANES=$3 timeout 30 $K bench electrostatics --iterations 100 | grep '  staged:')"
   done
   [ $ok = 1 ]
 }

@@ -102,7 +102,11 @@ fn cuda_matches_cpu_on_random_geometries() {
     for (n, charge) in charges.into_iter().enumerate() {
         let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
-        for kernel in [SweepKernel::Fused, SweepKernel::PerColour] {
+        for kernel in [
+            SweepKernel::Fused,
+            SweepKernel::PerColour,
+            SweepKernel::Staged,
+        ] {
             let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g, kernel);
             // Same operations in the same order per node, no contraction: the same bits.
             let d = common::rel_max_diff(&b, &a);
@@ -124,6 +128,7 @@ fn cuda_matches_cpu_on_random_geometries() {
         (1e-9, SweepKernel::Fused),
         (1e-9, SweepKernel::PerColour),
         (3e-6, SweepKernel::Fused),
+        (1e-9, SweepKernel::Staged),
     ] {
         let p = random_problem(&mut rng, false, 5000, tolerance, "3e-11");
         let g = Geometry::build(&p).unwrap();
@@ -146,7 +151,11 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
         let p = random_problem(&mut rng, nx_odd, 40, 0.0, "{ random = 5e-11, seed = 3 }");
         let g = Geometry::build(&p).unwrap();
         // The fused kernel's blocks have halo rows and lanes, so at least 3 rows.
-        let (fused, per_colour) = (SweepKernel::Fused, SweepKernel::PerColour);
+        let (fused, per_colour, staged) = (
+            SweepKernel::Fused,
+            SweepKernel::PerColour,
+            SweepKernel::Staged,
+        );
         let shapes = [
             (fused, (32, 10), None),
             (fused, (64, 4), Some(1)),
@@ -156,6 +165,10 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
             (per_colour, (32, 8), None),
             (per_colour, (128, 1), Some(100)),
             (per_colour, (64, 2), Some(3)),
+            (staged, (32, 4), None),
+            (staged, (64, 2), Some(1)),
+            (staged, (32, 1), Some(7)),
+            (staged, (32, 3), Some(100)),
         ];
         let runs: Vec<Vec<f64>> = shapes
             .iter()

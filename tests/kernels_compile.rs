@@ -75,3 +75,22 @@ fn nbody_force_variants_compile() {
         }
     }
 }
+
+/// The staged electrostatics sweep is compiled only on request (ES_STAGED=1: its shared
+/// rings need room the other kernels' shapes do not leave); its default shapes.
+#[test]
+fn electrostatics_staged_sweep_compiles() {
+    use keisan::solvers::electrostatics::cuda::KERNELS;
+    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none()
+        && compile(&KERNELS, Precision::F32, "sm_90", &[]).is_err()
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+        return;
+    }
+    for (p, by) in [(Precision::F32, "8"), (Precision::F64, "4")] {
+        let defines = [("ES_BY", by.to_string()), ("ES_STAGED", "1".to_string())];
+        let ptx = compile(&KERNELS, p, "sm_90", &defines).unwrap_or_else(|e| panic!("{p}: {e}"));
+        assert!(ptx.to_src().contains("es_staged"), "{p}");
+    }
+}

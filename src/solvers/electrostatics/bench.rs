@@ -137,7 +137,11 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     }
     let p = problem(cells, iterations);
     let kernels: &[Option<SweepKernel>] = match device {
-        Device::Cuda(_) => &[Some(SweepKernel::Fused), Some(SweepKernel::PerColour)],
+        Device::Cuda(_) => &[
+            Some(SweepKernel::PerColour),
+            Some(SweepKernel::Staged),
+            Some(SweepKernel::Fused),
+        ],
         Device::Cpu { .. } => &[None],
     };
     let mut cases = Vec::new();
@@ -170,13 +174,16 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
             b.launch
         );
     }
-    if let [fused, per_colour] = &cases[..] {
-        human += &format!(
-            "  fused vs per-colour: {:.2}× faster; {:.2}× the per-colour kernel's floor ({} per iteration)\n",
-            per_colour.seconds / fused.seconds,
-            fused.measured_s_per_iteration / per_colour.predicted_s_per_iteration,
-            crate::units::seconds(per_colour.predicted_s_per_iteration),
-        );
+    if let [per_colour, others @ ..] = &cases[..] {
+        for b in others {
+            human += &format!(
+                "  {} vs per-colour: {:.2}× faster; {:.2}× the per-colour kernel's floor ({} per iteration)\n",
+                b.kernel,
+                per_colour.seconds / b.seconds,
+                b.measured_s_per_iteration / per_colour.predicted_s_per_iteration,
+                crate::units::seconds(per_colour.predicted_s_per_iteration),
+            );
+        }
     }
     Ok(Report {
         human,
@@ -227,6 +234,7 @@ fn case<T: Real>(
         kernel: match kernel {
             Some(SweepKernel::Fused) => "fused",
             Some(SweepKernel::PerColour) => "per-colour",
+            Some(SweepKernel::Staged) => "staged",
             None => "cpu",
         }
         .into(),
@@ -252,7 +260,7 @@ pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool) -> us
     let t = std::mem::size_of::<T>();
     let v = match kernel {
         SweepKernel::Fused => 2 * t + 1,
-        SweepKernel::PerColour => 2 * (t + 1) + t,
+        SweepKernel::PerColour | SweepKernel::Staged => 2 * (t + 1) + t,
     };
     v + if charge_per_node { t } else { 0 }
 }

@@ -167,10 +167,10 @@ impl<T: Real> CudaElectrostatics<T> {
     ) -> Result<Self> {
         let block = launch
             .block
-            .unwrap_or_else(|| launch.kernel.default_block());
+            .unwrap_or_else(|| launch.kernel.default_block(T::PRECISION));
         let min_rows = match launch.kernel {
             SweepKernel::Fused => 3,
-            SweepKernel::PerColour => 1,
+            SweepKernel::PerColour | SweepKernel::Staged => 1,
         };
         if !block.0.is_multiple_of(32) || block.1 < min_rows || block.0 * block.1 > 1024 {
             return Err(Error::invalid(
@@ -198,7 +198,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         let buffers = match launch.kernel {
             SweepKernel::Fused => 2,
-            SweepKernel::PerColour => 1,
+            SweepKernel::PerColour | SweepKernel::Staged => 1,
         };
         gpu.ensure_fits(
             (2 * layout.len() * (per_node + (buffers - 1) * std::mem::size_of::<T>())) as u128,
@@ -209,23 +209,28 @@ impl<T: Real> CudaElectrostatics<T> {
             .min_blocks
             .unwrap_or(match (launch.kernel, T::PRECISION) {
                 (SweepKernel::Fused, _) => 2,
-                (SweepKernel::PerColour, Precision::F32) => 4,
-                (SweepKernel::PerColour, Precision::F64) => 3,
+                (SweepKernel::PerColour | SweepKernel::Staged, Precision::F32) => 4,
+                (SweepKernel::PerColour | SweepKernel::Staged, Precision::F64) => 3,
             });
         // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
         let unroll = match std::env::var("KEISAN_ES_FUSED_UNROLL").as_deref() {
             Ok("4") => 4,
             _ => 2,
         };
+        // The staged kernel's shared rings exceed 48 KB for some shapes of the others: it
+        // is compiled only when used.
+        let staged = (launch.kernel == SweepKernel::Staged) as u8;
         let defines = [
             ("ES_BX", block.0.to_string()),
             ("ES_BY", block.1.to_string()),
             ("ES_MINB", min_blocks.to_string()),
             ("ES_FUSED_UNROLL", unroll.to_string()),
+            ("ES_STAGED", staged.to_string()),
         ];
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
+            SweepKernel::Staged => "es_staged",
         };
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, sweep_name)?;
         let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
@@ -234,7 +239,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let (bx, by) = (block.0 as usize, block.1 as usize);
         let (pairs_per_block, rows_per_block) = match launch.kernel {
             SweepKernel::Fused => (30 * bx / 32, by - 2),
-            SweepKernel::PerColour => (bx, by),
+            SweepKernel::PerColour | SweepKernel::Staged => (bx, by),
         };
         let (gx, gy) = (
             ((nx - 2) / 2 + 1).div_ceil(pairs_per_block),
@@ -471,7 +476,7 @@ impl<T: Real> CudaElectrostatics<T> {
     /// The buffer holding the state after the iterations the device has done.
     fn current(&self) -> Result<usize> {
         Ok(match self.kernel {
-            SweepKernel::PerColour => 0,
+            SweepKernel::PerColour | SweepKernel::Staged => 0,
             SweepKernel::Fused => (self.gpu.stream.clone_dtoh(&self.ctl)?[0] % 2) as usize,
         })
     }
@@ -502,7 +507,7 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
         for _ in 0..steps {
             let k = self.launched;
             match self.kernel {
-                SweepKernel::PerColour => {
+                SweepKernel::PerColour | SweepKernel::Staged => {
                     for oe in 0..2 {
                         self.launch_faces(oe, 0, [0, 0], None)?;
                         self.launch_sweep(oe as i32, k)?;

@@ -150,6 +150,33 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
     if (k < k1) plane<O0>(w, c, k);
 }
 
+// The end of a colour's sweep: the grid's (res^2, V^2) sums; after colour 1 the relative
+// residual of the iteration, its history slot, the iteration count and the stop flag.
+__device__ __forceinline__ void sweep_record(double res2, double v2, double* partials,
+                                             unsigned int* ticket, u64* ctl, double* acc,
+                                             double* hist, unsigned hist_len, int oe,
+                                             double tol, u64 iteration) {
+    double sums[2] = {res2, v2};
+    double block[2];
+    for (int t = 0; t < 2; ++t) {
+        block[t] = block_sum(sums[t]);
+        __syncthreads();
+    }
+    double total[2];
+    if (!grid_sums_last_block<2>(block, partials, ticket, total)) return;
+    if (oe == 0) {
+        acc[0] = total[0];
+        acc[1] = total[1];
+        return;
+    }
+    const double r = sqrt(acc[0] + total[0]), norm = sqrt(acc[1] + total[1]);
+    const double rel = norm > 0.0 ? r / norm : r;
+    hist[iteration % hist_len] = rel;
+    ctl[0] = iteration + 1;
+    if (!(rel == rel) || rel > 1.7976931348623157e308) ctl[1] = 2;
+    else if (rel <= tol) ctl[1] = 1;
+}
+
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
 // vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
@@ -215,27 +242,7 @@ es_sweep(real* __restrict__ vc, const real* __restrict__ vd,
             march<0>(w, c, k0, k1);
         }
     }
-    const double res2 = c.res2, v2 = c.v2;
-
-    double sums[2] = {res2, v2};
-    double block[2];
-    for (int t = 0; t < 2; ++t) {
-        block[t] = block_sum(sums[t]);
-        __syncthreads();
-    }
-    double total[2];
-    if (!grid_sums_last_block<2>(block, partials, ticket, total)) return;
-    if (oe == 0) {
-        acc[0] = total[0];
-        acc[1] = total[1];
-        return;
-    }
-    const double r = sqrt(acc[0] + total[0]), norm = sqrt(acc[1] + total[1]);
-    const double rel = norm > 0.0 ? r / norm : r;
-    hist[iteration % hist_len] = rel;
-    ctl[0] = iteration + 1;
-    if (!(rel == rel) || rel > 1.7976931348623157e308) ctl[1] = 2;
-    else if (rel <= tol) ctl[1] = 1;
+    sweep_record(c.res2, c.v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
 }
 
 // Zero normal field on the box faces: a free face node of colour oe copies its inner
@@ -619,3 +626,189 @@ es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restr
     if (!(rel == rel) || rel > 1.7976931348623157e308) ctl[1] = 2;
     else if (rel <= tol) ctl[1] = 1;
 }
+
+// ---------------------------------------------------------------------------------------
+// es_staged: es_sweep with every operand of a plane staged through shared memory by
+// asynchronous copies (cp.async), ES_STAGE planes ahead of the plane updated, so the
+// loads' latency hides behind several planes of work without holding registers. Each
+// warp walks one row j (32 compact columns from h0) up z and keeps a ring of ES_STAGE + 3
+// planes: per plane the other colour's rows j - 1, j, j + 1 (compact columns h0 - 4 ..
+// h0 + 35, so x-neighbours at the warp's edges are there too) with their class bytes,
+// and its own colour's row j, class bytes and charge. Only the warp reads its ring, so a
+// __syncwarp (after cp.async.wait_group) is all the synchronisation. The update is
+// es_sweep's, operation for operation (sor_update): the same bits.
+// ---------------------------------------------------------------------------------------
+
+#if defined(ES_STAGED) && ES_STAGED  // 1 only when this kernel is used (its rings need the room)
+#ifndef ES_STAGE
+#define ES_STAGE 3
+#endif
+#define ES_RING (ES_STAGE + 3)
+
+struct StagedPlane {
+    real vd[3][40];
+    real vc[32];
+    real q[32];
+    unsigned char cd[3][40];
+    unsigned char cc[32];
+};
+
+__device__ __forceinline__ void cp_async_bytes4(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_real(real* smem, const real* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    if (sizeof(real) == 4)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+struct Staging {
+    const real* vc; const real* vd; const real* qc;
+    const unsigned char* cc; const unsigned char* cd;
+    int has_qnode, ph;
+    long long len;  // values per colour array
+};
+
+// Queue the copies of plane p's operands for the warp's row (base: index of (h0, j, p)).
+__device__ __forceinline__ void stage_plane(StagedPlane& sp, const Staging& g, long long base,
+                                            int lane) {
+#pragma unroll
+    for (int it = 0; it < 4; ++it) {
+        const int e = lane + 32 * it;
+        if (e < 120) {
+            const int r = e >= 80 ? 2 : e >= 40 ? 1 : 0, c = e - 40 * r;
+            const long long at = base + (long long)(r - 1) * g.ph + c - 4;
+            if (at >= 0 && at < g.len) cp_async_real(&sp.vd[r][c], g.vd + at);
+        }
+    }
+    cp_async_real(&sp.vc[lane], g.vc + base + lane);
+    if (g.has_qnode) cp_async_real(&sp.q[lane], g.qc + base + lane);
+    if (lane < 30) {
+        const int r = lane / 10, c = 4 * (lane - 10 * r);
+        const long long at = base + (long long)(r - 1) * g.ph + c - 4;
+        if (at >= 0 && at + 4 <= g.len) cp_async_bytes4(&sp.cd[r][c], g.cd + at);
+    }
+    if (lane < 8) cp_async_bytes4(&sp.cc[4 * lane], g.cc + base + 4 * lane);
+}
+
+struct StagedRow {
+    const es_class* cls;
+    real* vc;
+    real q, omega;
+    const real* rzp; const real* rzm;
+    real xp0, xm0, xp1, xm1, yp, ym;
+    bool in0, in1;
+    int has_qnode;
+};
+
+// The update of the node of compact column h0 + lane at plane k (offset O) from the
+// planes k - 1, k, k + 1 staged in m, c, n; n_at: its index in the colour array.
+template <int O>
+__device__ __forceinline__ void staged_update(const StagedRow& w, const StagedPlane& m,
+                                              const StagedPlane& c, const StagedPlane& n,
+                                              int lane, int k, unsigned n_at, double& res2,
+                                              double& v2) {
+    if (!(O ? w.in1 : w.in0)) return;
+    const es_class me = w.cls[c.cc[lane]];
+    if (me.held != (real)0) return;
+    const int x = lane + 4;
+    const real dc = c.vd[1][x], xo = O ? c.vd[1][x + 1] : c.vd[1][x - 1];
+    const real ec = w.cls[c.cd[1][x]].eps;
+    const real exo = w.cls[O ? c.cd[1][x + 1] : c.cd[1][x - 1]].eps;
+    const real q = w.has_qnode ? c.q[lane] : w.q;
+    real res;
+    const real nv = sor_update(
+        me.eps, c.vc[lane], q, w.omega, O ? xo : dc, O ? exo : ec, O ? dc : xo, O ? ec : exo,
+        c.vd[2][x], w.cls[c.cd[2][x]].eps, c.vd[0][x], w.cls[c.cd[0][x]].eps, n.vd[1][x],
+        w.cls[n.cd[1][x]].eps, m.vd[1][x], w.cls[m.cd[1][x]].eps, O ? w.xp1 : w.xp0,
+        O ? w.xm1 : w.xm0, w.yp, w.ym, w.rzp[k], w.rzm[k], res);
+    w.vc[n_at] = nv;
+    res2 += (double)res * (double)res;
+    v2 += (double)nv * (double)nv;
+}
+
+extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
+es_staged(real* __restrict__ vc, const real* __restrict__ vd,
+          const unsigned char* __restrict__ cc, const unsigned char* __restrict__ cd,
+          const real* __restrict__ classes, const real* __restrict__ qc, int has_qnode, real q,
+          const real* __restrict__ rxp, const real* __restrict__ rxm,
+          const real* __restrict__ ryp, const real* __restrict__ rym,
+          const real* __restrict__ rzp, const real* __restrict__ rzm,
+          int nx, int ny, int nz, int ph, int planes, int oe, real omega, double tol,
+          u64 iteration, double* __restrict__ partials,
+          unsigned int* __restrict__ ticket, u64* __restrict__ ctl, double* __restrict__ acc,
+          double* __restrict__ hist, unsigned hist_len) {
+    if (((volatile u64*)ctl)[1] != 0) return;
+    __shared__ es_class cls[256];
+    __shared__ StagedPlane ring[(ES_BX / 32) * ES_BY][ES_RING];
+    const int tid = threadIdx.x + ES_BX * threadIdx.y;
+    for (int t = tid; t < 256; t += ES_BX * ES_BY) {
+        cls[t].eps = classes[2 * t];
+        cls[t].held = classes[2 * t + 1];
+    }
+    __syncthreads();
+
+    const int lane = threadIdx.x & 31, warp = tid >> 5;
+    const int h0 = blockIdx.x * ES_BX + (threadIdx.x & ~31), h = h0 + lane;
+    const int j = 1 + blockIdx.y * ES_BY + threadIdx.y;
+    const int k0 = 1 + blockIdx.z * planes;
+    const int k1 = min(k0 + planes, nz - 1);
+    const bool row = j < ny - 1;
+    const int jr = row ? j : 1;
+    StagedRow w;
+    w.cls = cls; w.vc = vc; w.q = q; w.omega = omega; w.rzp = rzp; w.rzm = rzm;
+    w.has_qnode = has_qnode;
+    const int i0 = 2 * h, i0c = min(max(i0, 1), nx - 2), i1c = min(i0 + 1, nx - 2);
+    w.xp0 = rxp[i0c]; w.xm0 = rxm[i0c]; w.xp1 = rxp[i1c]; w.xm1 = rxm[i1c];
+    w.yp = ryp[jr]; w.ym = rym[jr];
+    w.in0 = row && i0 >= 1 && i0 <= nx - 2;
+    w.in1 = row && i0 + 1 <= nx - 2;
+    Staging g;
+    g.vc = vc; g.vd = vd; g.qc = qc; g.cc = cc; g.cd = cd; g.has_qnode = has_qnode; g.ph = ph;
+    g.len = (long long)(nz + 2) * ny * ph;
+    const long long hk = (long long)ny * ph;
+    const long long row0 = (long long)jr * ph + h0;  // (h0, jr) of plane 0
+
+    double res2 = 0.0, v2 = 0.0;
+    if (k0 < k1) {
+        StagedPlane* rw = ring[warp];
+        // Plane p lives in slot (p - k0 + 1) % ES_RING. First planes k0 - 1 .. k0 +
+        // ES_RING - 3 (none past k1: the last update reads k1).
+#pragma unroll
+        for (int i = 0; i < ES_RING - 1; ++i) {
+            stage_plane(rw[i], g, row0 + min(k0 - 1 + i, k1) * hk, lane);
+            cp_async_commit();
+        }
+        // Slots of planes k - 2 (free), k - 1, k, k + 1.
+        int sf = ES_RING - 1, sm = 0, sc = 1, sn = 2;
+        const bool odd = (oe + j + k0) & 1;  // from j: warp-uniform
+        for (int k = k0; k < k1; ++k) {
+            // Plane k + ES_RING - 2 into the slot plane k - 2 left (read at step k - 1,
+            // before its closing __syncwarp).
+            stage_plane(rw[sf], g, row0 + min(k + ES_RING - 2, k1) * hk, lane);
+            cp_async_commit();
+            // Planes up to k + 1 landed: at most ES_RING - 3 younger groups pending.
+            cp_async_wait<ES_RING - 3>();
+            __syncwarp();
+            const unsigned at = (unsigned)(row0 + k * hk) + lane;
+            if (odd == ((k - k0) & 1)) staged_update<0>(w, rw[sm], rw[sc], rw[sn], lane, k, at, res2, v2);
+            else staged_update<1>(w, rw[sm], rw[sc], rw[sn], lane, k, at, res2, v2);
+            __syncwarp();
+            sf = sm; sm = sc; sc = sn; sn = sn + 1 == ES_RING ? 0 : sn + 1;
+        }
+        cp_async_wait<0>();
+    }
+    sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
+}
+#endif  // ES_STAGED

@@ -47,11 +47,12 @@ pub struct Launch {
 
 impl SweepKernel {
     /// The launch shape measured best on the H100: for the fused kernel 8 rows owned
-    /// between 2 halo rows.
-    pub fn default_block(self) -> (u32, u32) {
-        match self {
-            SweepKernel::Fused => (32, 10),
-            SweepKernel::PerColour => (32, 8),
+    /// between 2 halo rows; the staged kernel's f64 rings fit 4 warps in 48 KB.
+    pub fn default_block(self, precision: Precision) -> (u32, u32) {
+        match (self, precision) {
+            (SweepKernel::Fused, _) => (32, 10),
+            (SweepKernel::PerColour, _) | (SweepKernel::Staged, Precision::F32) => (32, 8),
+            (SweepKernel::Staged, Precision::F64) => (32, 4),
         }
     }
 }
@@ -63,6 +64,9 @@ pub enum SweepKernel {
     Fused,
     /// One launch per colour, in place (the single-pass floor's kernel).
     PerColour,
+    /// As PerColour, each warp's operands staged through shared memory by asynchronous
+    /// copies several planes ahead.
+    Staged,
 }
 
 pub const DEFAULT_LAUNCH: Launch = Launch {
@@ -94,6 +98,7 @@ impl Launch {
         let kernel = match std::env::var("KEISAN_ES_KERNEL").as_deref() {
             Ok("fused") => SweepKernel::Fused,
             Ok("per-colour") => SweepKernel::PerColour,
+            Ok("staged") => SweepKernel::Staged,
             _ => DEFAULT_LAUNCH.kernel,
         };
         Self {

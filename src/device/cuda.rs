@@ -97,9 +97,20 @@ pub fn compile(
     })
 }
 
+/// Device pairs (reader, owner) whose kernels may dereference each other's allocations:
+/// peer access enabled and the owner's memory pool opened to the reader.
+static PEER_READS: std::sync::Mutex<Vec<(i32, i32)>> = std::sync::Mutex::new(Vec::new());
+
 /// Let every pair of `gpus` read and write each other's memory directly (NVLink or PCIe),
 /// so halo copies between them skip the host. Pairs that cannot still copy, through the
 /// host, correctly.
+///
+/// cudarc allocates from each device's default memory pool (cuMemAllocAsync), which
+/// context peer access does not open: kernels on one device that read another's buffers
+/// (the iterative solvers' partial sums) also need the owner's pool opened to the reader
+/// (cuMemPoolSetAccess). Without that, such reads fault with an illegal address (seen on
+/// 2 H200s); a pair whose pool cannot be opened is left out of [`peer_access`], and its
+/// sums travel through the host instead.
 pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
     use cudarc::driver::sys;
     for a in gpus {
@@ -107,11 +118,12 @@ pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
             if Arc::ptr_eq(a, b) {
                 continue;
             }
+            let (reader, owner) = (a.ctx.cu_device(), b.ctx.cu_device());
             let mut can = 0;
-            // SAFETY: plain queries and a context flag; both contexts stay alive.
+            // SAFETY: plain queries, a context flag and a pool's access map; both contexts
+            // stay alive.
             unsafe {
-                sys::cuDeviceCanAccessPeer(&mut can, a.ctx.cu_device(), b.ctx.cu_device())
-                    .result()?;
+                sys::cuDeviceCanAccessPeer(&mut can, reader, owner).result()?;
                 if can == 0 {
                     continue;
                 }
@@ -120,22 +132,41 @@ pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
                 if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
                     r.result()?;
                 }
+                let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+                let opened = sys::cuDeviceGetDefaultMemPool(&mut pool, owner)
+                    .result()
+                    .is_ok()
+                    && sys::cuMemPoolSetAccess(
+                        pool,
+                        &sys::CUmemAccessDesc {
+                            location: sys::CUmemLocation {
+                                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                                id: reader,
+                            },
+                            flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                        },
+                        1,
+                    )
+                    .result()
+                    .is_ok();
+                let mut pairs = PEER_READS.lock().expect("peer table poisoned");
+                if opened && !pairs.contains(&(reader, owner)) {
+                    pairs.push((reader, owner));
+                }
             }
         }
     }
     Ok(())
 }
 
-/// Whether kernels on `a` can read `b`'s memory ([`enable_peer_access`] enabled every
-/// pair that can).
+/// Whether kernels on `a` can read memory `b` allocated ([`enable_peer_access`] opened
+/// every pair that can).
 pub fn peer_access(a: &CudaContext, b: &CudaContext) -> Result<bool> {
-    let mut can = 0;
-    // SAFETY: a plain query on two live contexts' devices.
-    unsafe {
-        cudarc::driver::sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device())
-            .result()?;
-    }
-    Ok(can != 0)
+    let pair = (a.cu_device(), b.cu_device());
+    Ok(PEER_READS
+        .lock()
+        .expect("peer table poisoned")
+        .contains(&pair))
 }
 
 type ModuleKey = (&'static str, Precision, Vec<(String, String)>);

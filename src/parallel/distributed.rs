@@ -540,7 +540,9 @@ fn device_totals<S: Subdomain>(
         rings.push(ring);
         per_step = n;
     }
-    let mut direct = !mpi;
+    // KEISAN_TOTALS_THROUGH_HOST=1 stages the sums through the host even where the devices
+    // could read each other's rings (a diagnosis knob).
+    let mut direct = !mpi && std::env::var_os("KEISAN_TOTALS_THROUGH_HOST").is_none();
     for a in sync {
         for b in sync {
             if !Arc::ptr_eq(&a.ctx, &b.ctx) && !crate::device::cuda::peer_access(&a.ctx, &b.ctx)? {

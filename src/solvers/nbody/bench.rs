@@ -177,7 +177,16 @@ fn run_on(
     match device {
         Device::Cuda(gpu) => {
             let gpus = several.unwrap_or_else(|| vec![gpu.clone()]);
-            let fma = ceilings.fma_f32.unwrap_or(f64::NAN);
+            // The ceilings are the first device's; shares on distinct devices add theirs
+            // (a device listed twice adds nothing).
+            let distinct = (0..gpus.len())
+                .filter(|&i| {
+                    !gpus[..i]
+                        .iter()
+                        .any(|g| std::sync::Arc::ptr_eq(g, &gpus[i]))
+                })
+                .count();
+            let fma = ceilings.fma_f32.unwrap_or(f64::NAN) * distinct as f64;
             for &n in &ns {
                 let p = particles(n, a.unequal_masses);
                 let mut baseline = None;
@@ -346,7 +355,7 @@ fn human(b: &NbodyBench) -> String {
         }
         if let Some(base) = c.baseline_interactions_per_s {
             r += &format!(
-                "; CUDA-sample kernel {:.1} G/s ({:.1} % of the FMA rate): {:.2}×",
+                "; CUDA-sample kernel (first GPU) {:.1} G/s ({:.1} % of its FMA rate): {:.2}×",
                 base * 1e-9,
                 100.0 * base * FLOP / b.ceilings.fma_f32.unwrap_or(f64::NAN),
                 c.interactions_per_s / base

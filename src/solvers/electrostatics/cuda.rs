@@ -399,12 +399,9 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&self.qnode[own])
             .arg(&self.has_qnode)
             .arg(&self.q);
-        l.arg(&c[0])
-            .arg(&c[1])
-            .arg(&c[2])
-            .arg(&c[3])
-            .arg(&c[4])
-            .arg(&c[5]);
+        for axis in c {
+            l.arg(axis);
+        }
         l.arg(&nx)
             .arg(&ny)
             .arg(&nz)
@@ -449,12 +446,9 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&self.qnode[1])
             .arg(&self.has_qnode)
             .arg(&self.q);
-        l.arg(&c[0])
-            .arg(&c[1])
-            .arg(&c[2])
-            .arg(&c[3])
-            .arg(&c[4])
-            .arg(&c[5]);
+        for axis in c {
+            l.arg(axis);
+        }
         l.arg(&nx)
             .arg(&ny)
             .arg(&nz)

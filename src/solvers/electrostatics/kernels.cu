@@ -37,6 +37,14 @@
 // A class: epsr, and 1 when the voltage is held (else 0); one shared-memory load.
 struct __align__(2 * sizeof(real)) es_class { real eps, held; };
 
+// The class table into shared memory (the caller synchronises before reading it).
+__device__ __forceinline__ void load_classes(es_class* cls, const real* classes, int tid) {
+    for (int t = tid; t < 256; t += ES_BX * ES_BY) {
+        cls[t].eps = classes[2 * t];
+        cls[t].held = classes[2 * t + 1];
+    }
+}
+
 // What a plane's update reads besides the z-stream: the node's V, class and charge term,
 // the D values and classes of rows j±1, and (lanes at a warp edge) the own-row neighbour
 // the shuffle cannot give. Loaded one plane ahead, so their latency hides behind a plane.
@@ -150,6 +158,19 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
     if (k < k1) plane<O0>(w, c, k);
 }
 
+// The parameters of one colour's sweep: es_sweep and es_staged take the same, so one
+// launcher serves both.
+#define ES_SWEEP_PARAMS                                                                    \
+    real *__restrict__ vc, const real *__restrict__ vd, const unsigned char *__restrict__ cc, \
+        const unsigned char *__restrict__ cd, const real *__restrict__ classes,            \
+        const real *__restrict__ qc, int has_qnode, real q, const real *__restrict__ rxp,  \
+        const real *__restrict__ rxm, const real *__restrict__ ryp,                        \
+        const real *__restrict__ rym, const real *__restrict__ rzp,                        \
+        const real *__restrict__ rzm, int nx, int ny, int nz, int ph, int planes, int oe,  \
+        real omega, double tol, u64 iteration, double *__restrict__ partials,              \
+        unsigned int *__restrict__ ticket, u64 *__restrict__ ctl, double *__restrict__ acc, \
+        double *__restrict__ hist, unsigned hist_len
+
 // The end of a colour's sweep: the grid's (res^2, V^2) sums; after colour 1 the relative
 // residual of the iteration, its history slot, the iteration count and the stop flag.
 __device__ __forceinline__ void sweep_record(double res2, double v2, double* partials,
@@ -181,23 +202,11 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
 // vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
-es_sweep(real* __restrict__ vc, const real* __restrict__ vd,
-         const unsigned char* __restrict__ cc, const unsigned char* __restrict__ cd,
-         const real* __restrict__ classes, const real* __restrict__ qc, int has_qnode, real q,
-         const real* __restrict__ rxp, const real* __restrict__ rxm,
-         const real* __restrict__ ryp, const real* __restrict__ rym,
-         const real* __restrict__ rzp, const real* __restrict__ rzm,
-         int nx, int ny, int nz, int ph, int planes, int oe, real omega, double tol,
-         u64 iteration, double* __restrict__ partials,
-         unsigned int* __restrict__ ticket, u64* __restrict__ ctl, double* __restrict__ acc,
-         double* __restrict__ hist, unsigned hist_len) {
+es_sweep(ES_SWEEP_PARAMS) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[256];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
-    for (int t = tid; t < 256; t += ES_BX * ES_BY) {
-        cls[t].eps = classes[2 * t];
-        cls[t].held = classes[2 * t + 1];
-    }
+    load_classes(cls, classes, tid);
     __syncthreads();
 
     // Threads off the mesh still walk the planes: their lanes feed the shuffles, so in x
@@ -542,10 +551,7 @@ es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restr
     Tile t;
     t.tx = threadIdx.x; t.ty = threadIdx.y;
     const int tid = t.tx + ES_BX * t.ty;
-    for (int x = tid; x < 256; x += ES_BX * ES_BY) {
-        cls[x].eps = classes[2 * x];
-        cls[x].held = classes[2 * x + 1];
-    }
+    load_classes(cls, classes, tid);
     Fused w;
     w.ri = ri; w.bi = bi; w.ro = ro; w.bo = bo; w.cr = cr; w.cb = cb;
     w.qr = qr; w.qb = qb; w.cls = cls;
@@ -739,24 +745,12 @@ __device__ __forceinline__ void staged_update(const StagedRow& w, const StagedPl
 }
 
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
-es_staged(real* __restrict__ vc, const real* __restrict__ vd,
-          const unsigned char* __restrict__ cc, const unsigned char* __restrict__ cd,
-          const real* __restrict__ classes, const real* __restrict__ qc, int has_qnode, real q,
-          const real* __restrict__ rxp, const real* __restrict__ rxm,
-          const real* __restrict__ ryp, const real* __restrict__ rym,
-          const real* __restrict__ rzp, const real* __restrict__ rzm,
-          int nx, int ny, int nz, int ph, int planes, int oe, real omega, double tol,
-          u64 iteration, double* __restrict__ partials,
-          unsigned int* __restrict__ ticket, u64* __restrict__ ctl, double* __restrict__ acc,
-          double* __restrict__ hist, unsigned hist_len) {
+es_staged(ES_SWEEP_PARAMS) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[256];
     __shared__ StagedPlane ring[(ES_BX / 32) * ES_BY][ES_RING];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
-    for (int t = tid; t < 256; t += ES_BX * ES_BY) {
-        cls[t].eps = classes[2 * t];
-        cls[t].held = classes[2 * t + 1];
-    }
+    load_classes(cls, classes, tid);
     __syncthreads();
 
     const int lane = threadIdx.x & 31, warp = tid >> 5;

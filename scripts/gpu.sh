@@ -13,8 +13,8 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
-#   gpu/gpu.sh next             # there: the checks of the work in progress (now: the fused electrostatics
-#                               #   sweep: its tests, benches and a launch sweep)
+#   gpu/gpu.sh next             # there: the checks of the work in progress (now, on 2 GPUs: Jacobi slabs on
+#                               #   distinct devices, their strong scaling, then every test)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -179,22 +179,20 @@ mpi_gpu() {
 # The checks of the work in progress (keep only the test executables it runs in gpu/tests:
 # the device call carries at most 64 MiB): N-body on GPU ranks against one process.
 next() {
+  # On a 2-GPU host: the Jacobi slabs on two distinct GPUs (they faulted before the memory
+  # pools were opened to peers), then their strong scaling; the CUDA tests.
   device; mkdir -p "$OUT"
-  local ok=1
-  for t in gpu/tests/electrostatics_cuda; do
-    timeout 300 "$t" --test-threads=1 > "$OUT/test-$(basename "$t").log" 2>&1 || ok=0
-    echo "== $(basename "$t"): $(grep -E '^test result' "$OUT/test-$(basename "$t").log")"; grep -E "panicked|skipped" "$OUT/test-$(basename "$t").log" | head
+  local a="examples/jacobi-seed.toml -q --json"
+  for d in 0 0,1 0,0; do
+    for size in "5120 5000 100" "16384 16384 500"; do
+      set -- $size
+      timeout 120 $K run $a --devices $d --set jacobi.n=$1 --set jacobi.m=$2 --set jacobi.max_iterations=$3 \
+        --out "$OUT/j-$1-$d" > "$OUT/j-$1-$d.json" 2> "$OUT/j-$1-$d.err" || tail -2 "$OUT/j-$1-$d.err"
+      python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], 'solve', s['timings']['solve_s'])" "$OUT/j-$1-$d.json" "$1 devices $d" 2>/dev/null
+    done
   done
-  echo "== bench electrostatics f32"; timeout 100 $K bench electrostatics | tail -12
-  echo "== bench electrostatics f64"; timeout 100 $K bench electrostatics --precision f64 | tail -12
-  for k in staged per-colour; do
-    echo "== poisson f64 $k"; KEISAN_ES_KERNEL=$k timeout 100 $K bench electrostatics --poisson --precision f64 --repetitions 5 | tail -3
-  done
-  for cfg in "3 32x8 64" "4 32x4 64" "4 32x8 16" "2 32x8 64"; do
-    set -- $cfg
-    echo "f32 staged minb $1 block $2 planes $3: $(KEISAN_ES_MINB=$1 KEISAN_ES_BLOCK=$2 KEISAN_ES_PLANES=$3 timeout 30 $K bench electrostatics --iterations 100 | grep '  staged:')"
-  done
-  [ $ok = 1 ]
+  for n in 5120 16384; do cmp "$OUT/j-$n-0/u.npy" "$OUT/j-$n-0,1/u.npy" && echo "$n: u.npy the same bytes on 1 and 2 GPUs"; done
+  tests
 }
 
 case "${1:-}" in

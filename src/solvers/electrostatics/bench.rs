@@ -208,7 +208,7 @@ fn case<T: Real>(
                 None,
                 super::Launch {
                     kernel: kernel.unwrap_or(SweepKernel::Fused),
-                    ..super::Launch::from_env()
+                    ..super::Launch::from_env()?
                 },
             )?;
             let s = c.launch_summary()?;
@@ -329,7 +329,7 @@ fn poisson_case<T: Real>(
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (seconds, out, residual) = runs.swap_remove(runs.len() / 2);
     let kernel = match device {
-        Device::Cuda(_) => super::Launch::from_env().kernel,
+        Device::Cuda(_) => super::Launch::from_env()?.kernel,
         Device::Cpu { .. } => SweepKernel::PerColour,
     };
     let bytes_per_node = bytes_per_node::<T>(kernel, true);

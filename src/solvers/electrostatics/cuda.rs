@@ -182,6 +182,25 @@ impl<T: Real> CudaElectrostatics<T> {
                 ),
             ));
         }
+        if launch.kernel == SweepKernel::Staged {
+            // kernels.cu: 6 StagedPlane per warp (184 values and 152 class bytes each) and
+            // the class table, in the 48 KB of static shared memory.
+            let t = std::mem::size_of::<T>();
+            let plane = (184 * t + 152).next_multiple_of(t);
+            let warps = (block.0 / 32 * block.1) as usize;
+            let most = (48 * 1024 - 512 * t) / (6 * plane);
+            if warps > most {
+                return Err(Error::invalid(
+                    "KEISAN_ES_BLOCK",
+                    format!("{}x{}", block.0, block.1),
+                    format!(
+                        "the staged kernel's shared rings fit at most {most} warps per block \
+                         in {}",
+                        T::PRECISION
+                    ),
+                ));
+            }
+        }
         let [nx, ny, nz] = g.counts;
         let layout = Split {
             counts: g.counts,

@@ -78,35 +78,53 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
 
 impl Launch {
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K, KEISAN_ES_MINB=M
-    /// and KEISAN_ES_KERNEL=fused|per-colour for tuning runs.
-    pub fn from_env() -> Self {
-        let block = std::env::var("KEISAN_ES_BLOCK")
-            .ok()
-            .and_then(|v| {
+    /// and KEISAN_ES_KERNEL=per-colour|fused|staged for tuning runs; a value that does not
+    /// parse is an error naming its variable.
+    pub fn from_env() -> Result<Self> {
+        fn knob<T>(
+            name: &str,
+            expect: &str,
+            parse: impl Fn(&str) -> Option<T>,
+        ) -> Result<Option<T>> {
+            match std::env::var(name) {
+                Err(_) => Ok(None),
+                Ok(v) => parse(&v)
+                    .map(Some)
+                    .ok_or_else(|| Error::invalid(name, &v, expect)),
+            }
+        }
+        let block = knob(
+            "KEISAN_ES_BLOCK",
+            "BXxBY with BX a multiple of 32 and at most 1024 threads, e.g. 32x8",
+            |v| {
                 let (a, b) = v.split_once('x')?;
-                Some((a.parse().ok()?, b.parse().ok()?))
-            })
-            .filter(|&(x, y): &(u32, u32)| x.is_multiple_of(32) && y >= 1 && x * y <= 1024);
-        let planes = std::env::var("KEISAN_ES_PLANES")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-            .filter(|&v| v >= 1);
-        let min_blocks = std::env::var("KEISAN_ES_MINB")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|&v| (1..=32).contains(&v));
-        let kernel = match std::env::var("KEISAN_ES_KERNEL").as_deref() {
-            Ok("fused") => SweepKernel::Fused,
-            Ok("per-colour") => SweepKernel::PerColour,
-            Ok("staged") => SweepKernel::Staged,
-            _ => DEFAULT_LAUNCH.kernel,
-        };
-        Self {
+                let (x, y): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
+                (x.is_multiple_of(32) && x > 0 && y >= 1 && x * y <= 1024).then_some((x, y))
+            },
+        )?;
+        let planes = knob("KEISAN_ES_PLANES", "a whole number >= 1", |v| {
+            v.parse::<usize>().ok().filter(|&v| v >= 1)
+        })?;
+        let min_blocks = knob("KEISAN_ES_MINB", "a whole number in 1..=32", |v| {
+            v.parse::<u32>().ok().filter(|v| (1..=32).contains(v))
+        })?;
+        let kernel = knob(
+            "KEISAN_ES_KERNEL",
+            "per-colour, fused or staged",
+            |v| match v {
+                "per-colour" => Some(SweepKernel::PerColour),
+                "fused" => Some(SweepKernel::Fused),
+                "staged" => Some(SweepKernel::Staged),
+                _ => None,
+            },
+        )?
+        .unwrap_or(DEFAULT_LAUNCH.kernel);
+        Ok(Self {
             block,
             planes,
             min_blocks,
             kernel,
-        }
+        })
     }
 }
 
@@ -124,7 +142,7 @@ pub fn engine<T: Real>(
             p,
             g,
             restart,
-            Launch::from_env(),
+            Launch::from_env()?,
         )?),
     })
 }

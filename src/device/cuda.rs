@@ -97,10 +97,6 @@ pub fn compile(
     })
 }
 
-/// Device pairs (reader, owner) whose kernels may dereference each other's allocations:
-/// peer access enabled and the owner's memory pool opened to the reader.
-static PEER_READS: std::sync::Mutex<Vec<(i32, i32)>> = std::sync::Mutex::new(Vec::new());
-
 /// Let every pair of `gpus` read and write each other's memory directly (NVLink or PCIe),
 /// so halo copies between them skip the host. Pairs that cannot still copy, through the
 /// host, correctly.
@@ -132,26 +128,20 @@ pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
                 if r != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
                     r.result()?;
                 }
+                // A pool that cannot be opened leaves the pair out of peer_access.
                 let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
-                let opened = sys::cuDeviceGetDefaultMemPool(&mut pool, owner)
+                if sys::cuDeviceGetDefaultMemPool(&mut pool, owner)
                     .result()
                     .is_ok()
-                    && sys::cuMemPoolSetAccess(
+                {
+                    let _ = sys::cuMemPoolSetAccess(
                         pool,
                         &sys::CUmemAccessDesc {
-                            location: sys::CUmemLocation {
-                                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                                id: reader,
-                            },
+                            location: device_location(reader),
                             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
                         },
                         1,
-                    )
-                    .result()
-                    .is_ok();
-                let mut pairs = PEER_READS.lock().expect("peer table poisoned");
-                if opened && !pairs.contains(&(reader, owner)) {
-                    pairs.push((reader, owner));
+                    );
                 }
             }
         }
@@ -159,14 +149,34 @@ pub fn enable_peer_access(gpus: &[Arc<Gpu>]) -> Result<()> {
     Ok(())
 }
 
-/// Whether kernels on `a` can read memory `b` allocated ([`enable_peer_access`] opened
-/// every pair that can).
+fn device_location(ordinal: i32) -> cudarc::driver::sys::CUmemLocation {
+    cudarc::driver::sys::CUmemLocation {
+        type_: cudarc::driver::sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+        id: ordinal,
+    }
+}
+
+/// Whether kernels on `a` can read memory `b` allocated: `b`'s default pool (where
+/// cudarc allocates) is open to `a` for reading ([`enable_peer_access`] opened every pair
+/// that can).
 pub fn peer_access(a: &CudaContext, b: &CudaContext) -> Result<bool> {
-    let pair = (a.cu_device(), b.cu_device());
-    Ok(PEER_READS
-        .lock()
-        .expect("peer table poisoned")
-        .contains(&pair))
+    use cudarc::driver::sys;
+    let (mut can, mut pool) = (0, std::ptr::null_mut());
+    let mut flags = sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    let mut at = device_location(a.cu_device());
+    // SAFETY: plain queries on two live contexts' devices. A pool query that fails counts
+    // as closed: the sums then travel through the host.
+    unsafe {
+        sys::cuDeviceCanAccessPeer(&mut can, a.cu_device(), b.cu_device()).result()?;
+        let opened = can != 0
+            && sys::cuDeviceGetDefaultMemPool(&mut pool, b.cu_device())
+                .result()
+                .is_ok()
+            && sys::cuMemPoolGetAccess(&mut flags, pool, &mut at)
+                .result()
+                .is_ok();
+        Ok(opened && flags != sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_NONE)
+    }
 }
 
 type ModuleKey = (&'static str, Precision, Vec<(String, String)>);

@@ -57,7 +57,8 @@ pub struct ElectrostaticsBench {
     pub precision: String,
     pub nodes: usize,
     pub iterations: u64,
-    /// "fused" (one pass per iteration), "per-colour" (one pass per colour) or "cpu".
+    /// "per-colour" (one pass per colour), "staged", "fused" (one pass per iteration) or
+    /// "cpu".
     pub kernel: String,
     pub seconds: f64,
     pub gnodes_per_s: f64,
@@ -72,7 +73,7 @@ pub struct ElectrostaticsBench {
     pub ceilings: Ceilings,
 }
 
-/// Both CUDA kernels (or the CPU engine) measured in one run.
+/// Every CUDA kernel (or the CPU engine) measured in one run.
 #[derive(Debug, Serialize)]
 pub struct ElectrostaticsBenches {
     pub cases: Vec<ElectrostaticsBench>,
@@ -231,13 +232,7 @@ fn case<T: Real>(
         precision: T::PRECISION.to_string(),
         nodes,
         iterations: p.max_iterations,
-        kernel: match kernel {
-            Some(SweepKernel::Fused) => "fused",
-            Some(SweepKernel::PerColour) => "per-colour",
-            Some(SweepKernel::Staged) => "staged",
-            None => "cpu",
-        }
-        .into(),
+        kernel: kernel.map_or("cpu", SweepKernel::name).into(),
         seconds,
         gnodes_per_s: rate * 1e-9,
         bytes_per_node,

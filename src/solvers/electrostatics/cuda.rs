@@ -1,8 +1,9 @@
 //! CUDA engine: V and one class byte per node, split by colour (kernels.cu), and the class
 //! table stay on the device. By default an iteration is two launches per colour (faces,
-//! interior), in place; or (`SweepKernel::Fused`) one fused launch over the interior,
-//! both colours in one pass from one buffer of V into the other, between the red and the
-//! black face launches (measured slower on the H100 so far: docs/PERFORMANCE.md). The residual
+//! interior), in place (`SweepKernel::Staged`: the same with the operands staged through
+//! shared memory); or (`SweepKernel::Fused`) one fused launch over the interior, both
+//! colours in one pass from one buffer of V into the other, between the red and the black
+//! face launches (both measured slower on the H100 so far: docs/PERFORMANCE.md). The residual
 //! is reduced inside the interior launches and a device-side stop flag lets the host
 //! queue many iterations and read a few scalars now and then (as the Jacobi engine does).
 
@@ -317,10 +318,11 @@ impl<T: Real> CudaElectrostatics<T> {
         // Held nodes are written by no launch, so both buffers start from the same V; the
         // state after `step` iterations lives in buffer step % 2.
         let parts = layout.split(&v0);
-        let mut v = [upload(&parts)?, upload(&parts)?];
-        if buffers == 1 {
-            v[1] = [s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?];
-        }
+        let second = match buffers {
+            2 => upload(&parts)?,
+            _ => [s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?],
+        };
+        let v = [upload(&parts)?, second];
         Ok(Self {
             v,
             code: [s.clone_htod(&c0)?, s.clone_htod(&c1)?],

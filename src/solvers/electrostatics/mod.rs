@@ -46,6 +46,21 @@ pub struct Launch {
 }
 
 impl SweepKernel {
+    pub const ALL: [SweepKernel; 3] = [
+        SweepKernel::PerColour,
+        SweepKernel::Fused,
+        SweepKernel::Staged,
+    ];
+
+    /// The name KEISAN_ES_KERNEL and the bench use.
+    pub fn name(self) -> &'static str {
+        match self {
+            SweepKernel::PerColour => "per-colour",
+            SweepKernel::Fused => "fused",
+            SweepKernel::Staged => "staged",
+        }
+    }
+
     /// The launch shape measured best on the H100: for the fused kernel 8 rows owned
     /// between 2 halo rows; the staged kernel's f64 rings fit 4 warps in 48 KB.
     pub fn default_block(self, precision: Precision) -> (u32, u32) {
@@ -108,16 +123,9 @@ impl Launch {
         let min_blocks = knob("KEISAN_ES_MINB", "a whole number in 1..=32", |v| {
             v.parse::<u32>().ok().filter(|v| (1..=32).contains(v))
         })?;
-        let kernel = knob(
-            "KEISAN_ES_KERNEL",
-            "per-colour, fused or staged",
-            |v| match v {
-                "per-colour" => Some(SweepKernel::PerColour),
-                "fused" => Some(SweepKernel::Fused),
-                "staged" => Some(SweepKernel::Staged),
-                _ => None,
-            },
-        )?
+        let kernel = knob("KEISAN_ES_KERNEL", "per-colour, fused or staged", |v| {
+            SweepKernel::ALL.into_iter().find(|k| k.name() == v)
+        })?
         .unwrap_or(DEFAULT_LAUNCH.kernel);
         Ok(Self {
             block,

@@ -13,8 +13,8 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
-#   gpu/gpu.sh next             # there: the checks of the work in progress (now, on 2 GPUs: Jacobi slabs on
-#                               #   distinct devices, their strong scaling, then every test)
+#   gpu/gpu.sh next             # there: the checks of the work in progress (now: the persistent
+#                               #   electrostatics kernel's tests, time to solution and sizes)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -179,23 +179,27 @@ mpi_gpu() {
 # The checks of the work in progress (keep only the test executables it runs in gpu/tests:
 # the device call carries at most 64 MiB): N-body on GPU ranks against one process.
 next() {
-  # On a 2-GPU host: the Jacobi slabs on two distinct GPUs (they faulted before the memory
-  # pools were opened to peers), then their strong scaling; the CUDA tests.
+  # Electrostatics launch shapes after the rows were paired (1, 2), (3, 4), ...: the
+  # Poisson time to solution and the 512³ iteration by block and planes.
   device; mkdir -p "$OUT"
-  local a="examples/jacobi-seed.toml -q --json"
-  for d in 0 0,1 0,0; do
-    for size in "5120 5000 100" "16384 16384 500"; do
-      set -- $size
-      timeout 120 $K run $a --devices $d --set jacobi.n=$1 --set jacobi.m=$2 --set jacobi.max_iterations=$3 \
-        --out "$OUT/j-$1-$d" > "$OUT/j-$1-$d.json" 2> "$OUT/j-$1-$d.err" || tail -2 "$OUT/j-$1-$d.err"
-      python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(sys.argv[2], 'solve', s['timings']['solve_s'])" "$OUT/j-$1-$d.json" "$1 devices $d" 2>/dev/null
+  local pb="$K bench electrostatics --poisson --precision f64 --repetitions 5"
+  for b in 64x2 64x1 128x1 128x2 64x3 96x2 64x4; do
+    for planes in auto 8 32; do
+      if [ $planes = auto ]; then unset KEISAN_ES_PLANES; else export KEISAN_ES_PLANES=$planes; fi
+      echo "Poisson $b planes $planes: $(KEISAN_ES_BLOCK=$b $pb | grep -oE '[0-9.]+ ms to solution')"
     done
   done
-  for n in 5120 16384; do cmp "$OUT/j-$n-0/u.npy" "$OUT/j-$n-0,1/u.npy" && echo "$n: u.npy the same bytes on 1 and 2 GPUs"; done
-  # The residual sums through the host (the path taken without peer access) give the same bits.
-  KEISAN_TOTALS_THROUGH_HOST=1 timeout 120 $K run $a --devices 0,1 --out "$OUT/j-host" > "$OUT/j-host.json" 2> "$OUT/j-host.err" || tail -2 "$OUT/j-host.err"
-  cmp "$OUT/j-5120-0/u.npy" "$OUT/j-host/u.npy" && echo "5120: u.npy the same bytes with the sums through the host"
-  tests
+  unset KEISAN_ES_PLANES
+  for prec in f32 f64; do
+    for b in 32x8 64x2 64x4 32x4; do
+      echo "512^3 $prec $b: $(KEISAN_ES_BLOCK=$b $K bench electrostatics --kernel per-colour --precision $prec --repetitions 3 | grep -E '^  per-colour:')"
+    done
+  done
+  for cells in 127 255; do
+    for b in 32x8 64x2; do
+      echo "$cells cells f64 $b: $(KEISAN_ES_BLOCK=$b $K bench electrostatics --kernel per-colour --precision f64 --cells $cells --repetitions 3 | grep -E '^  per-colour:')"
+    done
+  done
 }
 
 case "${1:-}" in

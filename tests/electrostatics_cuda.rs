@@ -102,11 +102,7 @@ fn cuda_matches_cpu_on_random_geometries() {
     for (n, charge) in charges.into_iter().enumerate() {
         let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
-        for kernel in [
-            SweepKernel::Fused,
-            SweepKernel::PerColour,
-            SweepKernel::Staged,
-        ] {
+        for kernel in SweepKernel::ALL {
             let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g, kernel);
             // Same operations in the same order per node, no contraction: the same bits.
             let d = common::rel_max_diff(&b, &a);
@@ -123,12 +119,14 @@ fn cuda_matches_cpu_on_random_geometries() {
         }
     }
     // To a tolerance: the same iteration count (an odd one too: the fused kernel's result
-    // then lies in the second buffer).
+    // then lies in the second buffer; the persistent kernel stops inside its launch).
     for (tolerance, kernel) in [
         (1e-9, SweepKernel::Fused),
         (1e-9, SweepKernel::PerColour),
         (3e-6, SweepKernel::Fused),
         (1e-9, SweepKernel::Staged),
+        (1e-9, SweepKernel::Persistent),
+        (3e-6, SweepKernel::Persistent),
     ] {
         let p = random_problem(&mut rng, false, 5000, tolerance, "3e-11");
         let g = Geometry::build(&p).unwrap();
@@ -151,11 +149,14 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
         let p = random_problem(&mut rng, nx_odd, 40, 0.0, "{ random = 5e-11, seed = 3 }");
         let g = Geometry::build(&p).unwrap();
         // The fused kernel's blocks have halo rows and lanes, so at least 3 rows.
-        let (fused, per_colour, staged) = (
+        let (fused, per_colour, staged, persistent) = (
             SweepKernel::Fused,
             SweepKernel::PerColour,
             SweepKernel::Staged,
+            SweepKernel::Persistent,
         );
+        // The persistent kernel's grid: as many blocks as fit, or 1, 7 or 64 blocks, each
+        // then taking several tiles per colour.
         let shapes = [
             (fused, (32, 10), None),
             (fused, (64, 4), Some(1)),
@@ -169,14 +170,21 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
             (staged, (64, 2), Some(1)),
             (staged, (32, 1), Some(7)),
             (staged, (32, 3), Some(100)),
+            (persistent, (32, 8), None),
+            (persistent, (64, 2), Some(3)),
         ];
+        let grids = [None, Some(1), Some(7), Some(64)];
+        let shapes: Vec<_> = (shapes.iter().map(|&(k, b, p)| (k, b, p, None)))
+            .chain(grids.iter().map(|&g| (persistent, (32, 4), Some(2), g)))
+            .collect();
         let runs: Vec<Vec<f64>> = shapes
             .iter()
-            .map(|&(kernel, block, planes)| {
+            .map(|&(kernel, block, planes, persistent_blocks)| {
                 let launch = electrostatics::Launch {
                     block: Some(block),
                     planes,
                     kernel,
+                    persistent_blocks,
                     ..electrostatics::DEFAULT_LAUNCH
                 };
                 solve(

@@ -29,6 +29,10 @@ pub struct ElectrostaticsBenchArgs {
     /// --precision f64 for the case).
     #[arg(long)]
     poisson: bool,
+    /// The CUDA kernel timed (per-colour, persistent, fused, staged); default: all of
+    /// them, per-colour first.
+    #[arg(long)]
+    kernel: Option<String>,
 }
 
 /// The time-to-solution problem: the unit cube with every face grounded, 128³ interior
@@ -57,8 +61,8 @@ pub struct ElectrostaticsBench {
     pub precision: String,
     pub nodes: usize,
     pub iterations: u64,
-    /// "per-colour" (one pass per colour), "staged", "fused" (one pass per iteration) or
-    /// "cpu".
+    /// "per-colour" (one pass per colour), "persistent" (the same, many iterations per
+    /// launch), "staged", "fused" (one pass per iteration) or "cpu".
     pub kernel: String,
     pub seconds: f64,
     pub gnodes_per_s: f64,
@@ -137,16 +141,27 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         return poisson(device, a.precision, a.repetitions);
     }
     let p = problem(cells, iterations);
-    let kernels: &[Option<SweepKernel>] = match device {
-        Device::Cuda(_) => &[
-            Some(SweepKernel::PerColour),
-            Some(SweepKernel::Staged),
-            Some(SweepKernel::Fused),
-        ],
-        Device::Cpu { .. } => &[None],
+    let only = match &a.kernel {
+        None => None,
+        Some(name) => Some(
+            SweepKernel::ALL
+                .into_iter()
+                .find(|k| k.name() == name)
+                .ok_or_else(|| {
+                    Error::invalid("--kernel", name, "per-colour, persistent, fused or staged")
+                })?,
+        ),
+    };
+    let kernels: Vec<Option<SweepKernel>> = match device {
+        Device::Cuda(_) => SweepKernel::ALL
+            .into_iter()
+            .filter(|&k| only.is_none_or(|o| o == k))
+            .map(Some)
+            .collect(),
+        Device::Cpu { .. } => vec![None],
     };
     let mut cases = Vec::new();
-    for &kernel in kernels {
+    for kernel in kernels {
         cases.push(match a.precision {
             Precision::F32 => case::<f32>(device, &p, kernel, a.repetitions)?,
             Precision::F64 => case::<f64>(device, &p, kernel, a.repetitions)?,
@@ -255,7 +270,7 @@ pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool) -> us
     let t = std::mem::size_of::<T>();
     let v = match kernel {
         SweepKernel::Fused => 2 * t + 1,
-        SweepKernel::PerColour | SweepKernel::Staged => 2 * (t + 1) + t,
+        SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 2 * (t + 1) + t,
     };
     v + if charge_per_node { t } else { 0 }
 }

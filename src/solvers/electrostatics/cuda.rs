@@ -68,42 +68,65 @@ impl Classes {
 }
 
 /// Values per row of a colour array (kernels.cu): node nx-1's column and the one past
-/// it (a lane beyond the mesh feeds its neighbour's shuffle), rounded to 128 bytes of f32.
-fn compact_pitch(nx: usize) -> usize {
-    (nx / 2 + 1).next_multiple_of(32)
+/// it (a lane beyond the mesh feeds its neighbour's shuffle), rounded to whole 128-byte
+/// lines of `bytes`-byte values (rows that start mid-line were measured 8 % slower at
+/// 512³ f32).
+fn compact_pitch(nx: usize, xoff: usize, bytes: usize) -> usize {
+    (((nx - 1 + xoff) >> 1) + 2).next_multiple_of(128 / bytes)
+}
+
+/// Compact columns of a row holding interior nodes (threads per row of a sweep).
+fn interior_columns(nx: usize, xoff: usize) -> usize {
+    ((nx - 2 + xoff) >> 1) + 1 - xoff
 }
 
 /// The colour-split layout: node (i, j, k) to array (i + j + k) & 1 at
-/// (k·ny + j)·ph + i/2. Each array has nz + 2 planes (the last two pad the sweeps'
-/// prefetches).
+/// shift + (k·ny + j)·ph + (i + xoff)/2. Each array has nz + 2 planes (the last two pad
+/// the sweeps' prefetches). xoff = 1 (the per-colour kernels) pairs the nodes (1, 2),
+/// (3, 4), ...: a row's interior then fills ⌈(nx − 2)/2⌉ columns, where xoff = 0 needs
+/// one more when nx is even (65 for the 128³ Poisson case's 130 nodes: a third warp per
+/// row with one lane at work). Their warps start at column 1, so `shift` puts column 1
+/// of every row on a 128-byte line (a warp's row segment one line, not two).
 struct Split {
     counts: [usize; 3],
     ph: usize,
+    xoff: usize,
+    shift: usize,
 }
 
 impl Split {
+    fn new(counts: [usize; 3], xoff: usize, bytes: usize) -> Self {
+        Self {
+            counts,
+            ph: compact_pitch(counts[0], xoff, bytes),
+            xoff,
+            shift: xoff * (128 / bytes - 1),
+        }
+    }
+
     fn len(&self) -> usize {
         let [_, ny, nz] = self.counts;
-        (nz + 2) * ny * self.ph
+        self.shift + (nz + 2) * ny * self.ph
     }
 
     fn split<T: Copy + Default + Send + Sync>(&self, data: &[T]) -> [Vec<T>; 2] {
         let [nx, ny, _] = self.counts;
-        let ph = self.ph;
+        let (ph, xoff) = (self.ph, self.xoff);
         let mut out = [
             vec![T::default(); self.len()],
             vec![T::default(); self.len()],
         ];
         let [a, b] = &mut out;
-        a.par_chunks_mut(ph)
-            .zip(b.par_chunks_mut(ph))
+        a[self.shift..]
+            .par_chunks_mut(ph)
+            .zip(b[self.shift..].par_chunks_mut(ph))
             .zip(data.par_chunks(nx))
             .enumerate()
             .for_each(|(r, ((a, b), src))| {
                 let s = (r % ny + r / ny) & 1;
                 for (i, &x) in src.iter().enumerate() {
                     let dst = if (i + s) & 1 == 0 { &mut *a } else { &mut *b };
-                    dst[i / 2] = x;
+                    dst[(i + xoff) / 2] = x;
                 }
             });
         out
@@ -111,15 +134,20 @@ impl Split {
 
     fn merge<T: Copy + Default + Send + Sync>(&self, parts: [&[T]; 2]) -> Vec<T> {
         let [nx, ny, nz] = self.counts;
-        let ph = self.ph;
+        let (ph, xoff) = (self.ph, self.xoff);
         let mut out = vec![T::default(); nx * ny * nz];
         out.par_chunks_mut(nx)
-            .zip(parts[0].par_chunks(ph).zip(parts[1].par_chunks(ph)))
+            .zip(
+                parts[0][self.shift..]
+                    .par_chunks(ph)
+                    .zip(parts[1][self.shift..].par_chunks(ph)),
+            )
             .enumerate()
             .for_each(|(r, (dst, (a, b)))| {
                 let s = (r % ny + r / ny) & 1;
                 for (i, x) in dst.iter_mut().enumerate() {
-                    *x = if (i + s) & 1 == 0 { a[i / 2] } else { b[i / 2] };
+                    let h = (i + xoff) / 2;
+                    *x = if (i + s) & 1 == 0 { a[h] } else { b[h] };
                 }
             });
         out
@@ -144,6 +172,8 @@ pub struct CudaElectrostatics<T: Real> {
     coefficients: Vec<CudaSlice<T>>,
     partials: CudaSlice<f64>,
     ticket: CudaSlice<u32>,
+    /// The persistent kernel's grid barrier (arrivals, barriers passed).
+    bar: CudaSlice<u32>,
     ctl: CudaSlice<u64>,
     acc: CudaSlice<f64>,
     hist: CudaSlice<f64>,
@@ -152,6 +182,8 @@ pub struct CudaElectrostatics<T: Real> {
     kernel: SweepKernel,
     cfg: LaunchConfig,
     faces_cfg: Option<LaunchConfig>,
+    /// The sweep's tiles per axis (its grid, but for the persistent kernel's).
+    tiles: (u32, u32, u32),
     layout: Split,
     planes: usize,
     launched: u64,
@@ -168,10 +200,10 @@ impl<T: Real> CudaElectrostatics<T> {
     ) -> Result<Self> {
         let block = launch
             .block
-            .unwrap_or_else(|| launch.kernel.default_block(T::PRECISION));
+            .unwrap_or_else(|| launch.kernel.default_block(T::PRECISION, p.points()));
         let min_rows = match launch.kernel {
             SweepKernel::Fused => 3,
-            SweepKernel::PerColour | SweepKernel::Staged => 1,
+            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 1,
         };
         if !block.0.is_multiple_of(32) || block.1 < min_rows || block.0 * block.1 > 1024 {
             return Err(Error::invalid(
@@ -203,10 +235,12 @@ impl<T: Real> CudaElectrostatics<T> {
             }
         }
         let [nx, ny, nz] = g.counts;
-        let layout = Split {
-            counts: g.counts,
-            ph: compact_pitch(nx),
+        // The fused and staged kernels index columns as i/2.
+        let xoff = match launch.kernel {
+            SweepKernel::PerColour | SweepKernel::Persistent => 1,
+            SweepKernel::Fused | SweepKernel::Staged => 0,
         };
+        let layout = Split::new(g.counts, xoff, std::mem::size_of::<T>());
         if layout.len() > u32::MAX as usize {
             return Err(Error::invalid(
                 "electrostatics mesh",
@@ -218,7 +252,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         let buffers = match launch.kernel {
             SweepKernel::Fused => 2,
-            SweepKernel::PerColour | SweepKernel::Staged => 1,
+            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 1,
         };
         gpu.ensure_fits(
             (2 * layout.len() * (per_node + (buffers - 1) * std::mem::size_of::<T>())) as u128,
@@ -229,8 +263,8 @@ impl<T: Real> CudaElectrostatics<T> {
             .min_blocks
             .unwrap_or(match (launch.kernel, T::PRECISION) {
                 (SweepKernel::Fused, _) => 2,
-                (SweepKernel::PerColour | SweepKernel::Staged, Precision::F32) => 4,
-                (SweepKernel::PerColour | SweepKernel::Staged, Precision::F64) => 3,
+                (_, Precision::F32) => 4,
+                (_, Precision::F64) => 3,
             });
         // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
         let unroll = match std::env::var("KEISAN_ES_FUSED_UNROLL").as_deref() {
@@ -246,23 +280,26 @@ impl<T: Real> CudaElectrostatics<T> {
             ("ES_MINB", min_blocks.to_string()),
             ("ES_FUSED_UNROLL", unroll.to_string()),
             ("ES_STAGED", staged.to_string()),
+            ("ES_XOFF", xoff.to_string()),
+            ("ES_SHIFT", layout.shift.to_string()),
         ];
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
+            SweepKernel::Persistent => "es_persist",
             SweepKernel::Staged => "es_staged",
         };
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, sweep_name)?;
         let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
-        // Pairs (2h, 2h + 1) holding interior nodes: h = 0 ..= (nx - 2)/2. The fused
+        // Columns holding interior nodes (a thread each), from column xoff. The fused
         // kernel's blocks own 30 pairs per warp and all rows but the first and last.
         let (bx, by) = (block.0 as usize, block.1 as usize);
         let (pairs_per_block, rows_per_block) = match launch.kernel {
             SweepKernel::Fused => (30 * bx / 32, by - 2),
-            SweepKernel::PerColour | SweepKernel::Staged => (bx, by),
+            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => (bx, by),
         };
         let (gx, gy) = (
-            ((nx - 2) / 2 + 1).div_ceil(pairs_per_block),
+            interior_columns(nx, xoff).div_ceil(pairs_per_block),
             (ny - 2).div_ceil(rows_per_block),
         );
         let per_sm =
@@ -273,8 +310,26 @@ impl<T: Real> CudaElectrostatics<T> {
             .planes
             .unwrap_or((nz - 2).div_ceil(chunks).max(MIN_PLANES))
             .clamp(1, nz - 2);
+        let tiles = (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32);
+        // The persistent kernel: as many blocks as the device holds at once (a cooperative
+        // launch refuses more), each taking every such tile in turn.
+        let grid_dim = match launch.kernel {
+            SweepKernel::Persistent => {
+                let all = tiles.0 as usize * tiles.1 as usize * tiles.2 as usize;
+                (
+                    launch
+                        .persistent_blocks
+                        .unwrap_or(resident)
+                        .min(resident)
+                        .min(all) as u32,
+                    1,
+                    1,
+                )
+            }
+            _ => tiles,
+        };
         let cfg = LaunchConfig {
-            grid_dim: (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32),
+            grid_dim,
             block_dim: (block.0, block.1, 1),
             shared_mem_bytes: 0,
         };
@@ -331,7 +386,10 @@ impl<T: Real> CudaElectrostatics<T> {
             has_qnode,
             q: T::lit(g.q_uniform),
             coefficients,
-            partials: s.alloc_zeros::<f64>(2 * blocks)?,
+            // Two values per block; the persistent kernel's four per block and iteration
+            // parity.
+            partials: s.alloc_zeros::<f64>(8 * blocks)?,
+            bar: s.alloc_zeros::<u32>(2)?,
             ticket: s.alloc_zeros::<u32>(1)?,
             ctl: s.clone_htod(&[step, flag])?,
             acc: s.alloc_zeros::<f64>(2)?,
@@ -341,6 +399,7 @@ impl<T: Real> CudaElectrostatics<T> {
             kernel: launch.kernel,
             cfg,
             faces_cfg,
+            tiles,
             layout,
             planes,
             launched: step,
@@ -488,10 +547,50 @@ impl<T: Real> CudaElectrostatics<T> {
         Ok(())
     }
 
+    /// Iterations `launched` .. `launched + steps` in one cooperative launch (es_persist),
+    /// in buffer 0; it stops early where the stop flag is set.
+    fn launch_persistent(&mut self, steps: u64) -> Result<()> {
+        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
+        let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
+        let (tx, ty, tz) = (
+            self.tiles.0 as i32,
+            self.tiles.1 as i32,
+            self.tiles.2 as i32,
+        );
+        let has_faces = self.faces_cfg.is_some() as i32;
+        let omega = T::lit(self.p.omega);
+        let tol = self.p.tolerance;
+        let (first, last) = (self.launched, self.launched + steps);
+        let hist_len = HISTORY as u32;
+        let [v0, v1] = &mut self.v[0];
+        let mut l = self.gpu.stream.launch_builder(&self.sweep);
+        l.arg(v0).arg(v1).arg(&self.code[0]).arg(&self.code[1]);
+        l.arg(&self.classes)
+            .arg(&self.qnode[0])
+            .arg(&self.qnode[1])
+            .arg(&self.has_qnode)
+            .arg(&self.q);
+        for axis in &self.coefficients {
+            l.arg(axis);
+        }
+        l.arg(&nx).arg(&ny).arg(&nz).arg(&ph).arg(&planes);
+        l.arg(&tx).arg(&ty).arg(&tz).arg(&has_faces);
+        l.arg(&omega).arg(&tol).arg(&first).arg(&last);
+        l.arg(&mut self.partials)
+            .arg(&mut self.bar)
+            .arg(&mut self.ctl);
+        l.arg(&mut self.hist).arg(&hist_len);
+        // SAFETY: as launch_sweep for both colours; partials hold 8 values per block of
+        // the grid, bar 2 zeroed counters; the grid is at most what the device holds at
+        // once, which the cooperative launch checks.
+        unsafe { l.launch_cooperative(self.cfg) }?;
+        Ok(())
+    }
+
     /// The buffer holding the state after the iterations the device has done.
     fn current(&self) -> Result<usize> {
         Ok(match self.kernel {
-            SweepKernel::PerColour | SweepKernel::Staged => 0,
+            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 0,
             SweepKernel::Fused => (self.gpu.stream.clone_dtoh(&self.ctl)?[0] % 2) as usize,
         })
     }
@@ -519,10 +618,15 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     type Real = T;
 
     fn advance(&mut self, steps: u64) -> Result<()> {
+        if self.kernel == SweepKernel::Persistent {
+            self.launch_persistent(steps)?;
+            self.launched += steps;
+            return Ok(());
+        }
         for _ in 0..steps {
             let k = self.launched;
             match self.kernel {
-                SweepKernel::PerColour | SweepKernel::Staged => {
+                SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
                     for oe in 0..2 {
                         self.launch_faces(oe, 0, [0, 0], None)?;
                         self.launch_sweep(oe as i32, k)?;
@@ -575,19 +679,19 @@ mod tests {
 
     #[test]
     fn the_colour_split_puts_each_node_in_its_colour_and_merges_back() {
-        for counts in [[5, 4, 3], [6, 5, 4], [7, 3, 6], [34, 5, 3]] {
+        for (counts, xoff) in [[5, 4, 3], [6, 5, 4], [7, 3, 6], [34, 5, 3]]
+            .into_iter()
+            .flat_map(|c| [(c, 0), (c, 1)])
+        {
             let [nx, ny, nz] = counts;
-            let layout = Split {
-                counts,
-                ph: compact_pitch(nx),
-            };
+            let layout = Split::new(counts, xoff, 4);
             let data: Vec<u32> = (1..=(nx * ny * nz) as u32).collect();
             let parts = layout.split(&data);
             for k in 0..nz {
                 for j in 0..ny {
                     for i in 0..nx {
                         let n = (k * ny + j) * nx + i;
-                        let at = (k * ny + j) * layout.ph + i / 2;
+                        let at = layout.shift + (k * ny + j) * layout.ph + (i + xoff) / 2;
                         assert_eq!(
                             parts[(i + j + k) & 1][at],
                             data[n],
@@ -600,6 +704,27 @@ mod tests {
             let placed = parts.iter().flatten().filter(|&&x| x != 0).count();
             assert_eq!(placed, data.len());
             assert_eq!(layout.merge([&parts[0], &parts[1]]), data);
+        }
+    }
+
+    #[test]
+    fn shifted_pairs_need_no_more_columns_and_one_fewer_for_even_rows() {
+        for nx in 3..200 {
+            let (plain, shifted) = (interior_columns(nx, 0), interior_columns(nx, 1));
+            // Columns of the interior nodes 1 ..= nx - 2 under each pairing, counted.
+            let count = |xoff: usize| {
+                let mut h: Vec<usize> = (1..nx - 1).map(|i| (i + xoff) / 2).collect();
+                h.dedup();
+                h.len()
+            };
+            assert_eq!(plain, count(0), "nx {nx}");
+            assert_eq!(shifted, count(1), "nx {nx}");
+            assert_eq!(shifted, (nx - 2).div_ceil(2), "nx {nx}");
+            assert_eq!(plain - shifted, (nx % 2 == 0) as usize, "nx {nx}");
+            for xoff in [0, 1] {
+                // The last node's column and the one past it fit in a row.
+                assert!(compact_pitch(nx, xoff, 8) >= (nx - 1 + xoff) / 2 + 2);
+            }
         }
     }
 }

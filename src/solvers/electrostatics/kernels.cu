@@ -2,13 +2,17 @@
 // -Dreal=float|double, ES_BX x ES_BY threads per block, ES_BX a multiple of 32.
 //
 // Device layout: colour-split. Node (i, j, k) has colour (i + j + k) & 1 and lives in
-// that colour's array at index (k*ny + j)*ph + (i >> 1): each row holds its nodes of one
-// colour, compacted. A sweep of colour C then reads and writes whole rows of C and reads
-// whole rows of the other colour D: per iteration 3 values + 2 class bytes per node
-// cross DRAM, where the interleaved layout moves 4 values (every sector of V is read and
-// written back by both colours). In a row of parity s = (j + k) & 1 the C node at compact
-// h is i = 2h + o, o = (C + s) & 1, and its D neighbours are: in the rows j±1 and the
-// planes k±1 the D node at the same h; in its own row the D nodes at h - 1 + o and h + o.
+// that colour's array at index (k*ny + j)*ph + ((i + ES_XOFF) >> 1): each row holds its
+// nodes of one colour, compacted. A sweep of colour C then reads and writes whole rows
+// of C and reads whole rows of the other colour D: per iteration 3 values + 2 class bytes
+// per node cross DRAM, where the interleaved layout moves 4 values (every sector of V is
+// read and written back by both colours). In a row of parity s = (j + k) & 1 the C node
+// at compact h is i = 2h + o - ES_XOFF, o = (C + s + ES_XOFF) & 1, and its D neighbours
+// are: in the rows j±1 and the planes k±1 the D node at the same h; in its own row the D
+// nodes at h - 1 + o and h + o. ES_XOFF = 1 (es_sweep, es_persist) pairs the nodes (1, 2),
+// (3, 4), ...: a row's interior then fills ceil((nx - 2)/2) columns, one fewer than the
+// pairs (0, 1), (2, 3), ... of ES_XOFF = 0 (which es_fused and es_staged assume) when nx
+// is even; the sweeps' threads start at column ES_XOFF.
 // Each colour array has nz + 2 planes: the last two pad the reads ahead past the top face.
 //
 // One byte per node, `code`, indexes a class table of (epsr, held): the study's
@@ -32,6 +36,14 @@
 #endif
 #ifndef ES_MINB
 #define ES_MINB 4
+#endif
+#ifndef ES_XOFF
+#define ES_XOFF 0
+#endif
+// Elements before row 0 of each array (with ES_XOFF = 1: column 1 of every row starts a
+// 128-byte line).
+#ifndef ES_SHIFT
+#define ES_SHIFT 0
 #endif
 
 // A class: epsr, and 1 when the voltage is held (else 0); one shared-memory load.
@@ -198,22 +210,24 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
     else if (rel <= tol) ctl[1] = 1;
 }
 
-// ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
-// colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
-// vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
-extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
-es_sweep(ES_SWEEP_PARAMS) {
-    if (((volatile u64*)ctl)[1] != 0) return;
-    __shared__ es_class cls[256];
-    const int tid = threadIdx.x + ES_BX * threadIdx.y;
-    load_classes(cls, classes, tid);
-    __syncthreads();
-
+// One block's tile of colour oe's sweep: compact columns from bx·ES_BX, rows from
+// 1 + by·ES_BY, the z-chunk bz of `planes` planes; adds its nodes' (res², V²) to the
+// thread's sums. vc, cc, qc: the arrays of the colour swept; vd, cd: the other colour's.
+// No __restrict__ on V here: es_persist reads in one phase what other blocks wrote in
+// the previous one, so V must not go through the read-only (non-coherent) path there.
+__device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsigned char* cc,
+                                           const unsigned char* cd, const es_class* cls,
+                                           const real* qc, int has_qnode, real q,
+                                           const real* rxp, const real* rxm, const real* ryp,
+                                           const real* rym, const real* rzp, const real* rzm,
+                                           int nx, int ny, int nz, int ph, int planes, int oe,
+                                           real omega, int bx, int by, int bz, double& res2,
+                                           double& v2) {
     // Threads off the mesh still walk the planes: their lanes feed the shuffles, so in x
     // they read their own (valid) compact column; only whole off-mesh rows are clamped.
-    const int h = min((int)(blockIdx.x * ES_BX + threadIdx.x), ph - 1);
-    const int j = 1 + blockIdx.y * ES_BY + threadIdx.y;
-    const int k0 = 1 + blockIdx.z * planes;
+    const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ph - 1);
+    const int j = 1 + by * ES_BY + threadIdx.y;
+    const int k0 = 1 + bz * planes;
     const int k1 = min(k0 + planes, nz - 1);
     const bool row = j < ny - 1;
     const int jr = row ? j : 1;
@@ -224,26 +238,27 @@ es_sweep(ES_SWEEP_PARAMS) {
     w.cls = cls;
     w.has_qnode = has_qnode; w.q = q; w.omega = omega;
     w.rzp = rzp; w.rzm = rzm;
-    const int i0 = 2 * h, i0c = min(max(i0, 1), nx - 2), i1c = min(i0 + 1, nx - 2);
+    const int i0 = 2 * h - ES_XOFF, i0c = min(max(i0, 1), nx - 2),
+              i1c = min(max(i0 + 1, 1), nx - 2);
     w.xp0 = rxp[i0c]; w.xm0 = rxm[i0c]; w.xp1 = rxp[i1c]; w.xm1 = rxm[i1c];
     w.yp = ryp[jr]; w.ym = rym[jr];
     w.hj = ph; w.hk = (unsigned)ph * ny;
     w.in0 = row && i0 >= 1 && i0 <= nx - 2;
-    w.in1 = row && i0 + 1 <= nx - 2;
+    w.in1 = row && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
     w.edge_left = lane == 0;
     w.edge_right = lane == 31;
 
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
     if (k0 < k1) {
-        c.n = ((unsigned)k0 * ny + jr) * ph + h;
+        c.n = ES_SHIFT + ((unsigned)k0 * ny + jr) * ph + h;
         c.dm = w.vd[c.n - w.hk]; c.dc = w.vd[c.n]; c.dn = w.vd[c.n + w.hk];
         c.em = cls[w.cd[c.n - w.hk]].eps; c.ec = cls[w.cd[c.n]].eps;
         c.cn = w.cd[c.n + w.hk];
-        // o = (C + s) & 1 with s = (j + k) & 1; from j, not jr: every lane of a warp (one
-        // row: ES_BX is a multiple of 32) takes the same branch, so the shuffles inside
-        // see the whole warp.
-        if ((oe + j + k0) & 1) {
+        // o = (C + s + ES_XOFF) & 1 with s = (j + k) & 1; from j, not jr: every lane of a
+        // warp (one row: ES_BX is a multiple of 32) takes the same branch, so the shuffles
+        // inside see the whole warp.
+        if ((oe + j + k0 + ES_XOFF) & 1) {
             c.r = reads<1>(w, c.n);
             march<1>(w, c, k0, k1);
         } else {
@@ -251,7 +266,24 @@ es_sweep(ES_SWEEP_PARAMS) {
             march<0>(w, c, k0, k1);
         }
     }
-    sweep_record(c.res2, c.v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
+    res2 += c.res2;
+    v2 += c.v2;
+}
+
+// ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
+// colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
+// vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
+extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
+es_sweep(ES_SWEEP_PARAMS) {
+    if (((volatile u64*)ctl)[1] != 0) return;
+    __shared__ es_class cls[256];
+    const int tid = threadIdx.x + ES_BX * threadIdx.y;
+    load_classes(cls, classes, tid);
+    __syncthreads();
+    double res2 = 0.0, v2 = 0.0;
+    sweep_tile(vc, vd, cc, cd, cls, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
+               nz, ph, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, res2, v2);
+    sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
 }
 
 // Zero normal field on the box faces: a free face node of colour oe copies its inner
@@ -268,6 +300,34 @@ es_sweep(ES_SWEEP_PARAMS) {
 // vc = vc2 = the output buffer). `after` >= 0: run only if iteration `after` is done
 // (ctl[0] == after + 1), so the black faces of the iteration that converged still run;
 // else only while no stop is flagged.
+// Face node (a, b) of face f (see es_faces) when it is of colour oe and free: the value
+// of its inner neighbour, into vc and vc2.
+__device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
+                                          const unsigned char* __restrict__ cc,
+                                          const real* __restrict__ classes, int nx, int ny,
+                                          int nz, int ph, int oe, int f, int a, int b) {
+    const int axis = f >> 1, high = f & 1;
+    int i, j, k;
+    if (axis == 0) { i = high ? nx - 1 : 0; j = a; k = b; }
+    else if (axis == 1) { i = a; j = high ? ny - 1 : 0; k = b; }
+    else { i = a; j = b; k = high ? nz - 1 : 0; }
+    if (i >= nx || j >= ny || k >= nz || ((i + j + k + oe) & 1)) return;
+    // Earlier faces own shared edges and corners.
+    if (axis >= 1 && (i == 0 || i == nx - 1)) return;
+    if (axis == 2 && (j == 0 || j == ny - 1)) return;
+    const size_t n = ES_SHIFT + ((size_t)k * ny + j) * ph + ((i + ES_XOFF) >> 1);
+    if (classes[2 * cc[n] + 1] != (real)0) return;
+    // The inner neighbour, of the other colour.
+    const int d = high ? -1 : 1;
+    size_t m;
+    if (axis == 0) m = n - ((i + ES_XOFF) >> 1) + ((i + d + ES_XOFF) >> 1);
+    else if (axis == 1) m = n + (ptrdiff_t)d * ph;
+    else m = n + (ptrdiff_t)d * ph * ny;
+    const real v = vd[m];
+    vc[n] = v;
+    vc2[n] = v;
+}
+
 extern "C" __global__ void es_faces(real* vc, real* vc2,
                                     const real* __restrict__ vd,
                                     const unsigned char* __restrict__ cc,
@@ -277,28 +337,118 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
     if (after >= 0 ? ((volatile const u64*)ctl)[0] != (u64)after + 1
                    : ((volatile const u64*)ctl)[1] != 0)
         return;
-    const int f = blockIdx.z, axis = f >> 1, high = f & 1;
-    const int a = blockIdx.x * blockDim.x + threadIdx.x;
-    const int b = blockIdx.y * blockDim.y + threadIdx.y;
-    int i, j, k;
-    if (axis == 0) { i = high ? nx - 1 : 0; j = a; k = b; }
-    else if (axis == 1) { i = a; j = high ? ny - 1 : 0; k = b; }
-    else { i = a; j = b; k = high ? nz - 1 : 0; }
-    if (i >= nx || j >= ny || k >= nz || ((i + j + k + oe) & 1)) return;
-    // Earlier faces own shared edges and corners.
-    if (axis >= 1 && (i == 0 || i == nx - 1)) return;
-    if (axis == 2 && (j == 0 || j == ny - 1)) return;
-    const size_t n = ((size_t)k * ny + j) * ph + (i >> 1);
-    if (classes[2 * cc[n] + 1] != (real)0) return;
-    // The inner neighbour, of the other colour.
-    const int d = high ? -1 : 1;
-    size_t m;
-    if (axis == 0) m = n - (i >> 1) + ((i + d) >> 1);
-    else if (axis == 1) m = n + (ptrdiff_t)d * ph;
-    else m = n + (ptrdiff_t)d * ph * ny;
-    const real v = vd[m];
-    vc[n] = v;
-    vc2[n] = v;
+    face_node(vc, vc2, vd, cc, classes, nx, ny, nz, ph, oe, blockIdx.z,
+              blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y);
+}
+
+// ---------------------------------------------------------------------------------------
+// es_persist: many red-black iterations in one cooperative launch, for meshes small
+// enough that launches, not bytes, set the pace (the 128³ Poisson case: 36 MB, in L2).
+//
+// The grid is what the device holds at once (cudaLaunchCooperativeKernel guarantees it
+// is co-resident); each block takes the per-colour sweep's tiles t = blockIdx.x,
+// blockIdx.x + gridDim.x, ... of a colour (and, with free face nodes, a share of that
+// colour's face nodes: faces and sweep of a colour commute), then every block waits at
+// a grid barrier before the other colour. Each block's (res², V²) per colour go to
+// `partials` (two iterations' worth, by parity, so a block running ahead never
+// overwrites sums a slower block still reads); after black every block adds all of them
+// in block order — the same total in every block — so all decide alike, with no third
+// barrier, whether the solve stops. Iteration `first` .. `last` - 1; block 0 writes the
+// history slot and ctl as sweep_record does.
+// ---------------------------------------------------------------------------------------
+
+// Every block of the grid arrives before any leaves; bar[0] counts arrivals, bar[1]
+// counts barriers passed. The fences make each block's writes before the barrier
+// visible to every block after it (ordinary loads: V is never read through the
+// read-only path in es_persist).
+__device__ __forceinline__ void grid_barrier(unsigned* bar) {
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) {
+        volatile unsigned* vb = bar;
+        const unsigned gen = vb[1];
+        __threadfence();
+        if (atomicAdd(&bar[0], 1u) == gridDim.x - 1) {
+            atomicExch(&bar[0], 0u);
+            __threadfence();
+            atomicAdd(&bar[1], 1u);
+        } else {
+            while (vb[1] == gen) __nanosleep(20);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
+es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
+           const unsigned char* __restrict__ c1, const real* __restrict__ classes,
+           const real* __restrict__ q0, const real* __restrict__ q1, int has_qnode, real q,
+           const real* __restrict__ rxp, const real* __restrict__ rxm,
+           const real* __restrict__ ryp, const real* __restrict__ rym,
+           const real* __restrict__ rzp, const real* __restrict__ rzm, int nx, int ny, int nz,
+           int ph, int planes, int tiles_x, int tiles_y, int tiles_z, int has_faces,
+           real omega, double tol, u64 first, u64 last, double* __restrict__ partials,
+           unsigned* bar, u64* __restrict__ ctl, double* __restrict__ hist,
+           unsigned hist_len) {
+    if (((volatile u64*)ctl)[1] != 0) return;
+    __shared__ es_class cls[256];
+    __shared__ int stop;
+    const int tid = threadIdx.x + ES_BX * threadIdx.y;
+    const unsigned nthreads = ES_BX * ES_BY, nb = gridDim.x;
+    load_classes(cls, classes, tid);
+    __syncthreads();
+    const unsigned tiles = (unsigned)tiles_x * tiles_y * tiles_z;
+    const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
+    for (u64 it = first; it < last; ++it) {
+        double* part = partials + (it & 1) * 4 * nb;
+        for (int oe = 0; oe < 2; ++oe) {
+            real* vc = oe ? v1 : v0;
+            const real* vd = oe ? v0 : v1;
+            const unsigned char* cc = oe ? c1 : c0;
+            const unsigned char* cd = oe ? c0 : c1;
+            if (has_faces)
+                for (unsigned e = blockIdx.x * nthreads + tid; e < nface; e += nb * nthreads) {
+                    const unsigned f = e / (fa * fb), r = e % (fa * fb);
+                    face_node(vc, vc, vd, cc, classes, nx, ny, nz, ph, oe, f, r % fa, r / fa);
+                }
+            double res2 = 0.0, v2 = 0.0;
+            for (unsigned t = blockIdx.x; t < tiles; t += nb)
+                sweep_tile(vc, vd, cc, cd, cls, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
+                           rzp, rzm, nx, ny, nz, ph, planes, oe, omega, t % tiles_x,
+                           (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), res2, v2);
+            const double r = block_sum(res2);
+            __syncthreads();
+            const double n = block_sum(v2);
+            if (tid == 0) {
+                part[(2 * oe) * nb + blockIdx.x] = r;
+                part[(2 * oe + 1) * nb + blockIdx.x] = n;
+            }
+            grid_barrier(bar);
+        }
+        // (res², V²) of red, then of black, each added over the blocks in block order.
+        double total[4];
+        for (int v = 0; v < 4; ++v) {
+            double s = 0.0;
+            for (unsigned i = tid; i < nb; i += nthreads) s += __ldcg(&part[v * nb + i]);
+            total[v] = block_sum(s);
+            __syncthreads();
+        }
+        if (tid == 0) {
+            const double r = sqrt(total[0] + total[2]), norm = sqrt(total[1] + total[3]);
+            const double rel = norm > 0.0 ? r / norm : r;
+            int flag = 0;
+            if (!(rel == rel) || rel > 1.7976931348623157e308) flag = 2;
+            else if (rel <= tol) flag = 1;
+            if (blockIdx.x == 0) {
+                hist[it % hist_len] = rel;
+                ctl[0] = it + 1;
+                if (flag) ctl[1] = flag;
+            }
+            stop = flag;
+        }
+        __syncthreads();
+        if (stop) return;
+    }
 }
 
 // ---------------------------------------------------------------------------------------

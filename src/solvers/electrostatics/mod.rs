@@ -40,14 +40,18 @@ pub struct Launch {
     /// Blocks per multiprocessor the compiler must fit (caps registers per thread); None:
     /// the best measured on the H100 for the kernel and precision.
     pub min_blocks: Option<u32>,
+    /// The persistent kernel's blocks (None: as many as the device holds at once); fewer
+    /// make each block take several tiles per colour.
+    pub persistent_blocks: Option<usize>,
     /// Both colours in one pass (es_fused, ping-pong buffers), or one launch per colour
     /// (es_sweep, in place).
     pub kernel: SweepKernel,
 }
 
 impl SweepKernel {
-    pub const ALL: [SweepKernel; 3] = [
+    pub const ALL: [SweepKernel; 4] = [
         SweepKernel::PerColour,
+        SweepKernel::Persistent,
         SweepKernel::Fused,
         SweepKernel::Staged,
     ];
@@ -56,21 +60,30 @@ impl SweepKernel {
     pub fn name(self) -> &'static str {
         match self {
             SweepKernel::PerColour => "per-colour",
+            SweepKernel::Persistent => "persistent",
             SweepKernel::Fused => "fused",
             SweepKernel::Staged => "staged",
         }
     }
 
-    /// The launch shape measured best on the H100: for the fused kernel 8 rows owned
-    /// between 2 halo rows; the staged kernel's f64 rings fit 4 warps in 48 KB.
-    pub fn default_block(self, precision: Precision) -> (u32, u32) {
+    /// The launch shape measured best on the H100 for a mesh of `nodes`: for the fused
+    /// kernel 8 rows owned between 2 halo rows; the staged kernel's f64 rings fit 4 warps
+    /// in 48 KB; the per-colour sweeps of small meshes (the 128³ Poisson case) fill the
+    /// device best with blocks of two 2-warp rows (15.4–15.8 ms against 18.7 at 32×8;
+    /// 512³ is 10 % slower so).
+    pub fn default_block(self, precision: Precision, nodes: usize) -> (u32, u32) {
         match (self, precision) {
             (SweepKernel::Fused, _) => (32, 10),
-            (SweepKernel::PerColour, _) | (SweepKernel::Staged, Precision::F32) => (32, 8),
+            (SweepKernel::PerColour, _) if nodes <= SMALL_MESH => (64, 2),
+            (SweepKernel::PerColour | SweepKernel::Persistent, _)
+            | (SweepKernel::Staged, Precision::F32) => (32, 8),
             (SweepKernel::Staged, Precision::F64) => (32, 4),
         }
     }
 }
+
+/// Nodes up to which a mesh counts as small for the default launch (about 161³).
+const SMALL_MESH: usize = 1 << 22;
 
 /// How a red-black iteration runs on a CUDA device (see kernels.cu).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,6 +92,9 @@ pub enum SweepKernel {
     Fused,
     /// One launch per colour, in place (the single-pass floor's kernel).
     PerColour,
+    /// The per-colour sweeps of many iterations in one cooperative launch, with a grid
+    /// barrier between colours: for meshes small enough that launches set the pace.
+    Persistent,
     /// As PerColour, each warp's operands staged through shared memory by asynchronous
     /// copies several planes ahead.
     Staged,
@@ -88,13 +104,14 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
     block: None,
     planes: None,
     min_blocks: None,
+    persistent_blocks: None,
     kernel: SweepKernel::PerColour,
 };
 
 impl Launch {
-    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K, KEISAN_ES_MINB=M
-    /// and KEISAN_ES_KERNEL=per-colour|fused|staged for tuning runs; a value that does not
-    /// parse is an error naming its variable.
+    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K, KEISAN_ES_MINB=M,
+    /// KEISAN_ES_PERSISTENT_BLOCKS=B and KEISAN_ES_KERNEL=per-colour|persistent|fused|staged
+    /// for tuning runs; a value that does not parse is an error naming its variable.
     pub fn from_env() -> Result<Self> {
         fn knob<T>(
             name: &str,
@@ -123,14 +140,20 @@ impl Launch {
         let min_blocks = knob("KEISAN_ES_MINB", "a whole number in 1..=32", |v| {
             v.parse::<u32>().ok().filter(|v| (1..=32).contains(v))
         })?;
-        let kernel = knob("KEISAN_ES_KERNEL", "per-colour, fused or staged", |v| {
-            SweepKernel::ALL.into_iter().find(|k| k.name() == v)
-        })?
+        let persistent_blocks = knob("KEISAN_ES_PERSISTENT_BLOCKS", "a whole number >= 1", |v| {
+            v.parse::<usize>().ok().filter(|&v| v >= 1)
+        })?;
+        let kernel = knob(
+            "KEISAN_ES_KERNEL",
+            "per-colour, persistent, fused or staged",
+            |v| SweepKernel::ALL.into_iter().find(|k| k.name() == v),
+        )?
         .unwrap_or(DEFAULT_LAUNCH.kernel);
         Ok(Self {
             block,
             planes,
             min_blocks,
+            persistent_blocks,
             kernel,
         })
     }

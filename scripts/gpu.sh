@@ -13,8 +13,8 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
-#   gpu/gpu.sh next             # there: the checks of the work in progress (now: the persistent
-#                               #   electrostatics kernel's tests, time to solution and sizes)
+#   gpu/gpu.sh next             # there: the checks of the work in progress (now: electrostatics
+#                               #   time to solution and 512^3 with the defaults, then the tests)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -179,27 +179,16 @@ mpi_gpu() {
 # The checks of the work in progress (keep only the test executables it runs in gpu/tests:
 # the device call carries at most 64 MiB): N-body on GPU ranks against one process.
 next() {
-  # Electrostatics launch shapes after the rows were paired (1, 2), (3, 4), ...: the
-  # Poisson time to solution and the 512³ iteration by block and planes.
+  # Electrostatics defaults as committed (pairs (1, 2), ..., 64x2 blocks on small meshes, a
+  # stop check every 64 iterations): the Poisson time to solution, 512^3, then the tests.
   device; mkdir -p "$OUT"
-  local pb="$K bench electrostatics --poisson --precision f64 --repetitions 5"
-  for b in 64x2 64x1 128x1 128x2 64x3 96x2 64x4; do
-    for planes in auto 8 32; do
-      if [ $planes = auto ]; then unset KEISAN_ES_PLANES; else export KEISAN_ES_PLANES=$planes; fi
-      echo "Poisson $b planes $planes: $(KEISAN_ES_BLOCK=$b $pb | grep -oE '[0-9.]+ ms to solution')"
-    done
+  for r in 1 2; do
+    $K bench electrostatics --poisson --precision f64 --repetitions 5 | grep -E "to solution|copy"
   done
-  unset KEISAN_ES_PLANES
-  for prec in f32 f64; do
-    for b in 32x8 64x2 64x4 32x4; do
-      echo "512^3 $prec $b: $(KEISAN_ES_BLOCK=$b $K bench electrostatics --kernel per-colour --precision $prec --repetitions 3 | grep -E '^  per-colour:')"
-    done
-  done
-  for cells in 127 255; do
-    for b in 32x8 64x2; do
-      echo "$cells cells f64 $b: $(KEISAN_ES_BLOCK=$b $K bench electrostatics --kernel per-colour --precision f64 --cells $cells --repetitions 3 | grep -E '^  per-colour:')"
-    done
-  done
+  $K bench electrostatics --poisson --precision f64 --repetitions 5 --json > "$OUT/bench-es-poisson.json"
+  $K bench electrostatics --kernel per-colour | grep -E "^  per-colour:|of copy"
+  $K bench electrostatics --kernel per-colour --precision f64 | grep -E "^  per-colour:|of copy"
+  tests
 }
 
 case "${1:-}" in

@@ -26,6 +26,10 @@ pub const KERNELS: KernelSource = KernelSource {
 /// Residual history slots on the device; the run loop reads them at least this often.
 const HISTORY: usize = 4096;
 
+/// Iterations between the run loop's reads of the stop flag, at most (launched
+/// iterations, not the persistent kernel's).
+const STOP_CHECK: u64 = 64;
+
 /// Waves of resident blocks a sweep aims for; the z-chunk per block follows from it
 /// (at least MIN_PLANES: a block reads 3 planes before its first update).
 const WAVES: usize = 16;
@@ -669,7 +673,14 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     }
 
     fn max_steps_between_diagnostics(&self) -> u64 {
-        HISTORY as u64
+        match self.kernel {
+            // Stops inside its launch: nothing queued runs after convergence.
+            SweepKernel::Persistent => HISTORY as u64,
+            // Launches queued past the converged iteration still cost a few µs each; a
+            // check at least every STOP_CHECK iterations bounds that waste (the run loop's
+            // chunks would otherwise grow to hundreds) for ~20 µs per check.
+            _ => STOP_CHECK,
+        }
     }
 }
 

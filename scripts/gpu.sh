@@ -182,12 +182,9 @@ next() {
   # Electrostatics defaults as committed (pairs (1, 2), ..., 64x2 blocks on small meshes, a
   # stop check every 64 iterations): the Poisson time to solution, 512^3, then the tests.
   device; mkdir -p "$OUT"
-  for r in 1 2; do
-    $K bench electrostatics --poisson --precision f64 --repetitions 5 | grep -E "to solution|copy"
-  done
+  $K bench electrostatics --poisson --precision f64 --repetitions 5 | grep -E "to solution|copy"
   $K bench electrostatics --poisson --precision f64 --repetitions 5 --json > "$OUT/bench-es-poisson.json"
   $K bench electrostatics --kernel per-colour | grep -E "^  per-colour:|of copy"
-  $K bench electrostatics --kernel per-colour --precision f64 | grep -E "^  per-colour:|of copy"
   tests
 }
 

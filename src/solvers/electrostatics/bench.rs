@@ -144,12 +144,8 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     let only = match &a.kernel {
         None => None,
         Some(name) => Some(
-            SweepKernel::ALL
-                .into_iter()
-                .find(|k| k.name() == name)
-                .ok_or_else(|| {
-                    Error::invalid("--kernel", name, "per-colour, persistent, fused or staged")
-                })?,
+            SweepKernel::from_name(name)
+                .ok_or_else(|| Error::invalid("--kernel", name, SweepKernel::NAMES))?,
         ),
     };
     let kernels: Vec<Option<SweepKernel>> = match device {

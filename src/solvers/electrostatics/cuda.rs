@@ -464,13 +464,24 @@ impl<T: Real> CudaElectrostatics<T> {
         Ok(())
     }
 
+    /// The scalars every sweep launch passes (kernel argument types).
+    fn scalars(&self) -> SweepScalars<T> {
+        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
+        SweepScalars {
+            nx,
+            ny,
+            nz,
+            ph: self.layout.ph as i32,
+            planes: self.planes as i32,
+            omega: T::lit(self.p.omega),
+            tol: self.p.tolerance,
+            hist_len: HISTORY as u32,
+        }
+    }
+
     /// One colour's in-place sweep (per-colour kernel), in buffer 0.
     fn launch_sweep(&mut self, oe: i32, iteration: u64) -> Result<()> {
-        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
-        let omega = T::lit(self.p.omega);
-        let tol = self.p.tolerance;
-        let hist_len = HISTORY as u32;
+        let k = self.scalars();
         let c = &self.coefficients;
         let (vc, vd) = colours(&mut self.v[0], oe);
         let (own, other) = (oe as usize, 1 - oe as usize);
@@ -486,19 +497,19 @@ impl<T: Real> CudaElectrostatics<T> {
         for axis in c {
             l.arg(axis);
         }
-        l.arg(&nx)
-            .arg(&ny)
-            .arg(&nz)
-            .arg(&ph)
-            .arg(&planes)
+        l.arg(&k.nx)
+            .arg(&k.ny)
+            .arg(&k.nz)
+            .arg(&k.ph)
+            .arg(&k.planes)
             .arg(&oe)
-            .arg(&omega)
-            .arg(&tol)
+            .arg(&k.omega)
+            .arg(&k.tol)
             .arg(&iteration);
         l.arg(&mut self.partials)
             .arg(&mut self.ticket)
             .arg(&mut self.ctl);
-        l.arg(&mut self.acc).arg(&mut self.hist).arg(&hist_len);
+        l.arg(&mut self.acc).arg(&mut self.hist).arg(&k.hist_len);
         // SAFETY: each colour's V, class bytes and per-node charge (when present) hold
         // (nz+2)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
         // axis's nodes, partials two values per block, hist HISTORY values.
@@ -508,11 +519,7 @@ impl<T: Real> CudaElectrostatics<T> {
 
     /// Both colours' interior in one pass, from buffer `iteration % 2` into the other.
     fn launch_fused(&mut self, iteration: u64) -> Result<()> {
-        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
-        let omega = T::lit(self.p.omega);
-        let tol = self.p.tolerance;
-        let hist_len = HISTORY as u32;
+        let k = self.scalars();
         let c = &self.coefficients;
         let [b0, b1] = &mut self.v;
         let (input, output) = if iteration.is_multiple_of(2) {
@@ -533,18 +540,18 @@ impl<T: Real> CudaElectrostatics<T> {
         for axis in c {
             l.arg(axis);
         }
-        l.arg(&nx)
-            .arg(&ny)
-            .arg(&nz)
-            .arg(&ph)
-            .arg(&planes)
-            .arg(&omega)
-            .arg(&tol)
+        l.arg(&k.nx)
+            .arg(&k.ny)
+            .arg(&k.nz)
+            .arg(&k.ph)
+            .arg(&k.planes)
+            .arg(&k.omega)
+            .arg(&k.tol)
             .arg(&iteration);
         l.arg(&mut self.partials)
             .arg(&mut self.ticket)
             .arg(&mut self.ctl);
-        l.arg(&mut self.hist).arg(&hist_len);
+        l.arg(&mut self.hist).arg(&k.hist_len);
         // SAFETY: as launch_sweep, for both buffers of V; the kernel writes only the
         // output buffer's interior.
         unsafe { l.launch(self.cfg) }?;
@@ -554,18 +561,14 @@ impl<T: Real> CudaElectrostatics<T> {
     /// Iterations `launched` .. `launched + steps` in one cooperative launch (es_persist),
     /// in buffer 0; it stops early where the stop flag is set.
     fn launch_persistent(&mut self, steps: u64) -> Result<()> {
-        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let (ph, planes) = (self.layout.ph as i32, self.planes as i32);
+        let k = self.scalars();
         let (tx, ty, tz) = (
             self.tiles.0 as i32,
             self.tiles.1 as i32,
             self.tiles.2 as i32,
         );
         let has_faces = self.faces_cfg.is_some() as i32;
-        let omega = T::lit(self.p.omega);
-        let tol = self.p.tolerance;
         let (first, last) = (self.launched, self.launched + steps);
-        let hist_len = HISTORY as u32;
         let [v0, v1] = &mut self.v[0];
         let mut l = self.gpu.stream.launch_builder(&self.sweep);
         l.arg(v0).arg(v1).arg(&self.code[0]).arg(&self.code[1]);
@@ -577,13 +580,13 @@ impl<T: Real> CudaElectrostatics<T> {
         for axis in &self.coefficients {
             l.arg(axis);
         }
-        l.arg(&nx).arg(&ny).arg(&nz).arg(&ph).arg(&planes);
+        l.arg(&k.nx).arg(&k.ny).arg(&k.nz).arg(&k.ph).arg(&k.planes);
         l.arg(&tx).arg(&ty).arg(&tz).arg(&has_faces);
-        l.arg(&omega).arg(&tol).arg(&first).arg(&last);
+        l.arg(&k.omega).arg(&k.tol).arg(&first).arg(&last);
         l.arg(&mut self.partials)
             .arg(&mut self.bar)
             .arg(&mut self.ctl);
-        l.arg(&mut self.hist).arg(&hist_len);
+        l.arg(&mut self.hist).arg(&k.hist_len);
         // SAFETY: as launch_sweep for both colours; partials hold 8 values per block of
         // the grid, bar 2 zeroed counters; the grid is at most what the device holds at
         // once, which the cooperative launch checks.
@@ -598,6 +601,19 @@ impl<T: Real> CudaElectrostatics<T> {
             SweepKernel::Fused => (self.gpu.stream.clone_dtoh(&self.ctl)?[0] % 2) as usize,
         })
     }
+}
+
+/// What every sweep kernel takes besides buffers: node counts, row pitch, planes per
+/// block, ω, the stop tolerance and the history ring's length.
+struct SweepScalars<T> {
+    nx: i32,
+    ny: i32,
+    nz: i32,
+    ph: i32,
+    planes: i32,
+    omega: T,
+    tol: f64,
+    hist_len: u32,
 }
 
 /// Colour `oe`'s V (written) and the other colour's (read).

@@ -183,31 +183,55 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
         unsigned int *__restrict__ ticket, u64 *__restrict__ ctl, double *__restrict__ acc, \
         double *__restrict__ hist, unsigned hist_len
 
-// The end of a colour's sweep: the grid's (res^2, V^2) sums; after colour 1 the relative
-// residual of the iteration, its history slot, the iteration count and the stop flag.
-__device__ __forceinline__ void sweep_record(double res2, double v2, double* partials,
-                                             unsigned int* ticket, u64* ctl, double* acc,
-                                             double* hist, unsigned hist_len, int oe,
-                                             double tol, u64 iteration) {
+// The grid's (res^2, V^2) sums of a launch: true in thread 0 of the last block to
+// finish, with them in total.
+__device__ __forceinline__ bool grid_residual_sums(double res2, double v2, double* partials,
+                                                   unsigned int* ticket, double (&total)[2]) {
     double sums[2] = {res2, v2};
     double block[2];
     for (int t = 0; t < 2; ++t) {
         block[t] = block_sum(sums[t]);
         __syncthreads();
     }
+    return grid_sums_last_block<2>(block, partials, ticket, total);
+}
+
+// An iteration's verdict from its (res^2, V^2) sums: the relative residual sqrt(res2 / v2)
+// (sqrt(res2) where V is 0) into rel; 2 when it is not finite, 1 when it is <= tol,
+// else 0.
+__device__ __forceinline__ int residual_verdict(double res2, double v2, double tol,
+                                                double& rel) {
+    const double r = sqrt(res2), norm = sqrt(v2);
+    rel = norm > 0.0 ? r / norm : r;
+    if (!(rel == rel) || rel > 1.7976931348623157e308) return 2;
+    return rel <= tol ? 1 : 0;
+}
+
+// Iteration `iteration` done: its residual into its history slot, the count of
+// iterations, and the stop flag when the verdict stops the solve.
+__device__ __forceinline__ void record_iteration(double rel, int verdict, u64 iteration,
+                                                 u64* ctl, double* hist, unsigned hist_len) {
+    hist[iteration % hist_len] = rel;
+    ctl[0] = iteration + 1;
+    if (verdict) ctl[1] = verdict;
+}
+
+// The end of a colour's sweep: the grid's (res^2, V^2) sums; after colour 1 the relative
+// residual of the iteration, its history slot, the iteration count and the stop flag.
+__device__ __forceinline__ void sweep_record(double res2, double v2, double* partials,
+                                             unsigned int* ticket, u64* ctl, double* acc,
+                                             double* hist, unsigned hist_len, int oe,
+                                             double tol, u64 iteration) {
     double total[2];
-    if (!grid_sums_last_block<2>(block, partials, ticket, total)) return;
+    if (!grid_residual_sums(res2, v2, partials, ticket, total)) return;
     if (oe == 0) {
         acc[0] = total[0];
         acc[1] = total[1];
         return;
     }
-    const double r = sqrt(acc[0] + total[0]), norm = sqrt(acc[1] + total[1]);
-    const double rel = norm > 0.0 ? r / norm : r;
-    hist[iteration % hist_len] = rel;
-    ctl[0] = iteration + 1;
-    if (!(rel == rel) || rel > 1.7976931348623157e308) ctl[1] = 2;
-    else if (rel <= tol) ctl[1] = 1;
+    double rel;
+    const int verdict = residual_verdict(acc[0] + total[0], acc[1] + total[1], tol, rel);
+    record_iteration(rel, verdict, iteration, ctl, hist, hist_len);
 }
 
 // One block's tile of colour oe's sweep: compact columns from bx·ES_BX, rows from
@@ -434,17 +458,11 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
             __syncthreads();
         }
         if (tid == 0) {
-            const double r = sqrt(total[0] + total[2]), norm = sqrt(total[1] + total[3]);
-            const double rel = norm > 0.0 ? r / norm : r;
-            int flag = 0;
-            if (!(rel == rel) || rel > 1.7976931348623157e308) flag = 2;
-            else if (rel <= tol) flag = 1;
-            if (blockIdx.x == 0) {
-                hist[it % hist_len] = rel;
-                ctl[0] = it + 1;
-                if (flag) ctl[1] = flag;
-            }
-            stop = flag;
+            double rel;
+            const int verdict =
+                residual_verdict(total[0] + total[2], total[1] + total[3], tol, rel);
+            if (blockIdx.x == 0) record_iteration(rel, verdict, it, ctl, hist, hist_len);
+            stop = verdict;
         }
         __syncthreads();
         if (stop) return;
@@ -767,20 +785,11 @@ es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restr
         else fused_march<0>(w, t, s, c, k0, t.k1, bk, bk1);
     }
 
-    double sums[2] = {c.res2, c.v2};
-    double block[2];
-    for (int x = 0; x < 2; ++x) {
-        block[x] = block_sum(sums[x]);
-        __syncthreads();
-    }
     double total[2];
-    if (!grid_sums_last_block<2>(block, partials, ticket, total)) return;
-    const double r = sqrt(total[0]), norm = sqrt(total[1]);
-    const double rel = norm > 0.0 ? r / norm : r;
-    hist[iteration % hist_len] = rel;
-    ctl[0] = iteration + 1;
-    if (!(rel == rel) || rel > 1.7976931348623157e308) ctl[1] = 2;
-    else if (rel <= tol) ctl[1] = 1;
+    if (!grid_residual_sums(c.res2, c.v2, partials, ticket, total)) return;
+    double rel;
+    const int verdict = residual_verdict(total[0], total[1], tol, rel);
+    record_iteration(rel, verdict, iteration, ctl, hist, hist_len);
 }
 
 // ---------------------------------------------------------------------------------------

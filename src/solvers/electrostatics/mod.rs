@@ -56,6 +56,14 @@ impl SweepKernel {
         SweepKernel::Staged,
     ];
 
+    /// What KEISAN_ES_KERNEL and `bench --kernel` accept.
+    pub const NAMES: &str = "per-colour, persistent, fused or staged";
+
+    /// The kernel named `name` (see [`SweepKernel::name`]).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.name() == name)
+    }
+
     /// The name KEISAN_ES_KERNEL and the bench use.
     pub fn name(self) -> &'static str {
         match self {
@@ -145,8 +153,8 @@ impl Launch {
         })?;
         let kernel = knob(
             "KEISAN_ES_KERNEL",
-            "per-colour, persistent, fused or staged",
-            |v| SweepKernel::ALL.into_iter().find(|k| k.name() == v),
+            SweepKernel::NAMES,
+            SweepKernel::from_name,
         )?
         .unwrap_or(DEFAULT_LAUNCH.kernel);
         Ok(Self {

@@ -47,6 +47,32 @@ pub fn device_count() -> Result<usize> {
     }
 }
 
+/// Kernel experiments without a rebuild (the GPU hosts have no Rust): with
+/// `KEISAN_KERNELS_DIR` set, a file there named like the kernel source (e.g.
+/// `electrostatics/kernels.cu`) is compiled instead of the embedded one; options in
+/// `KEISAN_NVRTC_OPTIONS` (split at whitespace) follow keisan's own, so they win where
+/// they repeat one. Either is announced on stderr: results under them are not keisan's.
+fn developer_overrides(src: &KernelSource) -> (std::borrow::Cow<'static, str>, Vec<String>) {
+    let mut code = std::borrow::Cow::Borrowed(src.code);
+    if let Some(dir) = std::env::var_os("KEISAN_KERNELS_DIR") {
+        let path = std::path::Path::new(&dir).join(src.name);
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            eprintln!(
+                "keisan: kernel source {} (KEISAN_KERNELS_DIR)",
+                path.display()
+            );
+            code = std::borrow::Cow::Owned(text);
+        }
+    }
+    let extra: Vec<String> = std::env::var("KEISAN_NVRTC_OPTIONS")
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    if !extra.is_empty() {
+        eprintln!("keisan: extra NVRTC options {extra:?} (KEISAN_NVRTC_OPTIONS)");
+    }
+    (code, extra)
+}
+
 /// Compile one kernel source with NVRTC for `arch` (e.g. "sm_90").
 pub fn compile(
     src: &KernelSource,
@@ -77,7 +103,9 @@ pub fn compile(
         "-default-device".to_string(),
     ];
     options.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
-    let source = format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, src.code);
+    let (code, extra) = developer_overrides(src);
+    options.extend(extra);
+    let source = format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, code);
     cudarc::nvrtc::compile_ptx_with_opts(
         source,
         CompileOptions {

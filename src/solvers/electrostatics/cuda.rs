@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use super::{ElectrostaticsProblem, Geometry, Launch, SweepKernel, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
-use crate::precision::{Precision, Real};
+use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -34,6 +34,10 @@ const STOP_CHECK: u64 = 64;
 /// (at least MIN_PLANES: a block reads 3 planes before its first update).
 const WAVES: usize = 16;
 const MIN_PLANES: usize = 16;
+
+/// Planes of a sweep's chunk at most: its z coefficients sit in a shared table this long
+/// (ES_ZCAP in kernels.cu).
+const MAX_PLANES: usize = 256;
 
 /// The class byte per node: one entry per (held or free, εr) pair present, so a node's
 /// update reads one id byte instead of the study's two.
@@ -265,11 +269,7 @@ impl<T: Real> CudaElectrostatics<T> {
         )?;
         let min_blocks = launch
             .min_blocks
-            .unwrap_or(match (launch.kernel, T::PRECISION) {
-                (SweepKernel::Fused, _) => 2,
-                (_, Precision::F32) => 4,
-                (_, Precision::F64) => 3,
-            });
+            .unwrap_or_else(|| launch.kernel.default_min_blocks(T::PRECISION, p.points()));
         // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
         let unroll = match std::env::var("KEISAN_ES_FUSED_UNROLL").as_deref() {
             Ok("4") => 4,
@@ -286,6 +286,9 @@ impl<T: Real> CudaElectrostatics<T> {
             ("ES_STAGED", staged.to_string()),
             ("ES_XOFF", xoff.to_string()),
             ("ES_SHIFT", layout.shift.to_string()),
+            ("ES_HJ", layout.ph.to_string()),
+            ("ES_HK", (layout.ph * ny).to_string()),
+            ("ES_ZCAP", MAX_PLANES.to_string()),
         ];
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
@@ -313,7 +316,8 @@ impl<T: Real> CudaElectrostatics<T> {
         let planes = launch
             .planes
             .unwrap_or((nz - 2).div_ceil(chunks).max(MIN_PLANES))
-            .clamp(1, nz - 2);
+            .clamp(1, nz - 2)
+            .min(MAX_PLANES);
         let tiles = (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32);
         // The persistent kernel: as many blocks as the device holds at once (a cooperative
         // launch refuses more), each taking every such tile in turn.

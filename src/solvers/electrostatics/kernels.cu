@@ -40,6 +40,25 @@
 #ifndef ES_XOFF
 #define ES_XOFF 0
 #endif
+// Row and plane strides of a colour array, in values: compile-time constants (the engine
+// compiles per mesh) so that a plane's loads are one address and immediate offsets.
+#ifndef ES_HJ
+#define ES_HJ 288
+#endif
+#ifndef ES_HK
+#define ES_HK (ES_HJ * 512)
+#endif
+// Entries of the shared table of z coefficients: a sweep's chunk has at most this many planes.
+#ifndef ES_ZCAP
+#define ES_ZCAP 256
+#endif
+// Planes ahead of its sweep that each warp asks L2 to fetch its rows (0: none). The
+// sweep's own loads run one plane ahead, which leaves too few bytes in flight per
+// multiprocessor in f32 (512^3: 0.91 ms per iteration with no arithmetic at all, 0.83
+// with this prefetch, docs/PERFORMANCE.md).
+#ifndef ES_PF
+#define ES_PF 4
+#endif
 // Elements before row 0 of each array (with ES_XOFF = 1: column 1 of every row starts a
 // 128-byte line).
 #ifndef ES_SHIFT
@@ -48,6 +67,10 @@
 
 // A class: epsr, and 1 when the voltage is held (else 0); one shared-memory load.
 struct __align__(2 * sizeof(real)) es_class { real eps, held; };
+
+// The z coefficients (rzp, rzm) of a plane: one shared-memory load per plane instead of
+// two global loads and their address arithmetic.
+struct __align__(2 * sizeof(real)) es_z { real p, m; };
 
 // The class table into shared memory (the caller synchronises before reading it).
 __device__ __forceinline__ void load_classes(es_class* cls, const real* classes, int tid) {
@@ -82,30 +105,44 @@ struct Sweep {
     const real* vd; const unsigned char* cd;                // colour D
     const es_class* cls;
     int has_qnode; real q, omega;
-    const real* rzp; const real* rzm;
+    const es_z* zt;      // the chunk's z coefficients, indexed by the plane k
     real xp0, xm0, xp1, xm1, yp, ym;
-    unsigned hj, hk;     // row and plane strides of a colour array
     bool in0, in1;       // node 2h + o interior in x and y, for o = 0, 1
     bool edge_left, edge_right;  // the lane loads its own-row neighbour (warp edge)
+    // The lane's share of its warp's L2 prefetch (one 32-byte sector of a row segment of
+    // V, the other colour's V, the class bytes or the charge, ES_PF planes above node
+    // index n: pf + n * pf_size), when pf_on; planes up to k1 only.
+    const char* pf; unsigned pf_size; bool pf_on; int k1;
 };
 
-// The reads of the plane at index m, whose node is 2h + O.
-template <int O>
-__device__ __forceinline__ Reads reads(const Sweep& w, unsigned m) {
+// The arrays at one index: a plane's reads are these pointers plus constant offsets.
+struct At {
+    real* vc; const unsigned char* cc; const real* qc;
+    const real* vd; const unsigned char* cd;
+};
+
+__device__ __forceinline__ At at(const Sweep& w, unsigned n) {
+    return {w.vc + n, w.cc + n, w.qc + n, w.vd + n, w.cd + n};
+}
+
+// The reads of the plane P planes above p (P = 0 or 1), whose node is 2h + O.
+template <int O, int P>
+__device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
+    constexpr int z = P * ES_HK;
     Reads r;
-    r.old = w.vc[m];
-    r.cl = w.cc[m];
-    r.ds = w.vd[m - w.hj];
-    r.dN = w.vd[m + w.hj];
-    r.cs = w.cd[m - w.hj];
-    r.cN = w.cd[m + w.hj];
-    r.q = w.has_qnode ? w.qc[m] : w.q;
+    r.old = p.vc[z];
+    r.cl = p.cc[z];
+    r.ds = p.vd[z - ES_HJ];
+    r.dN = p.vd[z + ES_HJ];
+    r.cs = p.cd[z - ES_HJ];
+    r.cN = p.cd[z + ES_HJ];
+    r.q = w.has_qnode ? p.qc[z] : w.q;
     // The own-row neighbour other than the z-stream's: at h - 1 (O = 0) or h + 1 (O = 1).
     r.xe = 0; r.xec = 0;
     if (O ? w.edge_right : w.edge_left) {
-        const unsigned x = O ? m + 1 : m - 1;
-        r.xe = w.vd[x];
-        r.xec = w.cd[x];
+        constexpr int x = O ? z + 1 : z - 1;
+        r.xe = p.vd[x];
+        r.xec = p.cd[x];
     }
     return r;
 }
@@ -113,10 +150,14 @@ __device__ __forceinline__ Reads reads(const Sweep& w, unsigned m) {
 // One plane: the update of node 2h + O, then the planes shift down.
 template <int O>
 __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
-    const unsigned n = c.n, m = n + w.hk;
-    const real dnn = w.vd[m + w.hk];
-    const int cnn = w.cd[m + w.hk];
-    const Reads next = reads<1 - O>(w, m);
+    const At p = at(w, c.n);
+#if ES_PF
+    if (w.pf_on && k + ES_PF <= w.k1)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.pf + (size_t)c.n * w.pf_size));
+#endif
+    const real dnn = p.vd[2 * ES_HK];
+    const int cnn = p.cd[2 * ES_HK];
+    const Reads next = reads<1 - O, 1>(w, p);
     const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
     real xo, exo;
@@ -138,8 +179,9 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
         const real axm = (e + exm) * (O ? w.xm1 : w.xm0);
         const real ayp = (e + w.cls[r.cN].eps) * w.yp;
         const real aym = (e + w.cls[r.cs].eps) * w.ym;
-        const real azp = (e + en) * w.rzp[k];
-        const real azm = (e + c.em) * w.rzm[k];
+        const es_z z = w.zt[k];
+        const real azp = (e + en) * z.p;
+        const real azm = (e + c.em) * z.m;
         const real sum =
             axp * vxp + axm * vxm + ayp * r.dN + aym * r.ds + azp * c.dn + azm * c.dm;
         const real den = axp + axm + ayp + aym + azp + azm;
@@ -147,7 +189,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
         const real res = w.omega * ((sum + r.q) / den - old);
         if (me.held == (real)0) {
             const real nv = old + res;
-            w.vc[n] = nv;
+            p.vc[0] = nv;
             c.res2 += (double)res * (double)res;
             c.v2 += (double)nv * (double)nv;
         }
@@ -156,7 +198,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
     c.dc = c.dn; c.ec = en;
     c.dn = dnn; c.cn = cnn;
     c.r = next;
-    c.n = m;
+    c.n += ES_HK;
 }
 
 // Planes k0 .. k1-1, the first with offset O0.
@@ -235,12 +277,14 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
 }
 
 // One block's tile of colour oe's sweep: compact columns from bx·ES_BX, rows from
-// 1 + by·ES_BY, the z-chunk bz of `planes` planes; adds its nodes' (res², V²) to the
-// thread's sums. vc, cc, qc: the arrays of the colour swept; vd, cd: the other colour's.
+// 1 + by·ES_BY, the z-chunk bz of `planes` (<= ES_ZCAP) planes; adds its nodes' (res², V²)
+// to the thread's sums. vc, cc, qc: the arrays of the colour swept; vd, cd: the other
+// colour's. zt: ES_ZCAP entries of shared memory; every thread of the block calls this.
 // No __restrict__ on V here: es_persist reads in one phase what other blocks wrote in
 // the previous one, so V must not go through the read-only (non-coherent) path there.
 __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsigned char* cc,
                                            const unsigned char* cd, const es_class* cls,
+                                           es_z* zt,
                                            const real* qc, int has_qnode, real q,
                                            const real* rxp, const real* rxm, const real* ryp,
                                            const real* rym, const real* rzp, const real* rzm,
@@ -256,37 +300,61 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     const bool row = j < ny - 1;
     const int jr = row ? j : 1;
     const int lane = threadIdx.x & 31;
+    __syncthreads();  // es_persist: the previous tile's sweep is done with zt
+    for (int t = threadIdx.x + ES_BX * threadIdx.y; t < k1 - k0; t += ES_BX * ES_BY)
+        zt[t] = {rzp[k0 + t], rzm[k0 + t]};
+    __syncthreads();
     Sweep w;
     w.vc = vc; w.cc = cc; w.qc = qc;
     w.vd = vd; w.cd = cd;
     w.cls = cls;
     w.has_qnode = has_qnode; w.q = q; w.omega = omega;
-    w.rzp = rzp; w.rzm = rzm;
+    w.zt = zt - k0;
     const int i0 = 2 * h - ES_XOFF, i0c = min(max(i0, 1), nx - 2),
               i1c = min(max(i0 + 1, 1), nx - 2);
     w.xp0 = rxp[i0c]; w.xm0 = rxm[i0c]; w.xp1 = rxp[i1c]; w.xm1 = rxm[i1c];
     w.yp = ryp[jr]; w.ym = rym[jr];
-    w.hj = ph; w.hk = (unsigned)ph * ny;
     w.in0 = row && i0 >= 1 && i0 <= nx - 2;
     w.in1 = row && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
     w.edge_left = lane == 0;
     w.edge_right = lane == 31;
+    {
+        // One 32-byte sector per lane: a warp's row segment of V is S = sizeof(real) sectors
+        // (lanes 0..S-1 for this colour, S..2S-1 for the other), its class bytes one sector
+        // each (lanes 2S, 2S+1), its charge S more (from 2S+2, with a per-node charge).
+        constexpr int S = sizeof(real);
+        const int l = lane;
+        int arr, sec;
+        if (l < 2 * S) { arr = l / S; sec = l % S; }
+        else if (l < 2 * S + 2) { arr = 2 + l - 2 * S; sec = 0; }
+        else { arr = 4; sec = l - 2 * S - 2; }
+        const char* a = arr == 0   ? (const char*)vc
+                        : arr == 1 ? (const char*)vd
+                        : arr == 2 ? (const char*)cc
+                        : arr == 3 ? (const char*)cd
+                                   : (const char*)qc;
+        w.pf_size = arr == 2 || arr == 3 ? 1 : S;
+        w.pf_on = l < 2 * S + 2 || (has_qnode && l < 3 * S + 2);
+        w.pf = a + ((long long)ES_PF * ES_HK - l) * w.pf_size + 32 * sec;
+        w.k1 = k1;
+    }
 
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
     if (k0 < k1) {
         c.n = ES_SHIFT + ((unsigned)k0 * ny + jr) * ph + h;
-        c.dm = w.vd[c.n - w.hk]; c.dc = w.vd[c.n]; c.dn = w.vd[c.n + w.hk];
-        c.em = cls[w.cd[c.n - w.hk]].eps; c.ec = cls[w.cd[c.n]].eps;
-        c.cn = w.cd[c.n + w.hk];
+        const At p = at(w, c.n);
+        c.dm = p.vd[-ES_HK]; c.dc = p.vd[0]; c.dn = p.vd[ES_HK];
+        c.em = cls[p.cd[-ES_HK]].eps; c.ec = cls[p.cd[0]].eps;
+        c.cn = p.cd[ES_HK];
         // o = (C + s + ES_XOFF) & 1 with s = (j + k) & 1; from j, not jr: every lane of a
         // warp (one row: ES_BX is a multiple of 32) takes the same branch, so the shuffles
         // inside see the whole warp.
         if ((oe + j + k0 + ES_XOFF) & 1) {
-            c.r = reads<1>(w, c.n);
+            c.r = reads<1, 0>(w, p);
             march<1>(w, c, k0, k1);
         } else {
-            c.r = reads<0>(w, c.n);
+            c.r = reads<0, 0>(w, p);
             march<0>(w, c, k0, k1);
         }
     }
@@ -301,11 +369,11 @@ extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_sweep(ES_SWEEP_PARAMS) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[256];
+    __shared__ es_z zt[ES_ZCAP];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     load_classes(cls, classes, tid);
-    __syncthreads();
     double res2 = 0.0, v2 = 0.0;
-    sweep_tile(vc, vd, cc, cd, cls, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
+    sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
                nz, ph, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, res2, v2);
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
 }
@@ -416,6 +484,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
            unsigned hist_len) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[256];
+    __shared__ es_z zt[ES_ZCAP];
     __shared__ int stop;
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     const unsigned nthreads = ES_BX * ES_BY, nb = gridDim.x;
@@ -437,7 +506,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
                 }
             double res2 = 0.0, v2 = 0.0;
             for (unsigned t = blockIdx.x; t < tiles; t += nb)
-                sweep_tile(vc, vd, cc, cd, cls, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
+                sweep_tile(vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
                            rzp, rzm, nx, ny, nz, ph, planes, oe, omega, t % tiles_x,
                            (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), res2, v2);
             const double r = block_sum(res2);

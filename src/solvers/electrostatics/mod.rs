@@ -90,6 +90,20 @@ impl SweepKernel {
     }
 }
 
+impl SweepKernel {
+    /// Blocks per multiprocessor the compiler must fit by default (measured on the H100,
+    /// docs/PERFORMANCE.md): 4 in f32; in f64 2 for large meshes (at 3 the per-colour sweep
+    /// spills: 1.78 against 1.58 ms per 512³ iteration) and 3 for small ones.
+    pub fn default_min_blocks(self, precision: Precision, nodes: usize) -> u32 {
+        match (self, precision) {
+            (SweepKernel::Fused, _) => 2,
+            (_, Precision::F32) => 4,
+            (_, Precision::F64) if nodes <= SMALL_MESH => 3,
+            (_, Precision::F64) => 2,
+        }
+    }
+}
+
 /// Nodes up to which a mesh counts as small for the default launch (about 161³).
 const SMALL_MESH: usize = 1 << 22;
 
@@ -117,7 +131,7 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
 };
 
 impl Launch {
-    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K, KEISAN_ES_MINB=M,
+    /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
     /// KEISAN_ES_PERSISTENT_BLOCKS=B and KEISAN_ES_KERNEL=per-colour|persistent|fused|staged
     /// for tuning runs; a value that does not parse is an error naming its variable.
     pub fn from_env() -> Result<Self> {

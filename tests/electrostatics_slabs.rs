@@ -1,6 +1,8 @@
-//! Electrostatics on CPU slabs of z-planes (src/parallel): every decomposition gives the
-//! potential, every iteration's residual and the stopping iteration of one engine, bit
-//! for bit — dielectrics, electrodes, a fixed face, a nonuniform mesh, a random charge.
+//! Electrostatics on slabs of z-planes (src/parallel): on the CPU every decomposition
+//! gives the potential, every iteration's residual and the stopping iteration of one
+//! engine, bit for bit — dielectrics, electrodes, a fixed face, a nonuniform mesh, a
+//! random charge; CUDA slabs (one GPU or two) the same potential bits and stopping
+//! iteration, and residuals to 1e-12.
 
 mod common;
 
@@ -118,7 +120,7 @@ fn slabs_restart_from_a_checkpoint_of_one_engine() {
 }
 
 #[test]
-fn too_many_slabs_and_cuda_slabs_are_refused_by_name() {
+fn too_many_slabs_are_refused_by_name() {
     let cpu = common::cpu();
     let p = problem(DEVICE, 0.0);
     let g = Geometry::build(&p).unwrap();
@@ -127,11 +129,88 @@ fn too_many_slabs_and_cuda_slabs_are_refused_by_name() {
         panic!("10 slabs of 19 planes were accepted");
     };
     assert!(e.to_string().contains("--subdomains"), "{e}");
-    if let Some(gpu) = common::gpu_or_skip("electrostatics CUDA slabs refused") {
-        let Err(e) = electrostatics::engine_placed::<f64>(&p, &g, &common::on(&gpu, 2), None)
-        else {
-            panic!("CUDA slabs of an electrostatics run were accepted");
-        };
-        assert!(e.to_string().contains("--devices"), "{e}");
+}
+
+/// Residual histories of two runs, each iteration's within `tol` relative.
+fn close(a: &[f64], b: &[f64], tol: f64) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| (x - y).abs() <= tol * x.abs().max(y.abs()))
+}
+
+/// CUDA slabs on `placement` against the CPU engine alone (which the one-device CUDA
+/// engine equals bit for bit, tests/electrostatics_cuda.rs): the same V bits, residuals
+/// to 1e-12 (each slab adds up its own sums), the same stopping iteration.
+fn cuda_slabs_equal_one_engine<T: Real>(text: &str, placements: &[(String, Placement)]) {
+    let cpu = common::cpu();
+    let (_, r, _, _) = run::<T>(&problem(text, 0.0), &common::on(&cpu, 1), None, 40);
+    let crossing = 0.5 * (r[29] + r[30]);
+    for tolerance in [0.0, crossing] {
+        let p = problem(text, tolerance);
+        let one = run::<T>(&p, &common::on(&cpu, 1), None, 40);
+        for (name, placement) in placements {
+            let (v, r, steps, status) = run::<T>(&p, placement, None, 40);
+            assert!(common::same_bits(&one.0, &v), "{name}: V");
+            assert!(
+                close(&one.1, &r, 1e-12),
+                "{name}: residuals {:?} vs {r:?}",
+                one.1
+            );
+            assert_eq!((one.2, one.3), (steps, status), "{name}");
+        }
     }
+}
+
+fn slabs_on_one_gpu(test: &str) -> Option<Vec<(String, Placement)>> {
+    let gpu = common::gpu_or_skip(test)?;
+    Some(
+        [2, 3, 4, 6]
+            .map(|n| (format!("{n} CUDA slabs"), common::on(&gpu, n)))
+            .to_vec(),
+    )
+}
+
+#[test]
+fn cuda_slabs_equal_one_engine_with_dielectrics_and_electrodes() {
+    let Some(placements) = slabs_on_one_gpu("electrostatics CUDA slabs") else {
+        return;
+    };
+    cuda_slabs_equal_one_engine::<f64>(DEVICE, &placements);
+    cuda_slabs_equal_one_engine::<f32>(DEVICE, &placements);
+    cuda_slabs_equal_one_engine::<f64>(POISSON, &placements);
+}
+
+#[test]
+fn cuda_slabs_on_two_gpus_equal_one_engine() {
+    let Some(two) = common::two_gpus_or_skip("electrostatics on two GPUs", Some(3)) else {
+        return;
+    };
+    cuda_slabs_equal_one_engine::<f64>(DEVICE, &[("3 slabs on GPUs 0, 1".into(), two)]);
+}
+
+#[test]
+fn cuda_slabs_restart_from_a_checkpoint_of_one_engine() {
+    let Some(gpu) = common::gpu_or_skip("electrostatics CUDA slabs restart") else {
+        return;
+    };
+    let cpu = common::cpu();
+    let p = problem(POISSON, 0.0);
+    let (straight, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 30);
+    let (half, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 13);
+    let restart = Restart {
+        step: 13,
+        status: Status::Running,
+        fields: vec![Field {
+            name: "V",
+            shape: p.shape(),
+            spacing: vec![1.0; 3],
+            origin: vec![0.0; 3],
+            coords: None,
+            data: half,
+        }],
+    };
+    let (v, _, steps, _) = run::<f64>(&p, &common::on(&gpu, 3), Some(restart), 17);
+    assert_eq!(steps, 30);
+    assert!(common::same_bits(&straight, &v));
 }

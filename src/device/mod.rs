@@ -114,26 +114,6 @@ impl Placement {
         seen
     }
 
-    /// Solvers whose slabs run on the CPU only so far: Ok for CPU subdomains and ranks,
-    /// an error naming the option for CUDA ones.
-    pub fn refuse_gpu_slabs(&self, solver: &str) -> Result<()> {
-        if self.gpus()?.is_none() {
-            return Ok(());
-        }
-        Err(Error::invalid(
-            if self.world.is_some() {
-                "mpirun"
-            } else {
-                "--devices"
-            },
-            self.describe(),
-            format!(
-                "{solver} runs on slabs on the CPU backend (--backend cpu --subdomains N, or \
-                 under mpirun) and on one CUDA device; CUDA slabs are not available yet"
-            ),
-        ))
-    }
-
     /// The CUDA device of each subdomain, in order; None when all are on the CPU. A run
     /// is all on one kind.
     pub fn gpus(&self) -> Result<Option<Vec<Arc<Gpu>>>> {

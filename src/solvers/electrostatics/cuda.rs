@@ -28,7 +28,7 @@ const HISTORY: usize = 4096;
 
 /// Iterations between the run loop's reads of the stop flag, at most (launched
 /// iterations, not the persistent kernel's).
-const STOP_CHECK: u64 = 64;
+pub(super) const STOP_CHECK: u64 = 64;
 
 /// Waves of resident blocks a sweep aims for; the z-chunk per block follows from it
 /// (at least MIN_PLANES: a block reads 3 planes before its first update).
@@ -41,7 +41,7 @@ const MAX_PLANES: usize = 256;
 
 /// The class byte per node: one entry per (held or free, εr) pair present, so a node's
 /// update reads one id byte instead of the study's two.
-pub struct Classes {
+pub(super) struct Classes {
     pub code: Vec<u8>,
     pub eps: Vec<f64>,
     pub fixed: Vec<u8>,
@@ -84,7 +84,7 @@ fn compact_pitch(nx: usize, xoff: usize, bytes: usize) -> usize {
 }
 
 /// Compact columns of a row holding interior nodes (threads per row of a sweep).
-fn interior_columns(nx: usize, xoff: usize) -> usize {
+pub(super) fn interior_columns(nx: usize, xoff: usize) -> usize {
     ((nx - 2 + xoff) >> 1) + 1 - xoff
 }
 
@@ -95,26 +95,118 @@ fn interior_columns(nx: usize, xoff: usize) -> usize {
 /// one more when nx is even (65 for the 128³ Poisson case's 130 nodes: a third warp per
 /// row with one lane at work). Their warps start at column 1, so `shift` puts column 1
 /// of every row on a 128-byte line (a warp's row segment one line, not two).
-struct Split {
+///
+/// Interleaved (a slab's buffer, [`Split::interleaved`]): both colours in one array,
+/// colour c of plane k at shift + k·2·ny·ph + c·ny·ph, so that a plane is one contiguous
+/// row for the halo exchange; the kernels see two arrays of plane stride 2·ny·ph.
+pub(super) struct Split {
     counts: [usize; 3],
-    ph: usize,
+    pub(super) ph: usize,
     xoff: usize,
-    shift: usize,
+    pub(super) shift: usize,
+    interleaved: bool,
 }
 
 impl Split {
-    fn new(counts: [usize; 3], xoff: usize, bytes: usize) -> Self {
+    pub(super) fn new(counts: [usize; 3], xoff: usize, bytes: usize) -> Self {
         Self {
             counts,
             ph: compact_pitch(counts[0], xoff, bytes),
             xoff,
             shift: xoff * (128 / bytes - 1),
+            interleaved: false,
         }
     }
 
-    fn len(&self) -> usize {
-        let [_, ny, nz] = self.counts;
-        self.shift + (nz + 2) * ny * self.ph
+    pub(super) fn interleaved(self) -> Self {
+        Self {
+            interleaved: true,
+            ..self
+        }
+    }
+
+    /// Values from colour 0's array to colour 1's (interleaved) and between planes.
+    pub(super) fn colour_offset(&self) -> usize {
+        self.counts[1] * self.ph
+    }
+
+    fn plane_stride(&self) -> usize {
+        self.colour_offset() * (1 + self.interleaved as usize)
+    }
+
+    /// Values per array (both colours when interleaved).
+    pub(super) fn len(&self) -> usize {
+        self.shift + (self.counts[2] + 2) * self.plane_stride()
+    }
+
+    /// The kernels' layout defines with the launch's block and blocks per multiprocessor.
+    pub(super) fn defines(
+        &self,
+        block: (u32, u32),
+        min_blocks: u32,
+    ) -> Vec<(&'static str, String)> {
+        vec![
+            ("ES_BX", block.0.to_string()),
+            ("ES_BY", block.1.to_string()),
+            ("ES_MINB", min_blocks.to_string()),
+            ("ES_XOFF", self.xoff.to_string()),
+            ("ES_SHIFT", self.shift.to_string()),
+            ("ES_HJ", self.ph.to_string()),
+            ("ES_HK", self.plane_stride().to_string()),
+            ("ES_ZCAP", MAX_PLANES.to_string()),
+        ]
+    }
+
+    /// `data` (whole planes of nodes, x fastest) in the interleaved layout; `parity`: the
+    /// grid index of its first plane, mod 2.
+    pub(super) fn interleave<T: Copy + Default + Send + Sync>(
+        &self,
+        data: &[T],
+        parity: usize,
+    ) -> Vec<T> {
+        let [nx, ny, _] = self.counts;
+        let (ph, xoff, half) = (self.ph, self.xoff, self.colour_offset());
+        let mut out = vec![T::default(); self.len()];
+        out[self.shift..]
+            .par_chunks_mut(2 * half)
+            .zip(data.par_chunks(nx * ny))
+            .enumerate()
+            .for_each(|(k, (dst, src))| {
+                let (a, b) = dst.split_at_mut(half);
+                for (j, row) in src.chunks(nx).enumerate() {
+                    let s = (j + k + parity) & 1;
+                    for (i, &x) in row.iter().enumerate() {
+                        let to = if (i + s) & 1 == 0 { &mut *a } else { &mut *b };
+                        to[j * ph + (i + xoff) / 2] = x;
+                    }
+                }
+            });
+        out
+    }
+
+    /// Whole interleaved planes (no shift before them) back to nodes, x fastest.
+    pub(super) fn deinterleave<T: Copy + Default + Send + Sync>(
+        &self,
+        planes: &[T],
+        parity: usize,
+    ) -> Vec<T> {
+        let [nx, ny, _] = self.counts;
+        let (ph, xoff, half) = (self.ph, self.xoff, self.colour_offset());
+        let mut out = vec![T::default(); planes.len() / (2 * half) * nx * ny];
+        out.par_chunks_mut(nx * ny)
+            .zip(planes.par_chunks(2 * half))
+            .enumerate()
+            .for_each(|(k, (dst, src))| {
+                let (a, b) = src.split_at(half);
+                for (j, row) in dst.chunks_mut(nx).enumerate() {
+                    let s = (j + k + parity) & 1;
+                    for (i, x) in row.iter_mut().enumerate() {
+                        let h = j * ph + (i + xoff) / 2;
+                        *x = if (i + s) & 1 == 0 { a[h] } else { b[h] };
+                    }
+                }
+            });
+        out
     }
 
     fn split<T: Copy + Default + Send + Sync>(&self, data: &[T]) -> [Vec<T>; 2] {
@@ -278,18 +370,9 @@ impl<T: Real> CudaElectrostatics<T> {
         // The staged kernel's shared rings exceed 48 KB for some shapes of the others: it
         // is compiled only when used.
         let staged = (launch.kernel == SweepKernel::Staged) as u8;
-        let defines = [
-            ("ES_BX", block.0.to_string()),
-            ("ES_BY", block.1.to_string()),
-            ("ES_MINB", min_blocks.to_string()),
-            ("ES_FUSED_UNROLL", unroll.to_string()),
-            ("ES_STAGED", staged.to_string()),
-            ("ES_XOFF", xoff.to_string()),
-            ("ES_SHIFT", layout.shift.to_string()),
-            ("ES_HJ", layout.ph.to_string()),
-            ("ES_HK", (layout.ph * ny).to_string()),
-            ("ES_ZCAP", MAX_PLANES.to_string()),
-        ];
+        let mut defines = layout.defines(block, min_blocks);
+        defines.push(("ES_FUSED_UNROLL", unroll.to_string()));
+        defines.push(("ES_STAGED", staged.to_string()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
@@ -309,13 +392,10 @@ impl<T: Real> CudaElectrostatics<T> {
             interior_columns(nx, xoff).div_ceil(pairs_per_block),
             (ny - 2).div_ceil(rows_per_block),
         );
-        let per_sm =
-            sweep.occupancy_max_active_blocks_per_multiprocessor(block.0 * block.1, 0, None)?;
-        let resident = gpu.multiprocessors * (per_sm as usize).max(1);
-        let chunks = (WAVES * resident).div_ceil(gx * gy).clamp(1, nz - 2);
+        let resident = resident_blocks(&gpu, &sweep, block)?;
         let planes = launch
             .planes
-            .unwrap_or((nz - 2).div_ceil(chunks).max(MIN_PLANES))
+            .unwrap_or(default_planes(resident, gx * gy, nz - 2))
             .clamp(1, nz - 2)
             .min(MAX_PLANES);
         let tiles = (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32);
@@ -342,15 +422,7 @@ impl<T: Real> CudaElectrostatics<T> {
             shared_mem_bytes: 0,
         };
         let classes = Classes::of(g)?;
-        let faces_cfg = has_free_face_nodes(g, &classes).then(|| LaunchConfig {
-            grid_dim: (
-                nx.max(ny).div_ceil(32) as u32,
-                ny.max(nz).div_ceil(8) as u32,
-                6,
-            ),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
-        });
+        let faces_cfg = has_free_face_nodes(g, &classes).then(|| faces_config(g));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
         let s = &gpu.stream;
         let (v0, step, status) = match restart {
@@ -445,7 +517,8 @@ impl<T: Real> CudaElectrostatics<T> {
             return Ok(());
         };
         let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let ph = self.layout.ph as i32;
+        // Every plane of the whole mesh, whose arrays start at plane 0.
+        let (kfirst, kend, kbase) = (0i32, nz, 0i32);
         let after = after.map_or(-1i64, |a| a as i64);
         let oe_arg = oe as i32;
         let v = &self.v;
@@ -458,7 +531,9 @@ impl<T: Real> CudaElectrostatics<T> {
         l.arg(&nx)
             .arg(&ny)
             .arg(&nz)
-            .arg(&ph)
+            .arg(&kfirst)
+            .arg(&kend)
+            .arg(&kbase)
             .arg(&oe_arg)
             .arg(&self.ctl)
             .arg(&after);
@@ -514,6 +589,9 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&mut self.ticket)
             .arg(&mut self.ctl);
         l.arg(&mut self.acc).arg(&mut self.hist).arg(&k.hist_len);
+        // The interior planes of the whole mesh; no slot: the sweep keeps its own books.
+        let (kfirst, kend, kbase, slot) = (1i32, k.nz - 1, 0i32, 0u64);
+        l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
         // SAFETY: each colour's V, class bytes and per-node charge (when present) hold
         // (nz+2)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
         // axis's nodes, partials two values per block, hist HISTORY values.
@@ -626,8 +704,56 @@ fn colours<T>(v: &mut [CudaSlice<T>; 2], oe: i32) -> (&mut CudaSlice<T>, &CudaSl
     if oe == 0 { (a, b) } else { (b, a) }
 }
 
+/// Blocks of `sweep` the device holds at once.
+fn resident_blocks(gpu: &Gpu, sweep: &CudaFunction, block: (u32, u32)) -> Result<usize> {
+    let per_sm =
+        sweep.occupancy_max_active_blocks_per_multiprocessor(block.0 * block.1, 0, None)?;
+    Ok(gpu.multiprocessors * (per_sm as usize).max(1))
+}
+
+/// Planes per block for a sweep of `planes` planes in tiles of `tiles_xy` blocks per
+/// plane: WAVES waves of the `resident` blocks, at least MIN_PLANES, at most MAX_PLANES.
+fn default_planes(resident: usize, tiles_xy: usize, planes: usize) -> usize {
+    let planes = planes.max(1);
+    let chunks = (WAVES * resident).div_ceil(tiles_xy).clamp(1, planes);
+    planes
+        .div_ceil(chunks)
+        .max(MIN_PLANES)
+        .clamp(1, planes)
+        .min(MAX_PLANES)
+}
+
+/// The default planes per block of `sweep` over `planes` planes (see [`default_planes`]).
+pub(super) fn sweep_planes(
+    gpu: &Gpu,
+    sweep: &CudaFunction,
+    block: (u32, u32),
+    tiles_xy: usize,
+    planes: usize,
+) -> Result<usize> {
+    Ok(default_planes(
+        resident_blocks(gpu, sweep, block)?,
+        tiles_xy,
+        planes,
+    ))
+}
+
+/// The face launch's grid: blockIdx.z the face, (x, y) its two in-plane indices.
+pub(super) fn faces_config(g: &Geometry) -> LaunchConfig {
+    let [nx, ny, nz] = g.counts;
+    LaunchConfig {
+        grid_dim: (
+            nx.max(ny).div_ceil(32) as u32,
+            ny.max(nz).div_ceil(8) as u32,
+            6,
+        ),
+        block_dim: (32, 8, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 /// Whether any face node is free (else the face launches have nothing to do).
-fn has_free_face_nodes(g: &Geometry, c: &Classes) -> bool {
+pub(super) fn has_free_face_nodes(g: &Geometry, c: &Classes) -> bool {
     let [nx, ny, nz] = g.counts;
     (0..nz).any(|k| {
         (0..ny).any(|j| {
@@ -735,6 +861,37 @@ mod tests {
             let placed = parts.iter().flatten().filter(|&&x| x != 0).count();
             assert_eq!(placed, data.len());
             assert_eq!(layout.merge([&parts[0], &parts[1]]), data);
+        }
+    }
+
+    #[test]
+    fn interleaved_planes_hold_both_colours_by_grid_parity_and_come_back() {
+        for (counts, parity) in [([5, 4, 3], 0), ([6, 5, 4], 1), ([34, 5, 3], 1)] {
+            let [nx, ny, nz] = counts;
+            let layout = Split::new(counts, 1, 4).interleaved();
+            let data: Vec<u32> = (1..=(nx * ny * nz) as u32).collect();
+            let buf = layout.interleave(&data, parity);
+            let half = ny * layout.ph;
+            for k in 0..nz {
+                for j in 0..ny {
+                    for i in 0..nx {
+                        let colour = (i + j + k + parity) & 1;
+                        let at = layout.shift
+                            + k * 2 * half
+                            + colour * half
+                            + j * layout.ph
+                            + (i + 1) / 2;
+                        assert_eq!(
+                            buf[at],
+                            data[(k * ny + j) * nx + i],
+                            "{counts:?} ({i},{j},{k})"
+                        );
+                    }
+                }
+            }
+            assert_eq!(buf.iter().filter(|&&x| x != 0).count(), data.len());
+            let planes = &buf[layout.shift..layout.shift + nz * 2 * half];
+            assert_eq!(layout.deinterleave(planes, parity), data);
         }
     }
 

@@ -223,7 +223,8 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
         const real *__restrict__ rzm, int nx, int ny, int nz, int ph, int planes, int oe,  \
         real omega, double tol, u64 iteration, double *__restrict__ partials,              \
         unsigned int *__restrict__ ticket, u64 *__restrict__ ctl, double *__restrict__ acc, \
-        double *__restrict__ hist, unsigned hist_len
+        double *__restrict__ hist, unsigned hist_len, int kfirst, int kend, int kbase,      \
+        double *__restrict__ slot
 
 // The grid's (res^2, V^2) sums of a launch: true in thread 0 of the last block to
 // finish, with them in total.
@@ -258,14 +259,20 @@ __device__ __forceinline__ void record_iteration(double rel, int verdict, u64 it
     if (verdict) ctl[1] = verdict;
 }
 
-// The end of a colour's sweep: the grid's (res^2, V^2) sums; after colour 1 the relative
+// The end of a colour's sweep: the grid's (res^2, V^2) sums; into `slot` when given (a
+// slab's sweep: es_record adds up every slab's), else after colour 1 the relative
 // residual of the iteration, its history slot, the iteration count and the stop flag.
 __device__ __forceinline__ void sweep_record(double res2, double v2, double* partials,
                                              unsigned int* ticket, u64* ctl, double* acc,
                                              double* hist, unsigned hist_len, int oe,
-                                             double tol, u64 iteration) {
+                                             double tol, u64 iteration, double* slot) {
     double total[2];
     if (!grid_residual_sums(res2, v2, partials, ticket, total)) return;
+    if (slot) {
+        slot[0] = total[0];
+        slot[1] = total[1];
+        return;
+    }
     if (oe == 0) {
         acc[0] = total[0];
         acc[1] = total[1];
@@ -277,7 +284,8 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
 }
 
 // One block's tile of colour oe's sweep: compact columns from bx·ES_BX, rows from
-// 1 + by·ES_BY, the z-chunk bz of `planes` (<= ES_ZCAP) planes; adds its nodes' (res², V²)
+// 1 + by·ES_BY, the z-chunk bz of `planes` (<= ES_ZCAP) planes from plane kfirst (planes
+// kfirst..kend-1 are swept; the arrays' plane 0 is plane kbase); adds its nodes' (res², V²)
 // to the thread's sums. vc, cc, qc: the arrays of the colour swept; vd, cd: the other
 // colour's. zt: ES_ZCAP entries of shared memory; every thread of the block calls this.
 // No __restrict__ on V here: es_persist reads in one phase what other blocks wrote in
@@ -288,15 +296,15 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            const real* qc, int has_qnode, real q,
                                            const real* rxp, const real* rxm, const real* ryp,
                                            const real* rym, const real* rzp, const real* rzm,
-                                           int nx, int ny, int nz, int ph, int planes, int oe,
-                                           real omega, int bx, int by, int bz, double& res2,
-                                           double& v2) {
+                                           int nx, int ny, int kfirst, int kend, int kbase,
+                                           int planes, int oe, real omega, int bx, int by,
+                                           int bz, double& res2, double& v2) {
     // Threads off the mesh still walk the planes: their lanes feed the shuffles, so in x
     // they read their own (valid) compact column; only whole off-mesh rows are clamped.
-    const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ph - 1);
+    const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
     const int j = 1 + by * ES_BY + threadIdx.y;
-    const int k0 = 1 + bz * planes;
-    const int k1 = min(k0 + planes, nz - 1);
+    const int k0 = kfirst + bz * planes;
+    const int k1 = min(k0 + planes, kend);
     const bool row = j < ny - 1;
     const int jr = row ? j : 1;
     const int lane = threadIdx.x & 31;
@@ -342,7 +350,7 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
     if (k0 < k1) {
-        c.n = ES_SHIFT + ((unsigned)k0 * ny + jr) * ph + h;
+        c.n = ES_SHIFT + (unsigned)(k0 - kbase) * ES_HK + (unsigned)jr * ES_HJ + h;
         const At p = at(w, c.n);
         c.dm = p.vd[-ES_HK]; c.dc = p.vd[0]; c.dn = p.vd[ES_HK];
         c.em = cls[p.cd[-ES_HK]].eps; c.ec = cls[p.cd[0]].eps;
@@ -374,8 +382,10 @@ es_sweep(ES_SWEEP_PARAMS) {
     load_classes(cls, classes, tid);
     double res2 = 0.0, v2 = 0.0;
     sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
-               nz, ph, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, res2, v2);
-    sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
+               kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, res2,
+               v2);
+    sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
+                 slot);
 }
 
 // Zero normal field on the box faces: a free face node of colour oe copies its inner
@@ -392,29 +402,33 @@ es_sweep(ES_SWEEP_PARAMS) {
 // vc = vc2 = the output buffer). `after` >= 0: run only if iteration `after` is done
 // (ctl[0] == after + 1), so the black faces of the iteration that converged still run;
 // else only while no stop is flagged.
-// Face node (a, b) of face f (see es_faces) when it is of colour oe and free: the value
-// of its inner neighbour, into vc and vc2.
+// Face node (a, b) of face f (see es_faces) when it is of colour oe, free and on a plane
+// kfirst..kend-1: the value of its inner neighbour, into vc and vc2 (whose plane 0 is
+// plane kbase).
 __device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
                                           const unsigned char* __restrict__ cc,
                                           const real* __restrict__ classes, int nx, int ny,
-                                          int nz, int ph, int oe, int f, int a, int b) {
+                                          int nz, int kfirst, int kend, int kbase, int oe,
+                                          int f, int a, int b) {
     const int axis = f >> 1, high = f & 1;
     int i, j, k;
     if (axis == 0) { i = high ? nx - 1 : 0; j = a; k = b; }
     else if (axis == 1) { i = a; j = high ? ny - 1 : 0; k = b; }
     else { i = a; j = b; k = high ? nz - 1 : 0; }
-    if (i >= nx || j >= ny || k >= nz || ((i + j + k + oe) & 1)) return;
+    if (i >= nx || j >= ny || k >= nz || k < kfirst || k >= kend || ((i + j + k + oe) & 1))
+        return;
     // Earlier faces own shared edges and corners.
     if (axis >= 1 && (i == 0 || i == nx - 1)) return;
     if (axis == 2 && (j == 0 || j == ny - 1)) return;
-    const size_t n = ES_SHIFT + ((size_t)k * ny + j) * ph + ((i + ES_XOFF) >> 1);
+    const size_t n =
+        ES_SHIFT + (size_t)(k - kbase) * ES_HK + (size_t)j * ES_HJ + ((i + ES_XOFF) >> 1);
     if (classes[2 * cc[n] + 1] != (real)0) return;
     // The inner neighbour, of the other colour.
     const int d = high ? -1 : 1;
     size_t m;
     if (axis == 0) m = n - ((i + ES_XOFF) >> 1) + ((i + d + ES_XOFF) >> 1);
-    else if (axis == 1) m = n + (ptrdiff_t)d * ph;
-    else m = n + (ptrdiff_t)d * ph * ny;
+    else if (axis == 1) m = n + (ptrdiff_t)d * ES_HJ;
+    else m = n + (ptrdiff_t)d * ES_HK;
     const real v = vd[m];
     vc[n] = v;
     vc2[n] = v;
@@ -424,13 +438,34 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
                                     const real* __restrict__ vd,
                                     const unsigned char* __restrict__ cc,
                                     const real* __restrict__ classes, int nx, int ny, int nz,
-                                    int ph, int oe, const u64* __restrict__ ctl,
-                                    long long after) {
+                                    int kfirst, int kend, int kbase, int oe,
+                                    const u64* __restrict__ ctl, long long after) {
     if (after >= 0 ? ((volatile const u64*)ctl)[0] != (u64)after + 1
                    : ((volatile const u64*)ctl)[1] != 0)
         return;
-    face_node(vc, vc2, vd, cc, classes, nx, ny, nz, ph, oe, blockIdx.z,
+    face_node(vc, vc2, vd, cc, classes, nx, ny, nz, kfirst, kend, kbase, oe, blockIdx.z,
               blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y);
+}
+
+// The book-keeping of iteration k on one slab of a decomposed run: every slab's sums
+// added in slab order and, within a slab, in the order of its sweeps (so every slab
+// decides alike), each slab's `per_step` values of iteration k read from sources[s] +
+// (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record.
+extern "C" __global__ void es_record(const u64* __restrict__ sources, int count, int per_step,
+                                     unsigned ring, u64 k, double tol, u64* __restrict__ ctl,
+                                     double* __restrict__ hist, unsigned hist_len) {
+    if (threadIdx.x != 0 || blockIdx.x != 0 || ctl[1] != 0) return;
+    double res2 = 0.0, v2 = 0.0;
+    for (int s = 0; s < count; ++s) {
+        const double* r = (const double*)sources[s] + (size_t)(k % ring) * per_step;
+        for (int c = 0; c < per_step; c += 2) {
+            res2 += r[c];
+            v2 += r[c + 1];
+        }
+    }
+    double rel;
+    const int verdict = residual_verdict(res2, v2, tol, rel);
+    record_iteration(rel, verdict, k, ctl, hist, hist_len);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -502,12 +537,13 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
             if (has_faces)
                 for (unsigned e = blockIdx.x * nthreads + tid; e < nface; e += nb * nthreads) {
                     const unsigned f = e / (fa * fb), r = e % (fa * fb);
-                    face_node(vc, vc, vd, cc, classes, nx, ny, nz, ph, oe, f, r % fa, r / fa);
+                    face_node(vc, vc, vd, cc, classes, nx, ny, nz, 0, nz, 0, oe, f, r % fa,
+                              r / fa);
                 }
             double res2 = 0.0, v2 = 0.0;
             for (unsigned t = blockIdx.x; t < tiles; t += nb)
                 sweep_tile(vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
-                           rzp, rzm, nx, ny, nz, ph, planes, oe, omega, t % tiles_x,
+                           rzp, rzm, nx, ny, 1, nz - 1, 0, planes, oe, omega, t % tiles_x,
                            (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), res2, v2);
             const double r = block_sum(res2);
             __syncthreads();
@@ -1031,6 +1067,7 @@ es_staged(ES_SWEEP_PARAMS) {
         }
         cp_async_wait<0>();
     }
-    sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration);
+    sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
+                 slot);
 }
 #endif  // ES_STAGED

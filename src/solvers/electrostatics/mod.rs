@@ -11,6 +11,7 @@
 pub mod bench;
 pub mod cpu;
 pub mod cuda;
+mod cuda_slab;
 mod gauss;
 mod geometry;
 mod solver;
@@ -200,10 +201,12 @@ pub fn engine<T: Real>(
     })
 }
 
-/// The engine for `placement`: one device's, or CPU slabs of z-planes (two halo planes
-/// each side: one exchange per red-black iteration) whose per-plane residual sums are
-/// added up over all slabs in plane order: the potential, the residual history and the
-/// stopping iteration are those of one engine, bit for bit.
+/// The engine for `placement`: one device's, or slabs of z-planes (two halo planes each
+/// side: one exchange per red-black iteration). CPU slabs add their per-plane residual
+/// sums up over all slabs in plane order: the potential, the residual history and the
+/// stopping iteration are those of one engine, bit for bit. CUDA slabs give the one-device
+/// engine's potential bit for bit; their residual sums are added per slab and sweep, so
+/// the history agrees with it to rounding.
 pub fn engine_placed<T: Real>(
     p: &ElectrostaticsProblem,
     g: &Geometry,
@@ -213,7 +216,6 @@ pub fn engine_placed<T: Real>(
     if placement.is_single() {
         return engine(p, g, placement.first(), restart);
     }
-    placement.refuse_gpu_slabs("electrostatics")?;
     let (v, step, status) = match restart {
         Some(mut r) => (r.take("V")?, r.step, r.status),
         None => (cpu::initial_potential(g)?, 0, Status::Running),
@@ -228,6 +230,12 @@ pub fn engine_placed<T: Real>(
     let all = windows(g.counts[2], placement.total(), 2, false, "--subdomains")?;
     let q = p.clone();
     let field_of = move |data| cpu::field_of(&q, "V", data);
+    if let Some(gpus) = placement.gpus()? {
+        let build = |k: usize, w| {
+            cuda_slab::CudaElectrostaticsSlab::on_window(gpus[k].clone(), p, g, w, &v, step, status)
+        };
+        return Ok(Box::new(Distributed::on(placement, all, build, field_of)?));
+    }
     let build = |_, w| cpu::CpuElectrostatics::on_window(p, g, w, &v, step, status);
     Ok(Box::new(Distributed::on(placement, all, build, field_of)?))
 }

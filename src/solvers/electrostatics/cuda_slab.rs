@@ -1,0 +1,443 @@
+//! A CUDA slab of z-planes for decomposed runs: the one-device engine's per-colour
+//! kernels (kernels.cu: es_faces, es_sweep) on a window with two halo planes each side,
+//! so one exchange serves a red-black iteration. Both colours of a plane sit side by side
+//! in one buffer (colour 0's rows, then colour 1's), so the halo exchange copies whole
+//! planes. An iteration: red over the owned planes and the plane beyond each end (from
+//! the halo's black values, as their owner computes them), then black over the planes of
+//! each compute call the run makes (the bands neighbours read, then the interior, on two
+//! streams: both wait for red, neither writes what the other reads). Fields equal the
+//! one-device engine's bit for bit. Each sweep's (res², V²) over the owned planes lands in
+//! a ring; es_record adds every slab's in slab order, so every slab stops at the same
+//! iteration without the host waiting.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use cudarc::driver::{
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg,
+};
+
+use super::cuda::{
+    Classes, KERNELS, STOP_CHECK, Split, has_free_face_nodes, interior_columns, sweep_planes,
+};
+use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
+use crate::device::cuda::Gpu;
+use crate::error::Result;
+use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, slab_of};
+use crate::precision::Real;
+use crate::run::{Diagnostics, Engine, Field, Status};
+
+/// Compute calls per iteration at most (two bands and the interior).
+const CALLS: usize = 3;
+/// Ring values per iteration: per call, red's (res², V²) (written by call 0 only) and
+/// black's.
+const PER_STEP: usize = CALLS * 4;
+const HISTORY: usize = PARTIAL_STEPS;
+
+pub struct CudaElectrostaticsSlab<T: Real> {
+    gpu: Arc<Gpu>,
+    p: ElectrostaticsProblem,
+    window: Window,
+    /// The window's planes; colour c of buffer plane l at shift + l·2·ny·ph + c·ny·ph.
+    layout: Split,
+    v: CudaSlice<T>,
+    code: CudaSlice<u8>,
+    /// 2ρ/ε0 per node (interleaved like V) when ρ varies, else a 1-value placeholder.
+    qnode: CudaSlice<T>,
+    classes: CudaSlice<T>,
+    has_qnode: i32,
+    q: T,
+    coefficients: Vec<CudaSlice<T>>,
+    /// Per compute call (they may run side by side): block partials and ticket.
+    scratch: Vec<(CudaSlice<f64>, CudaSlice<u32>)>,
+    /// Where the sums of the red halo planes go (not part of the residual).
+    discard: CudaSlice<f64>,
+    /// Iteration k's sums at (k mod PARTIAL_STEPS)·PER_STEP (see PER_STEP).
+    ring: CudaSlice<f64>,
+    /// [iterations done, stop flag (1 converged, 2 non-finite)]
+    ctl: CudaSlice<u64>,
+    hist: CudaSlice<f64>,
+    sweep: CudaFunction,
+    faces: CudaFunction,
+    record: CudaFunction,
+    block: (u32, u32),
+    /// Sweep tiles in x and y; planes per tile in z.
+    tiles: (u32, u32),
+    planes: usize,
+    faces_cfg: Option<LaunchConfig>,
+    /// Recorded after red: black calls on other streams wait for it.
+    red_done: CudaEvent,
+    launched: u64,
+    calls: usize,
+    reported: u64,
+}
+
+impl<T: Real> CudaElectrostaticsSlab<T> {
+    /// The slab `window` of the problem, from the whole potential `v` after `step`
+    /// iterations in `status`.
+    pub fn on_window(
+        gpu: Arc<Gpu>,
+        p: &ElectrostaticsProblem,
+        g: &Geometry,
+        window: Window,
+        v: &[T],
+        step: u64,
+        status: Status,
+    ) -> Result<Self> {
+        let [nx, ny, _] = g.counts;
+        let plane = nx * ny;
+        let layout = Split::new([nx, ny, window.rows], 1, std::mem::size_of::<T>()).interleaved();
+        let parity = window.base as usize & 1;
+        let qnode = cpu::charge_per_node::<T>(g);
+        let per_node = 2 * std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) / 2 + 1;
+        gpu.ensure_fits(
+            (layout.len() * per_node) as u128,
+            "a slab's potential, class bytes and charge density",
+        )?;
+        let launch = Launch::from_env()?;
+        let block = launch.block.unwrap_or_else(|| {
+            super::SweepKernel::PerColour.default_block(T::PRECISION, p.points())
+        });
+        let min_blocks = launch.min_blocks.unwrap_or_else(|| {
+            super::SweepKernel::PerColour.default_min_blocks(T::PRECISION, p.points())
+        });
+        let defines = layout.defines(block, min_blocks);
+        let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
+        let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
+        let record = gpu.function(&KERNELS, T::PRECISION, &defines, "es_record")?;
+        let tiles = (
+            interior_columns(nx, 1).div_ceil(block.0 as usize) as u32,
+            (ny - 2).div_ceil(block.1 as usize) as u32,
+        );
+        let planes = launch.planes.unwrap_or(sweep_planes(
+            &gpu,
+            &sweep,
+            block,
+            (tiles.0 * tiles.1) as usize,
+            window.own.len(),
+        )?);
+        let classes = Classes::of(g)?;
+        let faces_cfg = has_free_face_nodes(g, &classes).then(|| super::cuda::faces_config(g));
+        let s = &gpu.stream;
+        let mine = |data: &[T]| layout.interleave(&slab_of(&window, data, plane), parity);
+        let qnode = match &qnode {
+            Some(q) => s.clone_htod(&mine(q))?,
+            None => s.alloc_zeros::<T>(1)?,
+        };
+        let code = layout.interleave(&slab_of(&window, &classes.code, plane), parity);
+        let mut coefficients = Vec::new();
+        for a in 0..3 {
+            let (rp, rm) = cpu::axis_coefficients(&p.nodes[a]);
+            for r in [rp, rm] {
+                let r: Vec<T> = r.iter().map(|&x| T::lit(x)).collect();
+                coefficients.push(s.clone_htod(&r)?);
+            }
+        }
+        let table: Vec<T> = (classes.eps.iter().zip(&classes.fixed))
+            .flat_map(|(&e, &f)| [T::lit(e), T::lit(f as f64)])
+            .collect();
+        let most = tiles.0 as usize * tiles.1 as usize * window.rows.div_ceil(planes);
+        let scratch = (0..CALLS)
+            .map(|_| Ok((s.alloc_zeros::<f64>(2 * most)?, s.alloc_zeros::<u32>(1)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            v: s.clone_htod(&mine(v))?,
+            code: s.clone_htod(&code)?,
+            qnode,
+            classes: s.clone_htod(&table)?,
+            has_qnode: g.q_node.is_some() as i32,
+            q: T::lit(g.q_uniform),
+            coefficients,
+            scratch,
+            discard: s.alloc_zeros::<f64>(2)?,
+            ring: s.alloc_zeros::<f64>(PARTIAL_STEPS * PER_STEP)?,
+            ctl: s.clone_htod(&[step, status.device_flag()])?,
+            hist: s.alloc_zeros::<f64>(HISTORY)?,
+            red_done: gpu.ctx.new_event(None)?,
+            sweep,
+            faces,
+            record,
+            block,
+            tiles,
+            planes,
+            faces_cfg,
+            layout,
+            window,
+            launched: step,
+            calls: 0,
+            reported: step,
+            gpu,
+            p: p.clone(),
+        })
+    }
+
+    /// The grid planes this slab's buffer holds that are not halo planes past the
+    /// mesh: buffer plane l is grid plane base + l.
+    fn held(&self) -> Range<usize> {
+        let w = &self.window;
+        w.base.max(0) as usize..(w.base + w.rows as isize) as usize
+    }
+
+    fn address<U>(&self, s: &CudaSlice<U>) -> u64 {
+        let (ptr, _sync) = s.device_ptr(&self.gpu.stream);
+        ptr
+    }
+
+    /// Colour `oe`'s and the other colour's base addresses in an interleaved array of
+    /// `bytes`-byte values.
+    fn colours(&self, base: u64, oe: usize, bytes: usize) -> (u64, u64) {
+        let half = (self.layout.colour_offset() * bytes) as u64;
+        let at = |c: usize| base + c as u64 * half;
+        (at(oe), at(1 - oe))
+    }
+
+    /// Free face nodes of colour `oe` on the grid planes `planes`.
+    fn launch_faces(
+        &self,
+        oe: usize,
+        planes: &Range<usize>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let Some(cfg) = self.faces_cfg else {
+            return Ok(());
+        };
+        let t = std::mem::size_of::<T>();
+        let (vc, vd) = self.colours(self.address(&self.v), oe, t);
+        let (cc, _) = self.colours(self.address(&self.code), oe, 1);
+        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
+        let (kfirst, kend, kbase) = (
+            planes.start as i32,
+            planes.end as i32,
+            self.window.base as i32,
+        );
+        let (oe_arg, after) = (oe as i32, -1i64);
+        let mut l = stream.launch_builder(&self.faces);
+        l.arg(&vc).arg(&vc).arg(&vd).arg(&cc).arg(&self.classes);
+        l.arg(&nx)
+            .arg(&ny)
+            .arg(&nz)
+            .arg(&kfirst)
+            .arg(&kend)
+            .arg(&kbase);
+        l.arg(&oe_arg).arg(&self.ctl).arg(&after);
+        // SAFETY: the face nodes of the planes `planes` lie in the buffer, which holds the
+        // window's planes; their inner neighbours too (a face plane's is the next plane in).
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Colour `oe`'s interior nodes on the grid planes `planes` (inside 1..nz-1); the
+    /// (res², V²) sums into `slot`, with block partials `scratch`.
+    fn launch_sweep(
+        &mut self,
+        oe: usize,
+        planes: Range<usize>,
+        slot: u64,
+        scratch: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let t = std::mem::size_of::<T>();
+        let (vc, vd) = self.colours(self.address(&self.v), oe, t);
+        let (cc, cd) = self.colours(self.address(&self.code), oe, 1);
+        let qc = match self.has_qnode {
+            0 => self.address(&self.qnode),
+            _ => self.colours(self.address(&self.qnode), oe, t).0,
+        };
+        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
+        let (ph, chunk) = (self.layout.ph as i32, self.planes as i32);
+        let (oe_arg, omega, tol) = (oe as i32, T::lit(self.p.omega), self.p.tolerance);
+        let (iteration, hist_len) = (self.launched, HISTORY as u32);
+        let (kfirst, kend, kbase) = (
+            planes.start as i32,
+            planes.end as i32,
+            self.window.base as i32,
+        );
+        let discard = self.address(&self.discard);
+        let cfg = LaunchConfig {
+            grid_dim: (
+                self.tiles.0,
+                self.tiles.1,
+                planes.len().div_ceil(self.planes).max(1) as u32,
+            ),
+            block_dim: (self.block.0, self.block.1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (partials, ticket) = &mut self.scratch[scratch];
+        let mut l = stream.launch_builder(&self.sweep);
+        l.arg(&vc).arg(&vd).arg(&cc).arg(&cd).arg(&self.classes);
+        l.arg(&qc).arg(&self.has_qnode).arg(&self.q);
+        for axis in &self.coefficients {
+            l.arg(axis);
+        }
+        l.arg(&nx)
+            .arg(&ny)
+            .arg(&nz)
+            .arg(&ph)
+            .arg(&chunk)
+            .arg(&oe_arg);
+        l.arg(&omega).arg(&tol).arg(&iteration);
+        l.arg(partials).arg(ticket).arg(&self.ctl).arg(&discard);
+        l.arg(&self.hist).arg(&hist_len);
+        l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
+        // SAFETY: planes kfirst - 1 .. kend + 1 lie in the buffer (red sweeps at most one
+        // plane past the owned ones, the buffer holds two halo planes and two more past
+        // its top for the prefetches); partials hold two values per block; slot is two
+        // values.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Where call `call`'s sums of colour `oe` for the iteration being queued go.
+    fn slot(&self, call: usize, oe: usize) -> u64 {
+        let at = (self.launched as usize % PARTIAL_STEPS) * PER_STEP + call * 4 + oe * 2;
+        self.address(&self.ring) + (at * std::mem::size_of::<f64>()) as u64
+    }
+
+    /// Red over the owned planes and one beyond each end (within the mesh); only the
+    /// owned planes' sums count.
+    fn red(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        let (own, held, nz) = (self.window.own.clone(), self.held(), self.p.counts()[2]);
+        let red = own.start.saturating_sub(1).max(held.start)..(own.end + 1).min(held.end);
+        self.launch_faces(0, &red, stream)?;
+        let inner = |r: Range<usize>| r.start.max(1)..r.end.min(nz - 1).max(r.start.max(1));
+        let (below, owned, above) = (
+            inner(red.start..own.start),
+            inner(own.clone()),
+            inner(own.end..red.end),
+        );
+        let (slot, discard) = (self.slot(0, 0), self.address(&self.discard));
+        for (planes, to) in [(below, discard), (owned, slot), (above, discard)] {
+            if !planes.is_empty() || to == slot {
+                self.launch_sweep(0, planes, to, 0, stream)?;
+            }
+        }
+        self.red_done.record(stream)?;
+        Ok(())
+    }
+}
+
+impl<T: Real> Engine for CudaElectrostaticsSlab<T> {
+    type Real = T;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        // A slab alone (the whole mesh): its own sums are the total.
+        let me = self.gpu.stream.clone_htod(&[self.address(&self.ring)])?;
+        let stream = self.gpu.stream.clone();
+        for _ in 0..steps {
+            self.compute(1, self.window.own.clone(), None)?;
+            self.commit(1);
+            self.queue_record(&me, 1, PARTIAL_STEPS, &stream)?;
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<Diagnostics> {
+        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
+        let steps = ctl[0];
+        if ctl[1] != 0 {
+            // Iterations queued after the stop changed nothing.
+            self.launched = steps;
+        }
+        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
+        self.reported = self.reported.max(steps);
+        Ok(Diagnostics {
+            steps,
+            new_residuals,
+            status: Status::from_device_flag(ctl[1]),
+        })
+    }
+
+    fn snapshot(&mut self) -> Result<Field<T>> {
+        let data = self.owned()?;
+        Ok(cpu::field_of(&self.p, "V", data))
+    }
+
+    fn max_steps_between_diagnostics(&self) -> u64 {
+        STOP_CHECK
+    }
+}
+
+impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        2 * self.layout.colour_offset()
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Device {
+            gpu: &self.gpu,
+            buf: &mut self.v,
+            offset: self.layout.shift,
+        }
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        1
+    }
+    /// Red once per iteration (in its first call), then black on `rows`.
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        stream: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        assert_eq!(
+            steps, 1,
+            "an electrostatics slab takes one iteration between exchanges"
+        );
+        let stream = stream.unwrap_or(&self.gpu.stream).clone();
+        let call = self.calls;
+        assert!(call < CALLS, "at most {CALLS} compute calls per iteration");
+        self.calls += 1;
+        if call == 0 {
+            self.red(&stream)?;
+        } else {
+            stream.wait(&self.red_done)?;
+        }
+        self.launch_faces(1, &rows, &stream)?;
+        let nz = self.p.counts()[2];
+        let inner = rows.start.max(1)..rows.end.min(nz - 1).max(rows.start.max(1));
+        let slot = self.slot(call, 1);
+        self.launch_sweep(1, inner, slot, call, &stream)
+    }
+    fn commit(&mut self, steps: u64) {
+        self.launched += steps;
+        self.calls = 0;
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        let own = self.window.own_in_buffer();
+        let (row, shift) = (self.row_len(), self.layout.shift);
+        let planes = self
+            .gpu
+            .stream
+            .clone_dtoh(&self.v.slice(shift + own.start * row..shift + own.end * row))?;
+        Ok(self.layout.deinterleave(&planes, self.window.own.start & 1))
+    }
+    fn partials(&mut self) -> Partials {
+        Partials::Device {
+            ring: self.address(&self.ring),
+            per_step: PER_STEP,
+            step: self.launched,
+        }
+    }
+    fn queue_record(
+        &mut self,
+        sources: &CudaSlice<u64>,
+        count: usize,
+        ring_steps: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let k = self.launched - 1;
+        let (count, per_step, ring) = (count as i32, PER_STEP as i32, ring_steps as u32);
+        let hist_len = HISTORY as u32;
+        let mut l = stream.launch_builder(&self.record);
+        l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
+        l.arg(&self.p.tolerance)
+            .arg(&self.ctl)
+            .arg(&self.hist)
+            .arg(&hist_len);
+        // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP values.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        Ok(())
+    }
+}

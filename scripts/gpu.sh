@@ -11,6 +11,7 @@
 #   gpu/gpu.sh es-tune          # there: electrostatics launch shapes (KEISAN_ES_* overrides)
 #   gpu/gpu.sh multi            # there: bench advection on slabs over DEVICES (default 0,1)
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
+#   gpu/gpu.sh es-multi         # there: electrostatics on slabs, weak and strong scaling
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
 #   gpu/gpu.sh next             # there: the checks of the work in progress (now: electrostatics
@@ -154,6 +155,24 @@ heat_multi() {
   done
 }
 
+# Electrostatics on slabs: weak (512³ per GPU) and strong scaling, f32 and f64, from the
+# run summaries (the grounded-box Poisson example, a fixed number of iterations).
+es_multi() {
+  device
+  t() { $K run examples/electrostatics-poisson-128.toml --set electrostatics.x.cells=511 \
+        --set electrostatics.y.cells=511 --set "electrostatics.z.cells=$1" \
+        --set electrostatics.tolerance=0 --set "electrostatics.max_iterations=$3" \
+        --precision "$2" --quiet --json "${@:4}" |
+        python3 -c "import json,sys; d=json.load(sys.stdin); s=d['timings']['solve_s']; print('solve %.3f s, %.1f us/iteration' % (s, 1e6*s/d['iterations']))"; }
+  for prec in "f32 300" "f64 150"; do
+    set -- $prec
+    for cfg in "511|--devices 0" "1023|--devices 0,1" "1023|--devices 0" "511|--devices 0,1" "511|--devices 0,0"; do
+      local cells=${cfg%%|*} args=${cfg#*|}
+      echo "== electrostatics 512x512x$((cells + 1)) $1 $2 iterations $args: $(t "$cells" "$1" "$2" $args)"
+    done
+  done
+}
+
 # MPI on GPUs (binary built with FEATURES=--features mpi): 2 ranks against one process,
 # the same files, and contest 5 for 512 steps timed three times.
 mpi_gpu() {
@@ -193,6 +212,7 @@ case "${1:-}" in
   next) next ;;
   multi) multi ;;
   heat-multi) heat_multi ;;
+  es-multi) es_multi ;;
   mpi) mpi_gpu ;;
   test) tests ;;
   bench) bench ;;

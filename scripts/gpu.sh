@@ -12,6 +12,7 @@
 #   gpu/gpu.sh multi            # there: bench advection on slabs over DEVICES (default 0,1)
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh es-multi         # there: electrostatics on slabs, weak and strong scaling
+#   gpu/gpu.sh es-mpi           # there (mpi build): electrostatics, 2 GPU ranks against one process
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
 #   gpu/gpu.sh next             # there: the checks of the work in progress (now: electrostatics
@@ -155,6 +156,19 @@ heat_multi() {
   done
 }
 
+# Electrostatics under mpirun on GPUs (FEATURES=--features mpi build): 2 ranks against one
+# process on the microstrip example; V.npy must be the same bytes, the iterations equal.
+es_mpi() {
+  device
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local k=$PWD/$K ex=$PWD/examples/electrostatics-microstrip.toml w; w=$(mktemp -d)
+  (cd "$w" && $k run "$ex" -q --out one && timeout 200 mpirun -np 2 $k run "$ex" -q --out two)
+  cmp -s "$w/one/V.npy" "$w/two/V.npy" && echo "es V.npy same" || echo "es V.npy DIFFERS"
+  for d in one two; do
+    python3 -c "import json; s=json.load(open('$w/$d/summary.json')); print('$d', s['device'][:60], s['iterations'], s['status'], s['final_residual'])"
+  done
+}
+
 # Electrostatics on slabs: weak (512³ per GPU) and strong scaling, f32 and f64, from the
 # run summaries (the grounded-box Poisson example, a fixed number of iterations).
 es_multi() {
@@ -213,6 +227,7 @@ case "${1:-}" in
   multi) multi ;;
   heat-multi) heat_multi ;;
   es-multi) es_multi ;;
+  es-mpi) es_mpi ;;
   mpi) mpi_gpu ;;
   test) tests ;;
   bench) bench ;;

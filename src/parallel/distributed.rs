@@ -77,7 +77,12 @@ pub trait Subdomain: Engine {
     ) -> Result<()>;
     /// Every owned row has been computed: the next field becomes the current one.
     fn commit(&mut self, steps: u64);
-    /// The owned rows, on the host.
+    /// Values per row of what [`Subdomain::owned`] returns (a slab whose buffer keeps
+    /// another layout than the field's says so).
+    fn owned_row_len(&self) -> usize {
+        self.row_len()
+    }
+    /// The owned rows, on the host, as the field lays them out.
     fn owned(&mut self) -> Result<Vec<Self::Real>>
     where
         Self: Sized,
@@ -512,7 +517,7 @@ impl<S: Subdomain> Distributed<S> {
             return Ok(mine);
         }
         let size = std::mem::size_of::<S::Real>();
-        let row_bytes = self.parts[0].row_len() * size;
+        let row_bytes = self.parts[0].owned_row_len() * size;
         let counts: Vec<usize> = self.own_rows.iter().map(|r| r * row_bytes).collect();
         Ok(from_bytes(&world::all_gather(&to_bytes(&mine), &counts)?))
     }

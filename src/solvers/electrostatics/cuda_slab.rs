@@ -404,6 +404,10 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
         self.launched += steps;
         self.calls = 0;
     }
+    fn owned_row_len(&self) -> usize {
+        let [nx, ny, _] = self.p.counts();
+        nx * ny
+    }
     fn owned(&mut self) -> Result<Vec<T>> {
         let own = self.window.own_in_buffer();
         let (row, shift) = (self.row_len(), self.layout.shift);

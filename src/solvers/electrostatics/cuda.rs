@@ -880,7 +880,7 @@ mod tests {
                             + k * 2 * half
                             + colour * half
                             + j * layout.ph
-                            + (i + 1) / 2;
+                            + i.div_ceil(2);
                         assert_eq!(
                             buf[at],
                             data[(k * ny + j) * nx + i],

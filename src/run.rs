@@ -49,6 +49,25 @@ pub struct Diagnostics {
 }
 
 impl Diagnostics {
+    /// A device engine's report: `steps` done, its stop flag (0 running, 1 converged, 2
+    /// non-finite), the residuals since `reported` from its history ring `hist` (slot k
+    /// mod its length); `reported` moves on.
+    pub fn from_device(
+        gpu: &crate::device::cuda::Gpu,
+        steps: u64,
+        flag: u64,
+        hist: &cudarc::driver::CudaSlice<f64>,
+        reported: &mut u64,
+    ) -> Result<Self> {
+        let new_residuals = gpu.ring_range(hist, *reported, steps)?;
+        *reported = (*reported).max(steps);
+        Ok(Self {
+            steps,
+            new_residuals,
+            status: Status::from_device_flag(flag),
+        })
+    }
+
     /// For engines without a residual (time steppers): the step count and status.
     pub fn steps_only(steps: u64, status: Status) -> Self {
         Self {

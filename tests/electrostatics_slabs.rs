@@ -96,14 +96,10 @@ fn cpu_slabs_equal_one_engine_with_a_random_charge() {
     slabs_equal_one_engine::<f64>(POISSON);
 }
 
-#[test]
-fn slabs_restart_from_a_checkpoint_of_one_engine() {
-    let cpu = common::cpu();
-    let p = problem(DEVICE, 0.0);
-    let (straight, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 30);
-    let (half, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 13);
-    let restart = Restart {
-        step: 13,
+/// A checkpoint of V after `step` iterations.
+fn after(p: &ElectrostaticsProblem, step: u64, data: Vec<f64>) -> Restart<f64> {
+    Restart {
+        step,
         status: Status::Running,
         fields: vec![Field {
             name: "V",
@@ -111,9 +107,18 @@ fn slabs_restart_from_a_checkpoint_of_one_engine() {
             spacing: vec![1.0; 3],
             origin: vec![0.0; 3],
             coords: None,
-            data: half,
+            data,
         }],
-    };
+    }
+}
+
+#[test]
+fn slabs_restart_from_a_checkpoint_of_one_engine() {
+    let cpu = common::cpu();
+    let p = problem(DEVICE, 0.0);
+    let (straight, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 30);
+    let (half, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 13);
+    let restart = after(&p, 13, half);
     let (v, _, steps, _) = run::<f64>(&p, &common::on(&cpu, 4), Some(restart), 17);
     assert_eq!(steps, 30);
     assert!(common::same_bits(&straight, &v));
@@ -198,18 +203,7 @@ fn cuda_slabs_restart_from_a_checkpoint_of_one_engine() {
     let p = problem(POISSON, 0.0);
     let (straight, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 30);
     let (half, _, _, _) = run::<f64>(&p, &common::on(&cpu, 1), None, 13);
-    let restart = Restart {
-        step: 13,
-        status: Status::Running,
-        fields: vec![Field {
-            name: "V",
-            shape: p.shape(),
-            spacing: vec![1.0; 3],
-            origin: vec![0.0; 3],
-            coords: None,
-            data: half,
-        }],
-    };
+    let restart = after(&p, 13, half);
     let (v, _, steps, _) = run::<f64>(&p, &common::on(&gpu, 3), Some(restart), 17);
     assert_eq!(steps, 30);
     assert!(common::same_bits(&straight, &v));

@@ -120,6 +120,24 @@ pub trait Subdomain: Engine {
     }
 }
 
+/// `steps` of a device slab driven alone (its window the whole grid): each computed,
+/// committed and recorded from its own sums, which are then the total.
+pub fn advance_alone<S: Subdomain>(s: &mut S, gpu: &Gpu, steps: u64) -> Result<()> {
+    let Partials::Device { ring, .. } = s.partials() else {
+        return Err(Error::Parse(
+            "internal: advance_alone drives device slabs only".into(),
+        ));
+    };
+    let me = gpu.stream.clone_htod(&[ring])?;
+    for _ in 0..steps {
+        let own = s.window().own.clone();
+        s.compute(1, own, None)?;
+        s.commit(1);
+        s.queue_record(&me, 1, PARTIAL_STEPS, &gpu.stream)?;
+    }
+    Ok(())
+}
+
 /// How device slabs' partial sums are combined each step.
 struct DeviceTotals {
     per_step: usize,

@@ -13,6 +13,8 @@ mod distributed;
 mod slabs;
 pub mod world;
 
-pub use distributed::{Distributed, PARTIAL_STEPS, Partials, Rows, Subdomain, row_totals, slab_of};
+pub use distributed::{
+    Distributed, PARTIAL_STEPS, Partials, Rows, Subdomain, advance_alone, row_totals, slab_of,
+};
 pub use slabs::{Window, windows};
 pub use world::World;

@@ -48,6 +48,13 @@ pub(super) struct Classes {
 }
 
 impl Classes {
+    /// (εr, held) per class, as the kernels read the table.
+    pub(super) fn table<T: Real>(&self) -> Vec<T> {
+        (self.eps.iter().zip(&self.fixed))
+            .flat_map(|(&e, &f)| [T::lit(e), T::lit(f as f64)])
+            .collect()
+    }
+
     pub fn of(g: &Geometry) -> Result<Self> {
         let mut index = vec![u16::MAX; 2 * 256];
         let (mut eps, mut fixed) = (Vec::new(), Vec::new());
@@ -429,17 +436,7 @@ impl<T: Real> CudaElectrostatics<T> {
             Some(mut r) => (r.take("V")?, r.step, r.status),
             None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
         };
-        let mut coefficients = Vec::new();
-        for a in 0..3 {
-            let (rp, rm) = cpu::axis_coefficients(&p.nodes[a]);
-            for r in [rp, rm] {
-                let r: Vec<T> = r.iter().map(|&x| T::lit(x)).collect();
-                coefficients.push(s.clone_htod(&r)?);
-            }
-        }
-        let table: Vec<T> = (classes.eps.iter().zip(&classes.fixed))
-            .flat_map(|(&e, &f)| [T::lit(e), T::lit(f as f64)])
-            .collect();
+        let coefficients = upload_coefficients(s, p)?;
         let flag = status.device_flag();
         let upload = |parts: &[Vec<T>; 2]| -> Result<[CudaSlice<T>; 2]> {
             let [a, b] = parts;
@@ -461,7 +458,7 @@ impl<T: Real> CudaElectrostatics<T> {
         Ok(Self {
             v,
             code: [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
-            classes: s.clone_htod(&table)?,
+            classes: s.clone_htod(&classes.table::<T>())?,
             qnode,
             has_qnode,
             q: T::lit(g.q_uniform),
@@ -704,6 +701,23 @@ fn colours<T>(v: &mut [CudaSlice<T>; 2], oe: i32) -> (&mut CudaSlice<T>, &CudaSl
     if oe == 0 { (a, b) } else { (b, a) }
 }
 
+/// The mesh coefficients rxp, rxm, ryp, rym, rzp, rzm (cpu::axis_coefficients) on the
+/// device, in the kernels' argument order.
+pub(super) fn upload_coefficients<T: Real>(
+    s: &Arc<cudarc::driver::CudaStream>,
+    p: &ElectrostaticsProblem,
+) -> Result<Vec<CudaSlice<T>>> {
+    let mut out = Vec::new();
+    for axis in &p.nodes {
+        let (rp, rm) = cpu::axis_coefficients(axis);
+        for r in [rp, rm] {
+            let r: Vec<T> = r.iter().map(|&x| T::lit(x)).collect();
+            out.push(s.clone_htod(&r)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Blocks of `sweep` the device holds at once.
 fn resident_blocks(gpu: &Gpu, sweep: &CudaFunction, block: (u32, u32)) -> Result<usize> {
     let per_sm =
@@ -800,15 +814,9 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
         let (steps, flag) = (ctl[0], ctl[1]);
-        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
-        self.reported = self.reported.max(steps);
         // Launches queued after a stop returned at once: the device count is the truth.
         self.launched = steps;
-        Ok(Diagnostics {
-            steps,
-            new_residuals,
-            status: Status::from_device_flag(flag),
-        })
+        Diagnostics::from_device(&self.gpu, steps, flag, &self.hist, &mut self.reported)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

@@ -19,11 +19,12 @@ use cudarc::driver::{
 
 use super::cuda::{
     Classes, KERNELS, STOP_CHECK, Split, has_free_face_nodes, interior_columns, sweep_planes,
+    upload_coefficients,
 };
 use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
 use crate::device::cuda::Gpu;
 use crate::error::Result;
-use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, slab_of};
+use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, advance_alone, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -125,17 +126,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             None => s.alloc_zeros::<T>(1)?,
         };
         let code = layout.interleave(&slab_of(&window, &classes.code, plane), parity);
-        let mut coefficients = Vec::new();
-        for a in 0..3 {
-            let (rp, rm) = cpu::axis_coefficients(&p.nodes[a]);
-            for r in [rp, rm] {
-                let r: Vec<T> = r.iter().map(|&x| T::lit(x)).collect();
-                coefficients.push(s.clone_htod(&r)?);
-            }
-        }
-        let table: Vec<T> = (classes.eps.iter().zip(&classes.fixed))
-            .flat_map(|(&e, &f)| [T::lit(e), T::lit(f as f64)])
-            .collect();
+        let coefficients = upload_coefficients(s, p)?;
         let most = tiles.0 as usize * tiles.1 as usize * window.rows.div_ceil(planes);
         let scratch = (0..CALLS)
             .map(|_| Ok((s.alloc_zeros::<f64>(2 * most)?, s.alloc_zeros::<u32>(1)?)))
@@ -144,7 +135,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             v: s.clone_htod(&mine(v))?,
             code: s.clone_htod(&code)?,
             qnode,
-            classes: s.clone_htod(&table)?,
+            classes: s.clone_htod(&classes.table::<T>())?,
             has_qnode: g.q_node.is_some() as i32,
             q: T::lit(g.q_uniform),
             coefficients,
@@ -320,31 +311,17 @@ impl<T: Real> Engine for CudaElectrostaticsSlab<T> {
     type Real = T;
 
     fn advance(&mut self, steps: u64) -> Result<()> {
-        // A slab alone (the whole mesh): its own sums are the total.
-        let me = self.gpu.stream.clone_htod(&[self.address(&self.ring)])?;
-        let stream = self.gpu.stream.clone();
-        for _ in 0..steps {
-            self.compute(1, self.window.own.clone(), None)?;
-            self.commit(1);
-            self.queue_record(&me, 1, PARTIAL_STEPS, &stream)?;
-        }
-        Ok(())
+        let gpu = self.gpu.clone();
+        advance_alone(self, &gpu, steps)
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
-        let steps = ctl[0];
         if ctl[1] != 0 {
             // Iterations queued after the stop changed nothing.
-            self.launched = steps;
+            self.launched = ctl[0];
         }
-        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
-        self.reported = self.reported.max(steps);
-        Ok(Diagnostics {
-            steps,
-            new_residuals,
-            status: Status::from_device_flag(ctl[1]),
-        })
+        Diagnostics::from_device(&self.gpu, ctl[0], ctl[1], &self.hist, &mut self.reported)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

@@ -277,13 +277,7 @@ impl<T: Real> Engine for CudaJacobi<T> {
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let (steps, flag) = self.resolve()?;
-        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
-        self.reported = self.reported.max(steps);
-        Ok(Diagnostics {
-            steps,
-            new_residuals,
-            status: Status::from_device_flag(flag),
-        })
+        Diagnostics::from_device(&self.gpu, steps, flag, &self.hist, &mut self.reported)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

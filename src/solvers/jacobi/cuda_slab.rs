@@ -12,7 +12,7 @@ use super::JacobiProblem;
 use super::cuda::{KERNELS, tile, tile_defines};
 use crate::device::cuda::Gpu;
 use crate::error::Result;
-use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, slab_of};
+use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, advance_alone, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -146,27 +146,13 @@ impl<T: Real> Engine for CudaJacobiSlab<T> {
     type Real = T;
 
     fn advance(&mut self, steps: u64) -> Result<()> {
-        // A slab alone (the whole grid): its own sums are the total.
-        let me = self.gpu.stream.clone_htod(&[self.ring_address()])?;
-        let stream = self.gpu.stream.clone();
-        for _ in 0..steps {
-            self.compute(1, self.window.own.clone(), None)?;
-            self.commit(1);
-            self.queue_record(&me, 1, PARTIAL_STEPS, &stream)?;
-        }
-        Ok(())
+        let gpu = self.gpu.clone();
+        advance_alone(self, &gpu, steps)
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let ctl = self.settle()?;
-        let steps = ctl[0];
-        let new_residuals = self.gpu.ring_range(&self.hist, self.reported, steps)?;
-        self.reported = self.reported.max(steps);
-        Ok(Diagnostics {
-            steps,
-            new_residuals,
-            status: Status::from_device_flag(ctl[1]),
-        })
+        Diagnostics::from_device(&self.gpu, ctl[0], ctl[1], &self.hist, &mut self.reported)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

@@ -143,6 +143,59 @@ fn bench_reports_the_fraction_of_the_measured_ceiling() {
     assert_eq!(s["bytes_per_cell"], 24);
 }
 
+/// `bench electrostatics` on slabs: weak and strong scaling against one device, the
+/// exchange and the model in the report (CPU subdomains here; the GPU figures are in
+/// docs/PERFORMANCE.md).
+#[test]
+fn bench_electrostatics_on_slabs_reports_weak_and_strong_scaling() {
+    let o = keisan(&[
+        "bench",
+        "electrostatics",
+        "--backend",
+        "cpu",
+        "--subdomains",
+        "3",
+        "--cells",
+        "11",
+        "--iterations",
+        "3",
+        "--repetitions",
+        "1",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (s["subdomains"].as_u64(), s["nodes_per_axis"].as_u64()),
+        (Some(3), Some(12))
+    );
+    for key in [
+        "one_device_s_per_iteration",
+        "weak_s_per_iteration",
+        "strong_s_per_iteration",
+        "model_strong_64_s_per_iteration",
+    ] {
+        assert!(s[key].as_f64().unwrap() > 0.0, "{key}: {s}");
+    }
+    assert!(s["exchange_s_per_iteration"].as_f64().is_some(), "{s}");
+    // --poisson times one device only.
+    let o = keisan(&[
+        "bench",
+        "electrostatics",
+        "--backend",
+        "cpu",
+        "--subdomains",
+        "2",
+        "--poisson",
+    ]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
 /// An initial field from a .npy beside the problem file (a relative path is taken from the
 /// problem file's folder, not the working directory); the run starts from those values.
 #[test]

@@ -16,23 +16,23 @@ use crate::solver::Report;
 pub struct ElectrostaticsBenchArgs {
     /// Cells per axis of the cube (default: 511 on a GPU, i.e. 512³ nodes; 96 on the CPU).
     #[arg(long)]
-    cells: Option<usize>,
+    pub(super) cells: Option<usize>,
     /// Red-black iterations timed (default: 200 on a GPU, 10 on the CPU).
     #[arg(long)]
-    iterations: Option<u64>,
+    pub(super) iterations: Option<u64>,
     #[arg(long, default_value_t = 3)]
-    repetitions: usize,
+    pub(super) repetitions: usize,
     #[arg(long, value_enum, default_value_t = Precision::F32)]
-    precision: Precision,
+    pub(super) precision: Precision,
     /// Time to solution instead: a grounded box with a random charge density
     /// (examples/electrostatics-poisson-128.toml), to ‖b − Av‖/‖b‖ ≤ 1e-8 (set
     /// --precision f64 for the case).
     #[arg(long)]
-    poisson: bool,
+    pub(super) poisson: bool,
     /// The CUDA kernel timed (per-colour, persistent, fused, staged); default: all of
     /// them, per-colour first.
     #[arg(long)]
-    kernel: Option<String>,
+    pub(super) kernel: Option<String>,
 }
 
 /// The time-to-solution problem: the unit cube with every face grounded, 128³ interior
@@ -86,7 +86,12 @@ pub struct ElectrostaticsBenches {
 /// The bench problem: a unit cube, a dielectric sphere (εr 4) between two plate
 /// electrodes (1 V and 0 V) on the x faces.
 pub fn problem(cells: usize, iterations: u64) -> ElectrostaticsProblem {
-    let axis: Vec<f64> = (0..=cells).map(|i| i as f64 / cells as f64).collect();
+    problem_cells([cells; 3], iterations)
+}
+
+/// [`problem`] with `cells` per axis, x, y, z (the same unit cube).
+pub fn problem_cells(cells: [usize; 3], iterations: u64) -> ElectrostaticsProblem {
+    let axis = |c: usize| (0..=c).map(|i| i as f64 / c as f64).collect::<Vec<f64>>();
     let plate = |x0: f64, x1: f64, e: u8| Shape {
         body: Body::Box {
             min: [x0, 0.0, 0.0],
@@ -95,7 +100,7 @@ pub fn problem(cells: usize, iterations: u64) -> ElectrostaticsProblem {
         electrode: Some(e),
         dielectric: None,
     };
-    let nodes = [axis.clone(), axis.clone(), axis];
+    let nodes = cells.map(axis);
     ElectrostaticsProblem {
         omega: super::optimal_omega(&nodes, &[None; 6]),
         nodes,

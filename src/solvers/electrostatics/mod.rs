@@ -9,6 +9,7 @@
 //! (Nz+1, Ny+1, Nx+1).
 
 pub mod bench;
+mod bench_slabs;
 pub mod cpu;
 pub mod cuda;
 mod cuda_slab;

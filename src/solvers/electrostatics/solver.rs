@@ -37,6 +37,12 @@ impl Solver for Electrostatics {
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(device, args)
     }
+    fn bench_placed(&self, placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+        if placement.is_single() {
+            return bench::run(placement.first(), args);
+        }
+        super::bench_slabs::run(placement, args)
+    }
 }
 
 impl SolverProblem for ElectrostaticsProblem {

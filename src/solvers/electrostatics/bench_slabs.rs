@@ -1,0 +1,180 @@
+//! `keisan bench electrostatics --devices …` (or `--subdomains N`): weak and strong
+//! scaling of the red-black iteration on slabs, the halo exchange alone and how much of
+//! it the pass hides, and the model of a decomposed iteration (compute + exposed
+//! exchange) for 8 and 64 devices.
+
+use clap::FromArgMatches;
+use serde::Serialize;
+
+use super::bench::{ElectrostaticsBenchArgs, problem_cells};
+use super::{Geometry, engine_placed};
+use crate::bench::{ceilings_for, sorted_wall_seconds};
+use crate::device::ceilings::Ceilings;
+use crate::device::{Device, Placement};
+use crate::error::{Error, Result};
+use crate::precision::{Precision, Real};
+use crate::solver::Report;
+
+#[derive(Debug, Serialize)]
+pub struct ElectrostaticsScaling {
+    pub placement: String,
+    pub precision: String,
+    pub subdomains: usize,
+    pub devices: usize,
+    /// Nodes per axis of the cube one subdomain holds in the weak case.
+    pub nodes_per_axis: usize,
+    pub iterations: u64,
+    /// The cube on the first device alone.
+    pub one_device_s_per_iteration: f64,
+    /// One such cube per subdomain, stacked in z, on the slabs.
+    pub weak_s_per_iteration: f64,
+    /// One device's time for the work each device holds (subdomains ÷ devices cubes),
+    /// over the weak time.
+    pub weak_efficiency: f64,
+    /// The cube on the slabs.
+    pub strong_s_per_iteration: f64,
+    pub strong_speedup: f64,
+    /// One halo exchange with nothing else running (None under mpirun).
+    pub exchange_s_per_iteration: Option<f64>,
+    /// Weak time minus one device's for the same work per device: what the
+    /// decomposition adds per iteration.
+    pub exposed_s_per_iteration: f64,
+    pub hidden_fraction: Option<f64>,
+    /// The model: a slab keeps at most two neighbours at any count, so a weak iteration
+    /// costs one device's plus the exposed part; the cube on P devices T(1)/P + exposed.
+    pub model_weak_s_per_iteration: f64,
+    pub model_strong_8_s_per_iteration: f64,
+    pub model_strong_64_s_per_iteration: f64,
+    pub ceilings: Ceilings,
+}
+
+pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
+    let a =
+        ElectrostaticsBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if a.poisson || a.kernel.is_some() {
+        return Err(Error::invalid(
+            "--devices",
+            placement.describe(),
+            "the slab bench times the default per-colour sweeps on the bench problem; \
+             --poisson and --kernel run on one device",
+        ));
+    }
+    let device = placement.first();
+    let gpu = matches!(device, Device::Cuda(_));
+    let cells = a.cells.unwrap_or(if gpu { 511 } else { 48 });
+    let iterations = a.iterations.unwrap_or(if gpu { 200 } else { 10 });
+    if !(2..=2048).contains(&cells) || iterations == 0 || a.repetitions == 0 {
+        return Err(Error::invalid(
+            "--cells/--iterations/--repetitions",
+            format!("{cells}/{iterations}/{}", a.repetitions),
+            "cells in [2, 2048], at least 1 iteration and 1 repetition",
+        ));
+    }
+    let b = match a.precision {
+        Precision::F32 => scaling::<f32>(placement, cells, iterations, a.repetitions)?,
+        Precision::F64 => scaling::<f64>(placement, cells, iterations, a.repetitions)?,
+    };
+    let us = |s: f64| crate::units::seconds(s);
+    let n = b.nodes_per_axis;
+    let mut human = format!(
+        "electrostatics on slabs: {}\n{}  {} per subdomain, {}, {} red-black iterations, median of {}\n",
+        b.placement,
+        b.ceilings.human(),
+        format_args!("{n}³"),
+        b.precision,
+        b.iterations,
+        a.repetitions,
+    );
+    human += &format!(
+        "  one device, {n}³: {} per iteration\n  weak, {n} × {n} × {} on {} subdomains: {} per iteration, efficiency {:.1} %\n  strong, {n}³ on {} subdomains: {} per iteration, {:.2}× one device\n",
+        us(b.one_device_s_per_iteration),
+        n * b.subdomains,
+        b.subdomains,
+        us(b.weak_s_per_iteration),
+        100.0 * b.weak_efficiency,
+        b.subdomains,
+        us(b.strong_s_per_iteration),
+        b.strong_speedup,
+    );
+    human += &match (b.exchange_s_per_iteration, b.hidden_fraction) {
+        (Some(x), Some(h)) => format!(
+            "  halo exchange alone {} per iteration; exposed (weak − one device) {} per iteration: {:.0} % of the exchange hidden\n",
+            us(x),
+            us(b.exposed_s_per_iteration),
+            100.0 * h
+        ),
+        _ => format!(
+            "  exposed (weak − one device) {} per iteration\n",
+            us(b.exposed_s_per_iteration)
+        ),
+    };
+    human += &format!(
+        "  model (one device's iteration + the exposed part; two neighbours per slab at any count): weak {} per iteration on any number of devices; {n}³ on 8 devices {}, on 64 {}\n",
+        us(b.model_weak_s_per_iteration),
+        us(b.model_strong_8_s_per_iteration),
+        us(b.model_strong_64_s_per_iteration),
+    );
+    Ok(Report {
+        human,
+        json: serde_json::to_value(&b).expect("serialises"),
+    })
+}
+
+/// Seconds per iteration of the bench problem with `cells` on `placement` (wall clock,
+/// median), and one halo exchange alone when decomposed.
+fn per_iteration<T: Real>(
+    placement: &Placement,
+    cells: [usize; 3],
+    iterations: u64,
+    reps: usize,
+) -> Result<(f64, Option<f64>)> {
+    let p = problem_cells(cells, iterations);
+    let g = Geometry::build(&p)?;
+    let mut e = engine_placed::<T>(&p, &g, placement, None)?;
+    e.advance(1)?;
+    e.diagnostics()?;
+    let times = sorted_wall_seconds(e.as_mut(), iterations, reps)?;
+    let exchange = e.halo_exchange_seconds(20)?;
+    Ok((times[times.len() / 2] / iterations as f64, exchange))
+}
+
+fn scaling<T: Real>(
+    placement: &Placement,
+    cells: usize,
+    iterations: u64,
+    reps: usize,
+) -> Result<ElectrostaticsScaling> {
+    let parts = placement.parts.len();
+    let one = Placement::single(placement.first().clone());
+    let (t1, _) = per_iteration::<T>(&one, [cells; 3], iterations, reps)?;
+    // One cube of (cells + 1)³ nodes per subdomain, stacked in z.
+    let weak_z = (cells + 1) * parts - 1;
+    let (tw, exchange) = per_iteration::<T>(placement, [cells, cells, weak_z], iterations, reps)?;
+    let (ts, _) = per_iteration::<T>(placement, [cells; 3], iterations, reps)?;
+    // Subdomains sharing a device share its time: the reference is one device's time
+    // for the work each device holds.
+    let share = parts as f64 / placement.distinct_devices().len() as f64;
+    let exposed = (tw - t1 * share).max(0.0);
+    Ok(ElectrostaticsScaling {
+        placement: placement.describe(),
+        precision: T::PRECISION.to_string(),
+        subdomains: parts,
+        devices: placement.distinct_devices().len(),
+        nodes_per_axis: cells + 1,
+        iterations,
+        one_device_s_per_iteration: t1,
+        weak_s_per_iteration: tw,
+        weak_efficiency: t1 * share / tw,
+        strong_s_per_iteration: ts,
+        strong_speedup: t1 / ts,
+        exchange_s_per_iteration: exchange,
+        exposed_s_per_iteration: exposed,
+        hidden_fraction: exchange
+            .filter(|&x| x > 0.0)
+            .map(|x| (1.0 - exposed / x).clamp(0.0, 1.0)),
+        model_weak_s_per_iteration: t1 + exposed,
+        model_strong_8_s_per_iteration: t1 / 8.0 + exposed,
+        model_strong_64_s_per_iteration: t1 / 64.0 + exposed,
+        ceilings: ceilings_for(placement.first())?,
+    })
+}

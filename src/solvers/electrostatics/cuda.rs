@@ -7,6 +7,7 @@
 //! is reduced inside the interior launches and a device-side stop flag lets the host
 //! queue many iterations and read a few scalars now and then (as the Jacobi engine does).
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
@@ -429,7 +430,7 @@ impl<T: Real> CudaElectrostatics<T> {
             shared_mem_bytes: 0,
         };
         let classes = Classes::of(g)?;
-        let faces_cfg = has_free_face_nodes(g, &classes).then(|| faces_config(g));
+        let faces_cfg = has_free_face_nodes(g, &classes).then(|| faces_config(g.counts, &(0..nz)));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
         let s = &gpu.stream;
         let (v0, step, status) = match restart {
@@ -752,13 +753,17 @@ pub(super) fn sweep_planes(
     ))
 }
 
-/// The face launch's grid: blockIdx.z the face, (x, y) its two in-plane indices.
-pub(super) fn faces_config(g: &Geometry) -> LaunchConfig {
-    let [nx, ny, nz] = g.counts;
+/// The face launch's grid for the planes `planes`: blockIdx.z the face, (x, y) its two
+/// in-plane indices (for the x and y faces the second is the plane, from planes.start;
+/// the z faces need ny rows where the range holds one).
+pub(super) fn faces_config(counts: [usize; 3], planes: &Range<usize>) -> LaunchConfig {
+    let [nx, ny, nz] = counts;
+    let z_face = planes.contains(&0) || planes.contains(&(nz - 1));
+    let rows = planes.len().max(if z_face { ny } else { 0 });
     LaunchConfig {
         grid_dim: (
             nx.max(ny).div_ceil(32) as u32,
-            ny.max(nz).div_ceil(8) as u32,
+            rows.div_ceil(8).max(1) as u32,
             6,
         ),
         block_dim: (32, 8, 1),

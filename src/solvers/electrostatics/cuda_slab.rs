@@ -18,8 +18,8 @@ use cudarc::driver::{
 };
 
 use super::cuda::{
-    Classes, KERNELS, STOP_CHECK, Split, has_free_face_nodes, interior_columns, sweep_planes,
-    upload_coefficients,
+    Classes, KERNELS, STOP_CHECK, Split, faces_config, has_free_face_nodes, interior_columns,
+    sweep_planes, upload_coefficients,
 };
 use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
 use crate::device::cuda::Gpu;
@@ -65,7 +65,8 @@ pub struct CudaElectrostaticsSlab<T: Real> {
     /// Sweep tiles in x and y; planes per tile in z.
     tiles: (u32, u32),
     planes: usize,
-    faces_cfg: Option<LaunchConfig>,
+    /// Whether any face node is free (else no face launches).
+    free_faces: bool,
     /// Recorded after red: black calls on other streams wait for it.
     red_done: CudaEvent,
     launched: u64,
@@ -118,7 +119,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             window.own.len(),
         )?);
         let classes = Classes::of(g)?;
-        let faces_cfg = has_free_face_nodes(g, &classes).then(|| super::cuda::faces_config(g));
+        let free_faces = has_free_face_nodes(g, &classes);
         let s = &gpu.stream;
         let mine = |data: &[T]| layout.interleave(&slab_of(&window, data, plane), parity);
         let qnode = match &qnode {
@@ -151,7 +152,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             block,
             tiles,
             planes,
-            faces_cfg,
+            free_faces,
             layout,
             window,
             launched: step,
@@ -189,9 +190,10 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         planes: &Range<usize>,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let Some(cfg) = self.faces_cfg else {
+        if !self.free_faces || planes.is_empty() {
             return Ok(());
-        };
+        }
+        let cfg = faces_config(self.p.counts(), planes);
         let t = std::mem::size_of::<T>();
         let (vc, vd) = self.colours(self.address(&self.v), oe, t);
         let (cc, _) = self.colours(self.address(&self.code), oe, 1);

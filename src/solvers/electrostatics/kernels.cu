@@ -443,8 +443,10 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
     if (after >= 0 ? ((volatile const u64*)ctl)[0] != (u64)after + 1
                    : ((volatile const u64*)ctl)[1] != 0)
         return;
-    face_node(vc, vc2, vd, cc, classes, nx, ny, nz, kfirst, kend, kbase, oe, blockIdx.z,
-              blockIdx.x * blockDim.x + threadIdx.x, blockIdx.y * blockDim.y + threadIdx.y);
+    // The x and y faces' second index is the plane: the grid covers planes kfirst.. only.
+    const int f = blockIdx.z, b = blockIdx.y * blockDim.y + threadIdx.y;
+    face_node(vc, vc2, vd, cc, classes, nx, ny, nz, kfirst, kend, kbase, oe, f,
+              blockIdx.x * blockDim.x + threadIdx.x, (f >> 1) < 2 ? kfirst + b : b);
 }
 
 // The book-keeping of iteration k on one slab of a decomposed run: every slab's sums

@@ -38,7 +38,7 @@ const MIN_PLANES: usize = 16;
 
 /// Planes of a sweep's chunk at most: its z coefficients sit in a shared table this long
 /// (ES_ZCAP in kernels.cu).
-const MAX_PLANES: usize = 256;
+pub(super) const MAX_PLANES: usize = 256;
 
 /// The class byte per node: one entry per (held or free, εr) pair present, so a node's
 /// update reads one id byte instead of the study's two.

@@ -18,8 +18,8 @@ use cudarc::driver::{
 };
 
 use super::cuda::{
-    Classes, KERNELS, STOP_CHECK, Split, faces_config, has_free_face_nodes, interior_columns,
-    sweep_planes, upload_coefficients,
+    Classes, KERNELS, MAX_PLANES, STOP_CHECK, Split, faces_config, has_free_face_nodes,
+    interior_columns, sweep_planes, upload_coefficients,
 };
 use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
 use crate::device::cuda::Gpu;
@@ -91,7 +91,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let layout = Split::new([nx, ny, window.rows], 1, std::mem::size_of::<T>()).interleaved();
         let parity = window.base as usize & 1;
         let qnode = cpu::charge_per_node::<T>(g);
-        let per_node = 2 * std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) / 2 + 1;
+        // V, the class byte and (when ρ varies) the charge term, per layout slot.
+        let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         gpu.ensure_fits(
             (layout.len() * per_node) as u128,
             "a slab's potential, class bytes and charge density",
@@ -111,13 +112,16 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             interior_columns(nx, 1).div_ceil(block.0 as usize) as u32,
             (ny - 2).div_ceil(block.1 as usize) as u32,
         );
-        let planes = launch.planes.unwrap_or(sweep_planes(
-            &gpu,
-            &sweep,
-            block,
-            (tiles.0 * tiles.1) as usize,
-            window.own.len(),
-        )?);
+        let planes = launch
+            .planes
+            .unwrap_or(sweep_planes(
+                &gpu,
+                &sweep,
+                block,
+                (tiles.0 * tiles.1) as usize,
+                window.own.len(),
+            )?)
+            .clamp(1, MAX_PLANES);
         let classes = Classes::of(g)?;
         let free_faces = has_free_face_nodes(g, &classes);
         let s = &gpu.stream;

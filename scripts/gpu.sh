@@ -13,6 +13,7 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh es-multi         # there: electrostatics on slabs, weak and strong scaling
 #   gpu/gpu.sh es-mpi           # there (mpi build): electrostatics, 2 GPU ranks against one process
+#   gpu/gpu.sh nbody-mpi        # there (mpi build): N-body, 2 ranks on 2 GPUs against one process
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
 #   gpu/gpu.sh next             # there: the checks of the work in progress (now: electrostatics
@@ -169,6 +170,38 @@ es_mpi() {
   done
 }
 
+# N-body under mpirun (mpi build), one rank per GPU: 2 ranks against one process (the
+# particles, and two 2-rank runs against each other), then timings at N = 2^16 and 2^20
+# against one GPU and against one process on both GPUs.
+nbody_mpi() {
+  device
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local k=$PWD/$K ex=$PWD/examples/nbody-plummer.toml w; w=$(mktemp -d)
+  local small="--set nbody.n=5000 --set nbody.end_time=0.25"
+  (cd "$w" && $k run "$ex" -q $small --out one && timeout 120 mpirun -np 2 $k run "$ex" -q $small --out two &&
+     timeout 120 mpirun -np 2 $k run "$ex" -q $small --out again)
+  python3 - "$w" <<'PY'
+import glob, struct, sys, os
+def npy(path):
+    b = open(path, 'rb').read(); n = struct.unpack('<H', b[8:10])[0]
+    return struct.unpack('<%dd' % ((len(b) - 10 - n) // 8), b[10 + n:])
+w = sys.argv[1]
+last = lambda d: sorted(glob.glob(os.path.join(w, d, 'particles_*.npy')))[-1]
+a, b, c = npy(last('one')), npy(last('two')), npy(last('again'))
+print('2 ranks vs one process: max |diff| %.2e over %d values; two 2-rank runs %s' %
+      (max(abs(x - y) for x, y in zip(a, b)), len(a), 'the same bytes' if b == c else 'DIFFER'))
+PY
+  solve() { python3 -c "import json,sys; d=json.load(sys.stdin); print('$1: solve %.3f s' % d['timings']['solve_s'])"; }
+  for cfg in "65536 1" "1048576 0.04"; do
+    set -- $cfg
+    local args="--set nbody.n=$1 --set nbody.end_time=$2"
+    echo "== N = $1, end_time $2"
+    (cd "$w" && $k run "$ex" -q --json $args --devices 0 | solve "one process, GPU 0")
+    (cd "$w" && timeout 300 mpirun -np 2 $k run "$ex" -q --json $args | solve "2 ranks, one GPU each")
+    (cd "$w" && $k run "$ex" -q --json $args --devices 0,1 | solve "one process, GPUs 0 and 1")
+  done
+}
+
 # Electrostatics on slabs: weak (512³ per GPU) and strong scaling, f32 and f64, from the
 # run summaries (the grounded-box Poisson example, a fixed number of iterations).
 es_multi() {
@@ -228,6 +261,7 @@ case "${1:-}" in
   heat-multi) heat_multi ;;
   es-multi) es_multi ;;
   es-mpi) es_mpi ;;
+  nbody-mpi) nbody_mpi ;;
   mpi) mpi_gpu ;;
   test) tests ;;
   bench) bench ;;

@@ -2,7 +2,9 @@
 // -Dreal=float|double, ES_BX x ES_BY threads per block, ES_BX a multiple of 32.
 //
 // Device layout: colour-split. Node (i, j, k) has colour (i + j + k) & 1 and lives in
-// that colour's array at index (k*ny + j)*ph + ((i + ES_XOFF) >> 1): each row holds its
+// that colour's array at index ES_SHIFT + (k - kbase)*ES_HK + j*ES_HJ + ((i + ES_XOFF) >> 1)
+// (ES_HJ = ph, the row pitch; ES_HK = ny*ph, or 2*ny*ph in a slab's buffer, where both
+// colours of a plane sit side by side; kbase = 0 but in slabs): each row holds its
 // nodes of one colour, compacted. A sweep of colour C then reads and writes whole rows
 // of C and reads whole rows of the other colour D: per iteration 3 values + 2 class bytes
 // per node cross DRAM, where the interleaved layout moves 4 values (every sector of V is
@@ -13,7 +15,8 @@
 // (3, 4), ...: a row's interior then fills ceil((nx - 2)/2) columns, one fewer than the
 // pairs (0, 1), (2, 3), ... of ES_XOFF = 0 (which es_fused and es_staged assume) when nx
 // is even; the sweeps' threads start at column ES_XOFF.
-// Each colour array has nz + 2 planes: the last two pad the reads ahead past the top face.
+// Each colour array has nz + 2 planes (a slab's: its window's + 2): the last two pad the
+// reads ahead past the top face.
 //
 // One byte per node, `code`, indexes a class table of (epsr, held): the study's
 // idVolt/idEpsr in one byte. Held nodes (electrodes, fixed faces) compute an update and

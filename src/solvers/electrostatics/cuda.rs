@@ -909,6 +909,32 @@ mod tests {
     }
 
     #[test]
+    fn face_grids_cover_their_planes_and_the_z_faces_only_where_the_range_holds_one() {
+        let counts = [40, 30, 100];
+        let rows = |r: std::ops::Range<usize>| faces_config(counts, &r).grid_dim.1 as usize * 8;
+        // The whole mesh: the x and y faces' planes (100) and the z faces' rows (30).
+        assert!(rows(0..100) >= 100);
+        // A slab's planes inside the mesh: its planes only.
+        assert_eq!(rows(40..52), 16);
+        // A range with a z face: that face's ny rows too.
+        assert!(rows(0..5) >= 30 && rows(97..100) >= 30);
+        for r in [0..100, 40..52, 0..5, 97..100] {
+            let c = faces_config(counts, &r);
+            assert_eq!((c.grid_dim.0, c.grid_dim.2), (2, 6));
+        }
+    }
+
+    #[test]
+    fn default_planes_make_whole_waves_within_the_table() {
+        // Few tiles per plane: many chunks, at least MIN_PLANES planes each.
+        assert_eq!(default_planes(528, 512, 510), 30);
+        assert_eq!(default_planes(528, 64, 128), MIN_PLANES);
+        // Many tiles per plane: one chunk, capped by the shared table.
+        assert_eq!(default_planes(528, 100_000, 4094), MAX_PLANES);
+        assert_eq!(default_planes(528, 100_000, 3), 3);
+    }
+
+    #[test]
     fn shifted_pairs_need_no_more_columns_and_one_fewer_for_even_rows() {
         for nx in 3..200 {
             let (plain, shifted) = (interior_columns(nx, 0), interior_columns(nx, 1));

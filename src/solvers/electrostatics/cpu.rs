@@ -316,9 +316,7 @@ impl<T: Real> Subdomain for CpuElectrostatics<T> {
         if !self.it.running() {
             return Ok(());
         }
-        let w = &self.window;
-        let held = w.base.max(0) as usize..(w.base + w.rows as isize) as usize;
-        let red = rows.start.saturating_sub(1).max(held.start)..(rows.end + 1).min(held.end);
+        let red = super::red_planes(&self.window, &rows);
         let reds = self.sweep(0, red.clone());
         let blacks = self.sweep(1, rows.clone());
         let own = self.window.own.start;

@@ -96,6 +96,23 @@ pub(super) fn interior_columns(nx: usize, xoff: usize) -> usize {
     ((nx - 2 + xoff) >> 1) + 1 - xoff
 }
 
+/// One row of nodes into its colours' compact rows: node i goes to colour (i + s) & 1
+/// (`a` for 0, `b` for 1) at (i + xoff)/2; s is the row's parity (j + k) & 1.
+fn split_row<T: Copy>(src: &[T], s: usize, xoff: usize, a: &mut [T], b: &mut [T]) {
+    for (i, &x) in src.iter().enumerate() {
+        let to = if (i + s) & 1 == 0 { &mut *a } else { &mut *b };
+        to[(i + xoff) / 2] = x;
+    }
+}
+
+/// The inverse of [`split_row`].
+fn merge_row<T: Copy>(dst: &mut [T], s: usize, xoff: usize, a: &[T], b: &[T]) {
+    for (i, x) in dst.iter_mut().enumerate() {
+        let h = (i + xoff) / 2;
+        *x = if (i + s) & 1 == 0 { a[h] } else { b[h] };
+    }
+}
+
 /// The colour-split layout: node (i, j, k) to array (i + j + k) & 1 at
 /// shift + (k·ny + j)·ph + (i + xoff)/2. Each array has nz + 2 planes (the last two pad
 /// the sweeps' prefetches). xoff = 1 (the per-colour kernels) pairs the nodes (1, 2),
@@ -181,12 +198,9 @@ impl Split {
             .enumerate()
             .for_each(|(k, (dst, src))| {
                 let (a, b) = dst.split_at_mut(half);
-                for (j, row) in src.chunks(nx).enumerate() {
-                    let s = (j + k + parity) & 1;
-                    for (i, &x) in row.iter().enumerate() {
-                        let to = if (i + s) & 1 == 0 { &mut *a } else { &mut *b };
-                        to[j * ph + (i + xoff) / 2] = x;
-                    }
+                let rows = a.chunks_mut(ph).zip(b.chunks_mut(ph));
+                for (j, (row, (a, b))) in src.chunks(nx).zip(rows).enumerate() {
+                    split_row(row, (j + k + parity) & 1, xoff, a, b);
                 }
             });
         out
@@ -206,12 +220,9 @@ impl Split {
             .enumerate()
             .for_each(|(k, (dst, src))| {
                 let (a, b) = src.split_at(half);
-                for (j, row) in dst.chunks_mut(nx).enumerate() {
-                    let s = (j + k + parity) & 1;
-                    for (i, x) in row.iter_mut().enumerate() {
-                        let h = j * ph + (i + xoff) / 2;
-                        *x = if (i + s) & 1 == 0 { a[h] } else { b[h] };
-                    }
+                let rows = a.chunks(ph).zip(b.chunks(ph));
+                for (j, (row, (a, b))) in dst.chunks_mut(nx).zip(rows).enumerate() {
+                    merge_row(row, (j + k + parity) & 1, xoff, a, b);
                 }
             });
         out
@@ -230,13 +241,7 @@ impl Split {
             .zip(b[self.shift..].par_chunks_mut(ph))
             .zip(data.par_chunks(nx))
             .enumerate()
-            .for_each(|(r, ((a, b), src))| {
-                let s = (r % ny + r / ny) & 1;
-                for (i, &x) in src.iter().enumerate() {
-                    let dst = if (i + s) & 1 == 0 { &mut *a } else { &mut *b };
-                    dst[(i + xoff) / 2] = x;
-                }
-            });
+            .for_each(|(r, ((a, b), src))| split_row(src, (r % ny + r / ny) & 1, xoff, a, b));
         out
     }
 
@@ -251,13 +256,7 @@ impl Split {
                     .zip(parts[1][self.shift..].par_chunks(ph)),
             )
             .enumerate()
-            .for_each(|(r, (dst, (a, b)))| {
-                let s = (r % ny + r / ny) & 1;
-                for (i, x) in dst.iter_mut().enumerate() {
-                    let h = (i + xoff) / 2;
-                    *x = if (i + s) & 1 == 0 { a[h] } else { b[h] };
-                }
-            });
+            .for_each(|(r, (dst, (a, b)))| merge_row(dst, (r % ny + r / ny) & 1, xoff, a, b));
         out
     }
 }

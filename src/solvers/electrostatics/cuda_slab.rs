@@ -167,11 +167,10 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         })
     }
 
-    /// The grid planes this slab's buffer holds that are not halo planes past the
-    /// mesh: buffer plane l is grid plane base + l.
-    fn held(&self) -> Range<usize> {
-        let w = &self.window;
-        w.base.max(0) as usize..(w.base + w.rows as isize) as usize
+    /// The interior planes (1..nz-1, where the sweeps work) of the grid planes `r`.
+    fn interior(&self, r: Range<usize>) -> Range<usize> {
+        let (start, nz) = (r.start.max(1), self.p.counts()[2]);
+        start..r.end.min(nz - 1).max(start)
     }
 
     fn address<U>(&self, s: &CudaSlice<U>) -> u64 {
@@ -293,14 +292,13 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
     /// Red over the owned planes and one beyond each end (within the mesh); only the
     /// owned planes' sums count.
     fn red(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
-        let (own, held, nz) = (self.window.own.clone(), self.held(), self.p.counts()[2]);
-        let red = own.start.saturating_sub(1).max(held.start)..(own.end + 1).min(held.end);
+        let own = self.window.own.clone();
+        let red = super::red_planes(&self.window, &own);
         self.launch_faces(0, &red, stream)?;
-        let inner = |r: Range<usize>| r.start.max(1)..r.end.min(nz - 1).max(r.start.max(1));
         let (below, owned, above) = (
-            inner(red.start..own.start),
-            inner(own.clone()),
-            inner(own.end..red.end),
+            self.interior(red.start..own.start),
+            self.interior(own.clone()),
+            self.interior(own.end..red.end),
         );
         let (slot, discard) = (self.slot(0, 0), self.address(&self.discard));
         for (planes, to) in [(below, discard), (owned, slot), (above, discard)] {
@@ -378,9 +376,7 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
             stream.wait(&self.red_done)?;
         }
         self.launch_faces(1, &rows, &stream)?;
-        let nz = self.p.counts()[2];
-        let inner = rows.start.max(1)..rows.end.min(nz - 1).max(rows.start.max(1));
-        let slot = self.slot(call, 1);
+        let (inner, slot) = (self.interior(rows), self.slot(call, 1));
         self.launch_sweep(1, inner, slot, call, &stream)
     }
     fn commit(&mut self, steps: u64) {

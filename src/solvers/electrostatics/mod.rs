@@ -17,6 +17,7 @@ mod gauss;
 mod geometry;
 mod solver;
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -26,7 +27,7 @@ pub use solver::ELECTROSTATICS;
 
 use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
-use crate::parallel::{Distributed, windows};
+use crate::parallel::{Distributed, Window, windows};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Restart, Status};
 
@@ -90,9 +91,7 @@ impl SweepKernel {
             (SweepKernel::Staged, Precision::F64) => (32, 4),
         }
     }
-}
 
-impl SweepKernel {
     /// Blocks per multiprocessor the compiler must fit by default (measured on the H100,
     /// docs/PERFORMANCE.md): 4 in f32; in f64 2 for large meshes (at 3 the per-colour sweep
     /// spills: 1.78 against 1.58 ms per 512³ iteration) and 3 for small ones.
@@ -239,6 +238,14 @@ pub fn engine_placed<T: Real>(
     }
     let build = |_, w| cpu::CpuElectrostatics::on_window(p, g, w, &v, step, status);
     Ok(Box::new(Distributed::on(placement, all, build, field_of)?))
+}
+
+/// The planes a slab's red sweep covers for its black sweep over `rows`: those and one
+/// beyond each end, within the planes its buffer holds (not past the mesh), so the black
+/// sweep reads red values of this iteration without a second exchange.
+pub(crate) fn red_planes(w: &Window, rows: &Range<usize>) -> Range<usize> {
+    let held = w.base.max(0) as usize..(w.base + w.rows as isize) as usize;
+    rows.start.saturating_sub(1).max(held.start)..(rows.end + 1).min(held.end)
 }
 
 /// ε0 in F/m.

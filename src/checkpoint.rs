@@ -9,6 +9,7 @@
 //! n=int.from_bytes(f.read(8),"little"); print(json.loads(f.read(n)))' FILE` shows it.
 
 use std::io::{BufReader, Read};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -18,7 +19,7 @@ use crate::memory::try_filled;
 use crate::output::write_atomic;
 use crate::precision::{Precision, Real};
 use crate::problem::Problem;
-use crate::run::{Field, Restart, Status};
+use crate::run::{Field, Piece, Restart, Status};
 
 #[cfg(not(target_endian = "little"))]
 compile_error!("checkpoints store the host's bytes as little-endian");
@@ -67,6 +68,31 @@ pub struct Header {
     pub status: Status,
     arrays: Vec<ArrayInfo>,
     pub history: History,
+    /// A checkpoint written in pieces: the main file holds no field, and says where the
+    /// pieces are.
+    #[serde(default)]
+    pieces: Option<PiecesInfo>,
+    /// A piece file: whose it is, and the rows its rank's engine is built from.
+    #[serde(default)]
+    piece: Option<PieceInfo>,
+}
+
+/// The main file of a checkpoint written in pieces, one file per rank.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PiecesInfo {
+    /// The whole field.
+    field: ArrayInfo,
+    /// Per rank, the rows (of the slowest axis) its piece holds.
+    rows: Vec<Range<usize>>,
+    /// Per rank, its piece file, in the main file's folder.
+    files: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct PieceInfo {
+    rank: usize,
+    /// The rows of the whole field this rank's engine is built from (owned and halo).
+    reads: Vec<Range<usize>>,
 }
 
 /// An opened checkpoint: its header read and checked, its arrays read on demand.
@@ -87,36 +113,36 @@ fn bytes_of<T: Real>(v: &[T]) -> &[u8] {
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
 }
 
-/// Write a checkpoint of `fields` at `step` for `problem` (atomically: a crash while
-/// writing leaves the previous checkpoint).
-pub fn write<T: Real>(
-    path: &Path,
-    problem: &Problem,
-    step: u64,
-    status: Status,
-    fields: &[Field<T>],
-    history: &History,
-) -> Result<()> {
-    let mut arrays: Vec<ArrayInfo> = fields
-        .iter()
-        .map(|f| ArrayInfo {
-            name: f.name.to_string(),
-            precision: T::PRECISION,
-            shape: f.shape.clone(),
-            spacing: f.spacing.clone(),
-            origin: f.origin.clone(),
-            coords: f.coords.clone(),
-        })
-        .collect();
-    arrays.push(ArrayInfo {
+fn array_info<T: Real>(f: &Field<T>) -> ArrayInfo {
+    ArrayInfo {
+        name: f.name.to_string(),
+        precision: T::PRECISION,
+        shape: f.shape.clone(),
+        spacing: f.spacing.clone(),
+        origin: f.origin.clone(),
+        coords: f.coords.clone(),
+    }
+}
+
+fn residuals_info(history: &History) -> ArrayInfo {
+    ArrayInfo {
         name: "residuals".into(),
         precision: Precision::F64,
         shape: vec![history.residuals.len()],
         spacing: vec![1.0],
         origin: vec![1.0],
         coords: None,
-    });
-    let header = Header {
+    }
+}
+
+fn header<T: Real>(
+    problem: &Problem,
+    step: u64,
+    status: Status,
+    arrays: Vec<ArrayInfo>,
+    history: &History,
+) -> Header {
+    Header {
         format: FORMAT,
         keisan_version: env!("CARGO_PKG_VERSION").to_string(),
         solver: problem.solver.name().to_string(),
@@ -131,17 +157,122 @@ pub fn write<T: Real>(
         status,
         arrays,
         history: history.clone(),
-    };
-    let json = serde_json::to_vec(&header).expect("header serialises");
+        pieces: None,
+        piece: None,
+    }
+}
+
+/// The file: magic, header length, header, then `arrays` in order (atomically: a crash
+/// while writing leaves the previous file).
+fn write_file<T: Real>(
+    path: &Path,
+    header: &Header,
+    arrays: &[&[T]],
+    residuals: &[f64],
+) -> Result<()> {
+    let json = serde_json::to_vec(header).expect("header serialises");
     write_atomic(path, |w| {
         w.write_all(MAGIC)?;
         w.write_all(&(json.len() as u64).to_le_bytes())?;
         w.write_all(&json)?;
-        for f in fields {
-            w.write_all(bytes_of(&f.data))?;
+        for a in arrays {
+            w.write_all(bytes_of(a))?;
         }
-        w.write_all(bytes_of(&history.residuals))
+        w.write_all(bytes_of(residuals))
     })
+}
+
+/// Write a checkpoint of `fields` at `step` for `problem` (atomically: a crash while
+/// writing leaves the previous checkpoint).
+pub fn write<T: Real>(
+    path: &Path,
+    problem: &Problem,
+    step: u64,
+    status: Status,
+    fields: &[Field<T>],
+    history: &History,
+) -> Result<()> {
+    let mut arrays: Vec<ArrayInfo> = fields.iter().map(array_info).collect();
+    arrays.push(residuals_info(history));
+    let h = header::<T>(problem, step, status, arrays, history);
+    let data: Vec<&[T]> = fields.iter().map(|f| &f.data[..]).collect();
+    write_file(path, &h, &data, &history.residuals)
+}
+
+/// The name of rank `rank`'s piece of the checkpoint of `step`.
+pub fn piece_file(step: u64, rank: usize) -> String {
+    format!("checkpoint.s{step}.r{rank:04}.keisan")
+}
+
+/// One rank's piece of a checkpoint written in pieces: its owned rows of the field and
+/// the rows its engine reads, in `dir`/[`piece_file`]. Every rank writes its piece
+/// before rank 0 writes the main file ([`write_index`]).
+pub fn write_piece<T: Real>(
+    dir: &Path,
+    problem: &Problem,
+    step: u64,
+    status: Status,
+    piece: &Piece<T>,
+) -> Result<PathBuf> {
+    let mut info = array_info(&piece.whole);
+    info.shape[0] = piece.rows().len();
+    let empty = History::default();
+    let mut h = header::<T>(
+        problem,
+        step,
+        status,
+        vec![info, residuals_info(&empty)],
+        &empty,
+    );
+    h.piece = Some(PieceInfo {
+        rank: piece.rank,
+        reads: piece.reads.clone(),
+    });
+    let path = dir.join(piece_file(step, piece.rank));
+    write_file(&path, &h, &[&piece.data[..]], &[])?;
+    Ok(path)
+}
+
+/// The main file of a checkpoint written in pieces (rank 0, once every piece is written):
+/// the step, the history and where the pieces are; no field.
+pub fn write_index<T: Real>(
+    path: &Path,
+    problem: &Problem,
+    step: u64,
+    status: Status,
+    piece: &Piece<T>,
+    history: &History,
+) -> Result<()> {
+    let mut h = header::<T>(
+        problem,
+        step,
+        status,
+        vec![residuals_info(history)],
+        history,
+    );
+    h.pieces = Some(PiecesInfo {
+        field: array_info(&piece.whole),
+        rows: piece.ranks.clone(),
+        files: (0..piece.ranks.len())
+            .map(|r| piece_file(step, r))
+            .collect(),
+    });
+    write_file::<T>(path, &h, &[], &history.residuals)
+}
+
+/// Remove this rank's piece files of checkpoints other than `step`'s in `dir` (after the
+/// main file names the new ones).
+pub fn remove_old_pieces(dir: &Path, step: u64, rank: usize) -> Result<()> {
+    let keep = piece_file(step, rank);
+    let suffix = format!(".r{rank:04}.keisan");
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("checkpoint.s") && name.ends_with(&suffix) && name != keep {
+            std::fs::remove_file(e.path()).map_err(|err| Error::io(e.path(), err))?;
+        }
+    }
+    Ok(())
 }
 
 impl Checkpoint {
@@ -256,6 +387,106 @@ impl Checkpoint {
     /// The engine's fields and the residual history, in `T` (the precision is checked by
     /// [`Checkpoint::check_compatible`]).
     pub fn restart<T: Real>(&self) -> Result<(Restart<T>, Vec<f64>)> {
+        let (mut restart, residuals) = self.read_arrays::<T>()?;
+        if let Some(p) = &self.header.pieces {
+            restart.fields.push(self.assemble::<T>(p)?);
+        }
+        Ok((restart, residuals))
+    }
+
+    /// Whether the checkpoint was written in pieces, and by how many ranks.
+    pub fn pieces(&self) -> Option<usize> {
+        self.header.pieces.as_ref().map(|p| p.rows.len())
+    }
+
+    /// The whole field of a checkpoint in pieces, as this rank's engine needs it: the
+    /// rows it reads filled from the pieces that hold them, the rest left zero (never
+    /// touched, so never backed by memory).
+    fn assemble<T: Real>(&self, p: &PiecesInfo) -> Result<Field<T>> {
+        let ranks = p.rows.len();
+        let (rank, size) = crate::parallel::World::current().map_or((0, 1), |w| (w.rank, w.size));
+        if size != ranks {
+            return Err(Error::invalid(
+                "--restart",
+                self.path.display(),
+                format!(
+                    "written in pieces by {ranks} rank(s); continue it on {ranks} (mpirun -np \
+                     {ranks}), or write gathered checkpoints (output.pieces = \"gather\") to \
+                     change the rank count"
+                ),
+            ));
+        }
+        let folder = self.path.parent().unwrap_or(Path::new("."));
+        let open = |r: usize| -> Result<Checkpoint> {
+            let c = Checkpoint::open(&folder.join(&p.files[r]))?;
+            let ok = c.header.step == self.header.step
+                && c.header.piece.as_ref().is_some_and(|q| q.rank == r)
+                && c.header
+                    .arrays
+                    .first()
+                    .is_some_and(|a| a.precision == T::PRECISION && a.shape[0] == p.rows[r].len());
+            if !ok {
+                return Err(bad(
+                    &c.path,
+                    format!(
+                        "not rank {r}'s piece of the checkpoint of step {}",
+                        self.header.step
+                    ),
+                ));
+            }
+            Ok(c)
+        };
+        let mine = open(rank)?;
+        let reads = mine
+            .header
+            .piece
+            .as_ref()
+            .map(|q| q.reads.clone())
+            .unwrap_or_default();
+        let a = &p.field;
+        if a.precision != T::PRECISION {
+            return Err(bad(
+                &self.path,
+                format!("array {} is {}", a.name, a.precision),
+            ));
+        }
+        let row: usize = a.shape[1..].iter().product();
+        let len = a.shape[0] * row;
+        // Zeroed memory is mapped lazily: only the rows read below take pages.
+        let mut data = vec![T::zero(); len];
+        for want in reads {
+            for (r, held) in p.rows.iter().enumerate() {
+                let (lo, hi) = (want.start.max(held.start), want.end.min(held.end));
+                if lo >= hi {
+                    continue;
+                }
+                let c = if r == rank { mine.clone() } else { open(r)? };
+                let mut f = std::fs::File::open(&c.path).map_err(|e| bad(&c.path, e))?;
+                let at = c.data_offset + ((lo - held.start) * row * T::PRECISION.bytes()) as u64;
+                std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(at))
+                    .map_err(|e| bad(&c.path, e))?;
+                let out = &mut data[lo * row..hi * row];
+                // SAFETY: as in `bytes_of`; every byte pattern is a valid f32/f64.
+                let bytes = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        out.as_mut_ptr().cast::<u8>(),
+                        std::mem::size_of_val(out),
+                    )
+                };
+                f.read_exact(bytes).map_err(|e| bad(&c.path, e))?;
+            }
+        }
+        Ok(Field {
+            name: leak_name(&a.name),
+            shape: a.shape.clone(),
+            spacing: a.spacing.clone(),
+            origin: a.origin.clone(),
+            coords: a.coords.clone(),
+            data,
+        })
+    }
+
+    fn read_arrays<T: Real>(&self) -> Result<(Restart<T>, Vec<f64>)> {
         let file = std::fs::File::open(&self.path).map_err(|e| bad(&self.path, e))?;
         let mut r = BufReader::with_capacity(1 << 20, file);
         std::io::Seek::seek(&mut r, std::io::SeekFrom::Start(self.data_offset))

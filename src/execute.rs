@@ -9,10 +9,11 @@ use std::time::Instant;
 use crate::checkpoint::{self, Checkpoint, History};
 use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
-use crate::output::{self, OutputDir, OutputSet};
+use crate::output::{self, OutputDir, OutputSet, pvtk};
+use crate::parallel::world;
 use crate::precision::Real;
-use crate::problem::Problem;
-use crate::run::{self, Engine, Field, LoopOutcome, Restart};
+use crate::problem::{Pieces, Problem};
+use crate::run::{self, Engine, Field, LoopOutcome, Piece, Restart};
 use crate::summary::{Summary, Timings};
 
 #[derive(Debug, Clone, Default)]
@@ -137,6 +138,57 @@ pub trait Case {
     }
 }
 
+/// How a run's fields reach files: gathered into whole files, or one piece per rank;
+/// and whether the whole field may be gathered at all (for the measures taken on it).
+#[derive(Debug, Clone, Copy)]
+struct Layout {
+    pieces: bool,
+    gather: bool,
+}
+
+/// The most bytes of a field gathered onto every rank: an MPI gather's limit (2 GiB) and
+/// half a node's memory shared among its ranks; `KEISAN_GATHER_LIMIT_BYTES` sets it (the
+/// tests use it to stand for a field too large to gather).
+fn gather_limit() -> u128 {
+    if let Some(b) = std::env::var("KEISAN_GATHER_LIMIT_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return b;
+    }
+    if crate::parallel::World::current().is_none() {
+        return u128::MAX;
+    }
+    let node = crate::memory::host_total_bytes().map_or(u128::MAX, |t| t / 2);
+    (i32::MAX as u128).min(node / world::local_size() as u128)
+}
+
+/// The layout of a run whose field has `shape` (every rank decides alike).
+fn choose_layout<T: Real>(p: &Problem, shape: &[usize]) -> Result<Layout> {
+    let bytes = shape.iter().map(|&n| n as u128).product::<u128>() * T::PRECISION.bytes() as u128;
+    let fits = world::all(bytes <= gather_limit())?;
+    let can_split = p.spec.decomposes() && shape.len() >= 2;
+    let pieces = can_split
+        && match p.output.pieces {
+            Pieces::Auto => !fits,
+            Pieces::Gather => false,
+            Pieces::PerRank => true,
+        };
+    Ok(Layout {
+        pieces,
+        gather: fits || !pieces,
+    })
+}
+
+/// This process's piece of the engine's field (collective): the engine's own under
+/// mpirun, else the whole field as one piece.
+fn piece_of<T: Real>(engine: &mut dyn Engine<Real = T>) -> Result<Piece<T>> {
+    match engine.piece()? {
+        Some(p) => Ok(p),
+        None => Ok(Piece::whole(engine.snapshot()?)),
+    }
+}
+
 /// Outputs of a run in progress: the folder, what the series holds so far.
 struct Writer<'a> {
     problem: &'a Problem,
@@ -144,6 +196,9 @@ struct Writer<'a> {
     /// mpirun), and the one that writes files has `dir`.
     has_dir: bool,
     dir: Option<OutputDir>,
+    layout: Layout,
+    /// Where this process writes its pieces (every rank, with `layout.pieces`).
+    local: Option<OutputDir>,
     history: History,
     /// Digits of the step in numbered file names.
     width: usize,
@@ -158,15 +213,52 @@ impl Writer<'_> {
             .map_or(step as f64, |dt| step as f64 * dt)
     }
 
-    /// The numbered field of `step`, the series collection and the diagnostics table, as
-    /// one set.
+    /// This process's piece of the engine's field as the set `stem(name)` in its folder
+    /// (collective: every rank's piece is in place when it returns).
+    fn pieces<T: Real>(
+        &self,
+        engine: &mut dyn Engine<Real = T>,
+        stem: impl Fn(&str) -> String,
+    ) -> Result<(Piece<T>, Vec<PathBuf>)> {
+        let p = piece_of(engine)?;
+        let mut mine = Vec::new();
+        // A piece of the whole field (an engine not decomposed over ranks) is rank 0's.
+        if let Some(local) = self
+            .local
+            .as_ref()
+            .filter(|_| p.ranks.len() > 1 || self.dir.is_some())
+        {
+            let mut set = OutputSet::begin(local)?;
+            set.piece(&stem(p.whole.name), &p)?;
+            mine = set.commit()?;
+        }
+        world::barrier()?;
+        Ok((p, mine))
+    }
+
+    /// The numbered field of `step` (whole, or pieces and their index), the series
+    /// collection and the diagnostics table, as one set.
     fn series<C: Case>(&mut self, case: &mut C, step: u64, residuals: &[f64]) -> Result<()> {
         if !self.has_dir {
             return Ok(());
         }
-        let u = case.engine().snapshot()?;
+        let width = self.width;
+        let numbered = |name: &str| format!("{name}_{step:0width$}");
+        let piece = match self.layout.pieces {
+            true => Some(self.pieces(case.engine(), numbered)?),
+            false => None,
+        };
+        let u = match self.layout.gather {
+            true => Some(case.engine().snapshot()?),
+            false => None,
+        };
         let Some(dir) = &self.dir else { return Ok(()) };
-        let scalars = case.scalars(step, &u, residuals)?;
+        let scalars = match &u {
+            Some(u) => case.scalars(step, u, residuals)?,
+            None => residual_at(step, residuals)
+                .map(|r| vec![("residual", r)])
+                .unwrap_or_default(),
+        };
         let mut header = vec!["step".to_string()];
         let mut row = vec![step as f64];
         if self.problem.spec.dt().is_some() {
@@ -180,15 +272,34 @@ impl Writer<'_> {
         self.history.diagnostics_header = header;
         self.history.diagnostics.retain(|r| r[0] < step as f64);
         self.history.diagnostics.push(row);
-        let stem = format!("{}_{step:0w$}", u.name, w = self.width);
         let mut set = OutputSet::begin(dir)?;
-        set.field(&stem, &u)?;
-        case.series_extras(step, &stem, &u, &mut set)?;
-        if u.shape.len() >= 2 && u.is_grid() {
-            let vtk = format!("{stem}.{}", output::vtk_extension(&u));
+        let (name, vtk) = match (&piece, &u) {
+            (Some((p, mine)), _) => {
+                let stem = numbered(p.whole.name);
+                let index = format!("{stem}.{}", pvtk::extension(&p.whole));
+                pvtk::write(&set.file(&index), &stem, p)?;
+                self.written.extend(mine.iter().cloned());
+                (p.whole.name, Some(index))
+            }
+            (None, Some(u)) => {
+                let stem = numbered(u.name);
+                set.field(&stem, u)?;
+                let vtk = (u.shape.len() >= 2 && u.is_grid())
+                    .then(|| format!("{stem}.{}", output::vtk_extension(u)));
+                (u.name, vtk)
+            }
+            (None, None) => unreachable!("a field is gathered unless it is written in pieces"),
+        };
+        if let Some(u) = &u {
+            if piece.is_some() {
+                set.picture(&numbered(name), u)?;
+            }
+            case.series_extras(step, &numbered(name), u, &mut set)?;
+        }
+        if let Some(vtk) = vtk {
             self.history.series.retain(|(_, f)| f != &vtk);
             self.history.series.push((self.time(step), vtk));
-            output::pvd::write(&set.file(&format!("{}.pvd", u.name)), &self.history.series)?;
+            output::pvd::write(&set.file(&format!("{name}.pvd")), &self.history.series)?;
         }
         output::csv::write_table(
             &set.file("diagnostics.csv"),
@@ -206,6 +317,9 @@ impl Writer<'_> {
         status: run::Status,
         residuals: &[f64],
     ) -> Result<PathBuf> {
+        if self.layout.pieces {
+            return self.checkpoint_pieces(engine, step, status, residuals);
+        }
         let fields = engine.state()?;
         let Some(dir) = self.dir.as_ref() else {
             let folder = self.problem.output.dir.as_deref().unwrap_or(Path::new("."));
@@ -214,6 +328,40 @@ impl Writer<'_> {
         let path = dir.file(checkpoint::FILE);
         self.history.residuals = residuals.to_vec();
         checkpoint::write(&path, self.problem, step, status, &fields, &self.history)?;
+        Ok(path)
+    }
+}
+
+impl Writer<'_> {
+    /// A checkpoint in pieces: every rank writes its piece, then rank 0 the main file that
+    /// names them, then each rank removes its pieces of older checkpoints — so the main
+    /// file always names pieces that exist.
+    fn checkpoint_pieces<T: Real>(
+        &mut self,
+        engine: &mut dyn Engine<Real = T>,
+        step: u64,
+        status: run::Status,
+        residuals: &[f64],
+    ) -> Result<PathBuf> {
+        let p = piece_of(engine)?;
+        let local = self
+            .local
+            .as_ref()
+            .expect("every rank has its folder for pieces");
+        let writes = p.ranks.len() > 1 || self.dir.is_some();
+        if writes {
+            checkpoint::write_piece(local.path(), self.problem, step, status, &p)?;
+        }
+        world::barrier()?;
+        let path = local.file(checkpoint::FILE);
+        if self.dir.is_some() {
+            self.history.residuals = residuals.to_vec();
+            checkpoint::write_index(&path, self.problem, step, status, &p, &self.history)?;
+        }
+        world::barrier()?;
+        if writes {
+            checkpoint::remove_old_pieces(local.path(), step, p.rank)?;
+        }
         Ok(path)
     }
 }
@@ -266,11 +414,23 @@ pub fn run_case<C: Case>(
     stop_if_signalled(lp.steps, None)?;
 
     let max = p.spec.max_steps();
+    let layout = choose_layout::<C::Real>(p, &case.shape())?;
+    if layout.pieces && !layout.gather {
+        cx.notice(
+            "the field does not fit one process: written one piece per rank, with no \
+             measures of the whole field",
+        );
+    }
     let mut w = Writer {
         problem: p,
         has_dir: p.output.dir.is_some(),
         dir: (p.output.dir.as_deref())
-            .filter(|_| crate::parallel::world::writes_files())
+            .filter(|_| world::writes_files())
+            .map(OutputDir::create)
+            .transpose()?,
+        layout,
+        local: (p.output.dir.as_deref())
+            .filter(|_| layout.pieces)
             .map(OutputDir::create)
             .transpose()?,
         history,
@@ -344,10 +504,15 @@ pub fn run_case<C: Case>(
         results: None,
         restarted_at_step: restarted_at,
         checkpoint: last_checkpoint.as_ref().map(|(p, _)| p.clone()),
+        pieces: None,
     };
-    // The host copy serves both the checks and the outputs; an out-of-core engine hands
-    // over its grid instead of copying it.
-    let u = if w.has_dir || case.needs_final_field() {
+    // Pieces first (collective), then the host copy, which serves both the checks and
+    // the outputs; an out-of-core engine hands over its grid instead of copying it.
+    let piece = match w.has_dir && w.layout.pieces {
+        true => Some(w.pieces(case.engine(), |name| name.to_string())?),
+        false => None,
+    };
+    let u = if w.layout.gather && (w.has_dir || case.needs_final_field()) {
         let lap = Instant::now();
         let u = case.engine().take_snapshot()?;
         t.download_s = lap.elapsed().as_secs_f64();
@@ -361,11 +526,31 @@ pub fn run_case<C: Case>(
     t.study_s = t.setup_s + t.solve_s + t.check_s + t.download_s;
     t.context_s = opts.context_s;
 
-    if let (Some(dir), Some(u)) = (&w.dir, &u) {
+    if let Some(dir) = &w.dir {
         let lap = Instant::now();
         let mut set = OutputSet::begin(dir)?;
-        set.field(u.name, u)?;
-        case.extra_outputs(u, &mut set)?;
+        match (&piece, &u) {
+            (Some((p, mine)), _) => {
+                let index = format!("{}.{}", p.whole.name, pvtk::extension(&p.whole));
+                pvtk::write(&set.file(&index), p.whole.name, p)?;
+                w.written.extend(mine.iter().cloned());
+                summary.pieces = Some(serde_json::json!({
+                    "index": index,
+                    "ranks": p.ranks.len(),
+                    "rows": p.ranks.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
+                    "files": (0..p.ranks.len()).map(|r| pvtk::piece_stem(p.whole.name, r)).collect::<Vec<_>>(),
+                    "whole_field_measures": u.is_some(),
+                }));
+            }
+            (None, Some(u)) => set.field(u.name, u)?,
+            (None, None) => unreachable!("a field is gathered unless it is written in pieces"),
+        }
+        if let Some(u) = &u {
+            if piece.is_some() {
+                set.picture(u.name, u)?;
+            }
+            case.extra_outputs(u, &mut set)?;
+        }
         if !outcome.residuals.is_empty() {
             output::csv::write_residuals(&set.file("residuals.csv"), &outcome.residuals)?;
         }

@@ -42,6 +42,24 @@ struct OutputTable {
     times: Option<Vec<f64>>,
     #[serde(default)]
     checkpoint_every: Option<i64>,
+    #[serde(default)]
+    pieces: Pieces,
+}
+
+/// How a decomposed run under mpirun writes its fields and checkpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pieces {
+    /// Gathered into whole files while the field fits in every process's share of its
+    /// node's memory (and one MPI gather); one piece per rank otherwise.
+    #[default]
+    Auto,
+    /// Always gathered into whole files.
+    Gather,
+    /// One piece per rank (a .vti/.vtr and an .npy each, a .pvti/.pvtr that ParaView
+    /// opens as one field) and one checkpoint file per rank, restartable on the same
+    /// number of ranks.
+    PerRank,
 }
 
 /// What to write, where and when.
@@ -54,6 +72,7 @@ pub struct Output {
     /// `every = K`: the final step joins the series too.
     pub every: Option<u64>,
     pub checkpoint_every: Option<u64>,
+    pub pieces: Pieces,
 }
 
 /// What the command line adds to a problem file.
@@ -390,6 +409,7 @@ fn validate_output(
         steps,
         every,
         checkpoint_every,
+        pieces: t.pieces,
     };
     if output.dir.is_none() {
         let field = if !output.steps.is_empty() {

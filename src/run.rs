@@ -142,6 +142,79 @@ impl<T> Field<T> {
     pub fn is_grid(&self) -> bool {
         !self.spacing.is_empty()
     }
+
+    /// Values per row of the slowest axis.
+    pub fn row_len(&self) -> usize {
+        self.shape.iter().skip(1).product()
+    }
+}
+
+/// This process's part of a field decomposed over processes: the rows `rows` of the
+/// slowest axis, with what a piece file and a restart need to know about the others.
+#[derive(Debug, Clone)]
+pub struct Piece<T> {
+    /// The whole field's name, shape, spacing, origin and coordinates; no data.
+    pub whole: Field<T>,
+    pub rank: usize,
+    /// The rows each process owns, in rank order (this one's is `ranks[rank]`).
+    pub ranks: Vec<std::ops::Range<usize>>,
+    /// The owned rows' values.
+    pub data: Vec<T>,
+    /// The first row of the next process (a VTK piece shares its last points with the
+    /// next piece, or ParaView shows a gap); empty on the last process.
+    pub next_row: Vec<T>,
+    /// The rows of the whole field this process's engine is built from (its owned rows
+    /// and halos): what a restart from per-rank checkpoints reads.
+    pub reads: Vec<std::ops::Range<usize>>,
+}
+
+impl<T: Clone> Piece<T> {
+    /// The whole field as one piece (one process).
+    pub fn whole(mut field: Field<T>) -> Self {
+        let n = field.shape.first().copied().unwrap_or(0);
+        let data = std::mem::take(&mut field.data);
+        Self {
+            whole: field,
+            rank: 0,
+            ranks: std::iter::once(0..n).collect(),
+            data,
+            next_row: Vec::new(),
+            reads: std::iter::once(0..n).collect(),
+        }
+    }
+
+    pub fn rows(&self) -> std::ops::Range<usize> {
+        self.ranks[self.rank].clone()
+    }
+
+    /// The owned rows as a field of their own (shape and coordinates cut; the origin
+    /// stays the whole grid's, as VTK pieces place themselves by their extent), with the
+    /// next process's first row when `shared` (the points VTK pieces share).
+    pub fn field(&self, shared: bool) -> Field<T> {
+        let rows = self.rows();
+        let mut data = self.data.clone();
+        let mut end = rows.end;
+        if shared && !self.next_row.is_empty() {
+            data.extend_from_slice(&self.next_row);
+            end += 1;
+        }
+        let w = &self.whole;
+        let mut shape = w.shape.clone();
+        shape[0] = end - rows.start;
+        let coords = w.coords.as_ref().map(|c| {
+            let mut c = c.clone();
+            c[0] = c[0][rows.start..end].to_vec();
+            c
+        });
+        Field {
+            name: w.name,
+            shape,
+            spacing: w.spacing.clone(),
+            origin: w.origin.clone(),
+            coords,
+            data,
+        }
+    }
 }
 
 /// The surface a solver engine (CPU or CUDA) offers the run loop.
@@ -171,6 +244,12 @@ pub trait Engine {
     /// engine's factory takes back in a [`Restart`] (default: the snapshot's field).
     fn state(&mut self) -> Result<Vec<Field<Self::Real>>> {
         Ok(vec![self.snapshot()?])
+    }
+    /// Engines decomposed over processes (mpirun): this process's owned rows of the
+    /// field, without gathering the others' (collective: every rank calls it). None: the
+    /// engine holds the whole field ([`Engine::snapshot`] is the one piece).
+    fn piece(&mut self) -> Result<Option<Piece<Self::Real>>> {
+        Ok(None)
     }
     /// Decomposed engines: seconds one halo exchange takes alone (no compute beside it),
     /// the mean of `reps`; None for engines without halos.

@@ -54,6 +54,10 @@ pub struct Summary {
     /// The latest checkpoint this run wrote.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<PathBuf>,
+    /// Fields written one piece per rank (`output.pieces`): the index file ParaView
+    /// opens, each rank's rows, and whether the whole-field measures were taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pieces: Option<serde_json::Value>,
 }
 
 impl Summary {

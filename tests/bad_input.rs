@@ -523,6 +523,16 @@ fn empty_output_folder() {
 }
 
 #[test]
+fn unknown_piece_layout() {
+    rejects(
+        &jacobi("[output]\ndir = \"res\"\npieces = \"per-node\"\n"),
+        &[],
+        2,
+        &["output.pieces", "per-node", "per-rank"],
+    );
+}
+
+#[test]
 fn values_that_are_not_finite_in_the_run_precision() {
     let hot = |v: &str| {
         heat(&format!(

@@ -185,3 +185,254 @@ fn a_request_no_rank_can_take_ends_every_rank() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("every rank takes one subdomain"));
 }
+
+/// The values of an .npy file (its bytes after the header).
+fn npy_payload(bytes: &[u8]) -> &[u8] {
+    let header = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    &bytes[10 + header..]
+}
+
+/// The first array of a .vti/.vtr written by keisan (raw appended data).
+fn vtk_first_array(bytes: &[u8]) -> &[u8] {
+    let mark = b"<AppendedData encoding=\"raw\">\n_";
+    let at = bytes
+        .windows(mark.len())
+        .position(|w| w == mark)
+        .expect("appended data")
+        + mark.len();
+    let n = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    &bytes[at + 8..at + 8 + n]
+}
+
+/// The (first, last) rows of the slowest axis and the file of each piece an index lists.
+fn index_pieces(text: &str, axis: usize) -> Vec<(usize, usize, String)> {
+    text.lines()
+        .filter(|l| l.starts_with("<Piece Extent="))
+        .map(|l| {
+            let ext: Vec<usize> = l
+                .split('"')
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let file = l.split('"').nth(3).unwrap().to_string();
+            (ext[2 * axis], ext[2 * axis + 1], file)
+        })
+        .collect()
+}
+
+/// Run `name` (a problem file in `d`) alone, gathered, and under `ranks` ranks in pieces:
+/// the pieces' .npy files put together are the whole field's, bit for bit, and every
+/// VTK piece the index lists holds its rows and shares its last row with the next piece.
+fn pieces_equal_whole(d: &Path, name: &str, field: &str, ranks: usize, index: &str, axis: usize) {
+    let file = format!("{name}.toml");
+    let whole = format!("{name}-whole");
+    alone(
+        d,
+        &["run", &file, "--backend", "cpu", "-q", "--out", &whole],
+    );
+    let out = format!("{name}-pieces-{ranks}");
+    let o = mpirun(
+        d,
+        ranks,
+        &[
+            "run",
+            &file,
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            &out,
+            "--set",
+            "output.pieces=\"per-rank\"",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |run: &str, f: &str| {
+        std::fs::read(d.join(run).join(f)).unwrap_or_else(|_| panic!("{run}/{f}"))
+    };
+    assert!(
+        !d.join(&out).join(format!("{field}.npy")).exists(),
+        "no whole file in pieces"
+    );
+    let whole_npy = read(&whole, &format!("{field}.npy"));
+    let all = npy_payload(&whole_npy);
+    let mut joined = Vec::new();
+    for r in 0..ranks {
+        joined.extend_from_slice(npy_payload(&read(&out, &format!("{field}_r{r:04}.npy"))));
+    }
+    assert!(
+        joined == all,
+        "{name}: the pieces' .npy differ from the whole field"
+    );
+    let text = String::from_utf8(read(&out, &format!("{field}.{index}"))).unwrap();
+    let pieces = index_pieces(&text, axis);
+    assert_eq!(pieces.len(), ranks, "{text}");
+    let rows = pieces.last().unwrap().1 + 1;
+    let row_bytes = all.len() / rows;
+    for (r, (lo, hi, src)) in pieces.iter().enumerate() {
+        assert_eq!(src, &format!("{field}_r{r:04}.{}", &index[1..]));
+        if r == 0 {
+            assert_eq!(*lo, 0);
+        } else {
+            assert_eq!(*lo, pieces[r - 1].1, "pieces share their boundary points");
+        }
+        let piece = read(&out, src);
+        assert!(
+            vtk_first_array(&piece) == &all[lo * row_bytes..(hi + 1) * row_bytes],
+            "{name}: {src} does not hold rows {lo}..={hi}"
+        );
+    }
+    let summary: serde_json::Value = serde_json::from_slice(&read(&out, "summary.json")).unwrap();
+    assert_eq!(summary["pieces"]["ranks"], ranks);
+    assert_eq!(summary["pieces"]["whole_field_measures"], true);
+}
+
+#[test]
+fn per_rank_pieces_put_together_are_the_whole_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for (name, problem) in [("adv", ADVECTION), ("heat", HEAT), ("es", ELECTROSTATICS)] {
+        std::fs::write(d.join(format!("{name}.toml")), problem).unwrap();
+    }
+    pieces_equal_whole(d, "adv", "f", 2, "pvti", 1);
+    pieces_equal_whole(d, "adv", "f", 3, "pvti", 1);
+    pieces_equal_whole(d, "heat", "u", 4, "pvti", 2);
+    pieces_equal_whole(d, "es", "V", 3, "pvtr", 2);
+}
+
+#[test]
+fn per_rank_checkpoints_restart_on_the_same_rank_count_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Stopped after 60 iterations: no capacitance solves (they would stop there too).
+    let problem = ELECTROSTATICS.replace("capacitance = true\n", "");
+    std::fs::write(d.join("es.toml"), problem).unwrap();
+    alone(
+        d,
+        &[
+            "run",
+            "es.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "straight",
+        ],
+    );
+    let pieces = "output.pieces=\"per-rank\"";
+    let o = mpirun(
+        d,
+        3,
+        &[
+            "run",
+            "es.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "first",
+            "--set",
+            pieces,
+            "--set",
+            "electrostatics.max_iterations=60",
+            "--checkpoint-every",
+            "30",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Only the latest checkpoint's pieces remain beside its main file.
+    let mut names: Vec<String> = std::fs::read_dir(d.join("first"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("checkpoint"))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "checkpoint.keisan",
+            "checkpoint.s60.r0000.keisan",
+            "checkpoint.s60.r0001.keisan",
+            "checkpoint.s60.r0002.keisan"
+        ]
+    );
+    let o = mpirun(
+        d,
+        3,
+        &[
+            "run",
+            "es.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "second",
+            "--restart",
+            "first/checkpoint.keisan",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for f in ["V.npy", "residuals.csv", "charges.csv"] {
+        let read = |run: &str| std::fs::read(d.join(run).join(f)).unwrap();
+        assert!(
+            read("straight") == read("second"),
+            "{f} differs after the restart"
+        );
+    }
+    let o = mpirun(
+        d,
+        2,
+        &[
+            "run",
+            "es.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "third",
+            "--restart",
+            "first/checkpoint.keisan",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("written in pieces by 3 rank(s)"), "{err}");
+    assert!(!d.join("third").join("V.npy").exists());
+}
+
+#[test]
+fn a_field_too_large_to_gather_is_written_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("es.toml"), ELECTROSTATICS).unwrap();
+    let o = Command::new("mpirun")
+        .current_dir(d)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("KEISAN_GATHER_LIMIT_BYTES", "4096")
+        .args([
+            "-np",
+            "2",
+            "--oversubscribe",
+            "-x",
+            "KEISAN_GATHER_LIMIT_BYTES",
+        ])
+        .arg(common::keisan_bin())
+        .args(["run", "es.toml", "--backend", "cpu", "--out", "big"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("does not fit one process"), "{err}");
+    let at = d.join("big");
+    assert!(at.join("V.pvtr").exists() && at.join("V_r0001.vtr").exists());
+    assert!(!at.join("V.npy").exists() && !at.join("E.vtr").exists());
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(at.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(s["pieces"]["whole_field_measures"], false);
+    assert!(s["results"]["charges"].is_null(), "{}", s["results"]);
+    assert!(s["results"]["capacitance_f"].is_null(), "{}", s["results"]);
+    assert!(s["results"]["converged"].as_bool().unwrap());
+}

@@ -179,3 +179,52 @@ fn nothing_is_created_for_a_problem_that_fails_before_solving() {
     assert_eq!(o.status.code(), Some(2));
     assert!(!d.join("res").exists());
 }
+
+#[test]
+fn one_process_writes_one_piece_and_restarts_from_its_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("p.toml"), format!("{HEAT}every = 5\n")).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        let mut args = vec!["run", "p.toml", "-q", "--backend", "cpu", "--out", out];
+        args.extend_from_slice(extra);
+        let o = keisan(d, &args, &[]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    let pieces = "output.pieces=\"per-rank\"";
+    run("whole", &[]);
+    run(
+        "first",
+        &[
+            "--set",
+            pieces,
+            "--set",
+            "heat.steps=5",
+            "--checkpoint-every",
+            "5",
+        ],
+    );
+    run(
+        "second",
+        &["--restart", "first/checkpoint.keisan", "--set", pieces],
+    );
+    let files = names(&d.join("second"));
+    for f in [
+        "u.pvti",
+        "u_r0000.npy",
+        "u_r0000.vti",
+        "u_000010.pvti",
+        "u_000010_r0000.vti",
+        "u.png",
+    ] {
+        assert!(files.contains(&f.to_string()), "{f} missing: {files:?}");
+    }
+    assert!(!files.contains(&"u.npy".to_string()));
+    let npy = |run: &str, f: &str| std::fs::read(d.join(run).join(f)).unwrap();
+    assert!(npy("whole", "u.npy") == npy("second", "u_r0000.npy"));
+    let index = String::from_utf8(npy("second", "u.pvti")).unwrap();
+    assert!(
+        index.contains("<Piece Extent=\"0 39 0 29 0 0\" Source=\"u_r0000.vti\"/>"),
+        "{index}"
+    );
+}

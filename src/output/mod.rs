@@ -9,6 +9,7 @@ pub mod gif;
 pub mod npy;
 pub mod png;
 pub mod pvd;
+pub mod pvtk;
 pub mod vti;
 pub mod vtp;
 pub mod vtr;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::precision::Real;
-use crate::run::Field;
+use crate::run::{Field, Piece};
 pub use atomic::write_atomic;
 
 /// An output folder that exists and is writable.
@@ -177,6 +178,26 @@ impl<'a> OutputSet<'a> {
         Ok(self.names.iter().map(|n| self.dir.file(n)).collect())
     }
 
+    /// This process's piece of a field: `<stem>_r<rank>.npy` (its owned rows) and, for a
+    /// 2D or 3D grid, `<stem>_r<rank>.vti|vtr` (with the row it shares with the next
+    /// piece); rank 0 adds the index `<stem>.pvti|pvtr` once every piece is in place.
+    pub fn piece<T: Real>(&mut self, stem: &str, p: &Piece<T>) -> Result<()> {
+        let name = pvtk::piece_stem(stem, p.rank);
+        let mut shape = p.whole.shape.clone();
+        shape[0] = p.rows().len();
+        npy::write(&self.file(&format!("{name}.npy")), &shape, &p.data)?;
+        if shape.len() >= 2 && p.whole.is_grid() {
+            let u = p.field(true);
+            let first = p.rows().start;
+            let file = self.file(&format!("{name}.{}", vtk_extension(&u)));
+            match &u.coords {
+                Some(c) => vtr::write_at(&file, c, first, &[vtr::Array::scalar(u.name, &u.data)])?,
+                None => vti::write_at(&file, &u, first)?,
+            }
+        }
+        Ok(())
+    }
+
     /// Write a field as `<stem>.npy`, plus `<stem>.vti` and a picture `<stem>.png` (the
     /// field, or its middle z-plane) when it is 2D or 3D.
     pub fn field<T: Real>(&mut self, stem: &str, u: &Field<T>) -> Result<()> {
@@ -190,6 +211,11 @@ impl<'a> OutputSet<'a> {
                 None => vti::write(&self.file(&name), u)?,
             }
         }
+        self.picture(stem, u)
+    }
+
+    /// `<stem>.png`: the field, or its middle z-plane, when it is 2D or 3D.
+    pub fn picture<T: Real>(&mut self, stem: &str, u: &Field<T>) -> Result<()> {
         if png::applies(u) {
             png::write(&self.file(&format!("{stem}.png")), u)?;
         }

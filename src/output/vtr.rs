@@ -34,13 +34,34 @@ fn type_name(p: Precision) -> &'static str {
 /// `coords`: node coordinates per axis, slowest axis first (z, y, x or y, x); x fastest
 /// in memory, as keisan stores fields.
 pub fn write<T: Real>(path: &Path, coords: &[Vec<f64>], arrays: &[Array<T>]) -> Result<()> {
+    write_at(path, coords, 0, arrays)
+}
+
+/// Rows of a larger grid whose first row is row `first` of the slowest axis (`coords`
+/// are the rows' own): the extent starts at `first` (a piece of a .pvtr).
+pub fn write_at<T: Real>(
+    path: &Path,
+    coords: &[Vec<f64>],
+    first: usize,
+    arrays: &[Array<T>],
+) -> Result<()> {
+    let mut lo = [0usize; 3];
+    lo[coords.len() - 1] = first;
     let mut xyz: Vec<&[f64]> = coords.iter().rev().map(|c| c.as_slice()).collect();
     let zero = [0.0];
     while xyz.len() < 3 {
         xyz.push(&zero);
     }
     let ext: Vec<usize> = xyz.iter().map(|c| c.len() - 1).collect();
-    let extent = format!("0 {} 0 {} 0 {}", ext[0], ext[1], ext[2]);
+    let extent = format!(
+        "{} {} {} {} {} {}",
+        lo[0],
+        lo[0] + ext[0],
+        lo[1],
+        lo[1] + ext[1],
+        lo[2],
+        lo[2] + ext[2]
+    );
     let t = type_name(T::PRECISION);
     write_atomic(path, |w| {
         writeln!(w, "<?xml version=\"1.0\"?>")?;

@@ -19,7 +19,7 @@ use super::world::{self, World, from_bytes, to_bytes};
 use crate::device::Gpu;
 use crate::device::Placement;
 use crate::error::{Error, Result};
-use crate::run::{Diagnostics, Engine, Field, Status};
+use crate::run::{Diagnostics, Engine, Field, Piece, Status};
 
 /// A slab's field buffer (the one the next step reads), where it lives.
 pub enum Rows<'a, T> {
@@ -818,6 +818,52 @@ impl<S: Subdomain> Engine for Distributed<S> {
         Ok((self.field_of)(all))
     }
 
+    fn piece(&mut self) -> Result<Option<Piece<Self::Real>>> {
+        let Some(w) = self.world else {
+            return Ok(None);
+        };
+        // Under mpirun slab r is rank r's, one per rank.
+        let [part] = &mut self.parts[..] else {
+            return Err(Error::Parse(
+                "internal: a rank holds more than one slab".into(),
+            ));
+        };
+        let window = part.window().clone();
+        let data = part.owned()?;
+        let row_len = part.owned_row_len();
+        let mut ranks = Vec::with_capacity(w.size);
+        let mut at = 0;
+        for &n in &self.own_rows {
+            ranks.push(at..at + n);
+            at += n;
+        }
+        // The next rank's first row, for the points VTK pieces share.
+        let sends: Vec<world::Send> = if w.rank > 0 {
+            vec![(w.rank - 1, PIECE_TAG, to_bytes(&data[..row_len]))]
+        } else {
+            Vec::new()
+        };
+        let receives: Vec<world::Receive> = if w.rank + 1 < w.size {
+            vec![(
+                w.rank + 1,
+                PIECE_TAG,
+                row_len * std::mem::size_of::<S::Real>(),
+            )]
+        } else {
+            Vec::new()
+        };
+        let got = world::exchange(&sends, &receives)?;
+        let next_row = got.first().map(|b| from_bytes(b)).unwrap_or_default();
+        Ok(Some(Piece {
+            whole: (self.field_of)(Vec::new()),
+            rank: w.rank,
+            ranks,
+            data,
+            next_row,
+            reads: reads_of(&window),
+        }))
+    }
+
     fn max_steps_between_diagnostics(&self) -> u64 {
         self.parts
             .iter()
@@ -853,6 +899,24 @@ impl<S: Subdomain> Engine for Distributed<S> {
         }
         Ok(Some(t.elapsed().as_secs_f64() / reps as f64))
     }
+}
+
+/// The message tag of the rows pieces share (halo blocks use their transfer's index).
+const PIECE_TAG: i32 = 1 << 20;
+
+/// The grid rows a slab's buffer holds, as ascending ranges (wrapped where periodic).
+fn reads_of(w: &Window) -> Vec<Range<usize>> {
+    let mut rows: Vec<usize> = (0..w.rows).map(|l| w.grid_row(l)).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let mut out: Vec<Range<usize>> = Vec::new();
+    for r in rows {
+        match out.last_mut() {
+            Some(last) if last.end == r => last.end += 1,
+            _ => out.push(r..r + 1),
+        }
+    }
+    out
 }
 
 /// The buffer of `w` cut from the whole field `full` (rows of `row_len` values): its

@@ -43,6 +43,32 @@ pub fn local_rank() -> usize {
     .unwrap_or(0)
 }
 
+/// The processes on this node (all of them share its memory).
+pub fn local_size() -> usize {
+    [
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(1)
+}
+
+/// Whether every rank says yes (collective; true without a world).
+pub fn all(mine: bool) -> Result<bool> {
+    let Some(w) = World::current() else {
+        return Ok(mine);
+    };
+    let votes = all_gather(&[u8::from(mine)], &vec![1; w.size])?;
+    Ok(votes.iter().all(|&v| v == 1))
+}
+
+/// Wait until every rank gets here (nothing without a world).
+pub fn barrier() -> Result<()> {
+    all(true).map(drop)
+}
+
 /// A block of bytes to send: (rank, tag, bytes).
 pub type Send = (usize, i32, Vec<u8>);
 /// A block to receive: (rank, tag, length in bytes).

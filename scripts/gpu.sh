@@ -13,6 +13,7 @@
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh es-multi         # there: electrostatics on slabs, weak and strong scaling
 #   gpu/gpu.sh es-mpi           # there (mpi build): electrostatics, 2 GPU ranks against one process
+#                               #   (whole files, pieces, a restart from per-rank checkpoints)
 #   gpu/gpu.sh nbody-mpi        # there (mpi build): N-body, 2 ranks on 2 GPUs against one process
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
@@ -165,7 +166,22 @@ es_mpi() {
   local k=$PWD/$K ex=$PWD/examples/electrostatics-microstrip.toml w; w=$(mktemp -d)
   (cd "$w" && $k run "$ex" -q --out one && timeout 200 mpirun -np 2 $k run "$ex" -q --out two)
   cmp -s "$w/one/V.npy" "$w/two/V.npy" && echo "es V.npy same" || echo "es V.npy DIFFERS"
-  for d in one two; do
+  # One piece per GPU rank, and a per-rank checkpoint restarted on 2 ranks.
+  (cd "$w" && timeout 200 mpirun -np 2 $k run "$ex" -q --out pieces --set 'output.pieces="per-rank"' &&
+     timeout 200 mpirun -np 2 $k run "$ex" -q --out half --set 'output.pieces="per-rank"' \
+       --set electrostatics.max_iterations=1000 --checkpoint-every 1000 &&
+     timeout 200 mpirun -np 2 $k run "$ex" -q --out rest --restart half/checkpoint.keisan)
+  python3 - "$w" <<'PY'
+import struct, sys, os
+w = sys.argv[1]
+def payload(p):
+    b = open(os.path.join(w, p), 'rb').read(); n = struct.unpack('<H', b[8:10])[0]
+    return b[10 + n:]
+whole = payload('one/V.npy')
+print('es pieces put together', 'the same bytes' if payload('pieces/V_r0000.npy') + payload('pieces/V_r0001.npy') == whole else 'DIFFER')
+print('es restart from per-rank checkpoint', 'the same bytes' if payload('rest/V.npy') == whole else 'DIFFERS')
+PY
+  for d in one two pieces rest; do
     python3 -c "import json; s=json.load(open('$w/$d/summary.json')); print('$d', s['device'][:60], s['iterations'], s['status'], s['final_residual'])"
   done
 }

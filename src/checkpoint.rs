@@ -36,9 +36,50 @@ pub struct History {
     #[serde(skip)]
     pub residuals: Vec<f64>,
     pub diagnostics_header: Vec<String>,
+    #[serde(with = "rows")]
     pub diagnostics: Vec<Vec<f64>>,
     /// The numbered fields written so far: (time or step, .vti name).
     pub series: Vec<(f64, String)>,
+}
+
+/// Diagnostics rows in the JSON header. JSON has no NaN or infinity (a residual before the
+/// first iteration is NaN): those travel as the strings "NaN", "inf" and "-inf", and a
+/// null (what serde_json writes for them) reads back as NaN.
+mod rows {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use serde_json::Value;
+
+    pub fn serialize<S: Serializer>(rows: &[Vec<f64>], s: S) -> Result<S::Ok, S::Error> {
+        let v: Vec<Vec<Value>> = rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|&x| match x.is_finite() {
+                        true => Value::from(x),
+                        false => Value::from(x.to_string()),
+                    })
+                    .collect()
+            })
+            .collect();
+        v.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<f64>>, D::Error> {
+        let v: Vec<Vec<Value>> = Deserialize::deserialize(d)?;
+        v.into_iter()
+            .map(|r| {
+                r.into_iter()
+                    .map(|x| match &x {
+                        Value::Number(n) => n.as_f64().ok_or("a number out of range"),
+                        Value::String(t) => t.parse().map_err(|_| "not a number"),
+                        Value::Null => Ok(f64::NAN),
+                        _ => Err("not a number"),
+                    })
+                    .collect::<Result<Vec<f64>, _>>()
+                    .map_err(serde::de::Error::custom)
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -368,8 +368,12 @@ impl Writer<'_> {
 
 /// An error for a pending SIGINT/SIGTERM at `step`, saying what was kept: the latest
 /// checkpoint (its path and step), if any.
-fn stop_if_signalled(step: u64, checkpoint: Option<&(PathBuf, u64)>) -> Result<()> {
-    let Some(sig) = crate::signals::pending() else {
+fn stop_if_signalled(
+    sig: Option<i32>,
+    step: u64,
+    checkpoint: Option<&(PathBuf, u64)>,
+) -> Result<()> {
+    let Some(sig) = sig else {
         return Ok(());
     };
     let kept = match checkpoint {
@@ -411,7 +415,7 @@ pub fn run_case<C: Case>(
     let mut case = build(restart)?;
     let mut lp = run::Loop::new(case.engine(), std::mem::take(&mut history.residuals))?;
     t.setup_s = clock.elapsed().as_secs_f64();
-    stop_if_signalled(lp.steps, None)?;
+    stop_if_signalled(crate::signals::agreed()?, lp.steps, None)?;
 
     let max = p.spec.max_steps();
     let layout = choose_layout::<C::Real>(p, &case.shape())?;
@@ -469,14 +473,16 @@ pub fn run_case<C: Case>(
             let path = w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?;
             last_checkpoint = Some((path, step));
         }
-        if crate::signals::pending().is_some() {
+        // Collective: under mpirun every rank takes this branch at the same step.
+        let signal = crate::signals::agreed()?;
+        if signal.is_some() {
             let current = last_checkpoint.as_ref().is_some_and(|(_, k)| *k == step);
             if out.checkpoint_every.is_some() && !current {
                 let path = w.checkpoint(case.engine(), step, lp.status, &lp.residuals)?;
                 last_checkpoint = Some((path, step));
             }
             bar.finish_and_clear();
-            stop_if_signalled(step, last_checkpoint.as_ref())?;
+            stop_if_signalled(signal, step, last_checkpoint.as_ref())?;
         }
         lp.paused_s += lap.elapsed().as_secs_f64();
         if finished {
@@ -571,7 +577,12 @@ pub fn run_case<C: Case>(
         summary.timings = t;
         let text = serde_json::to_string_pretty(&summary).expect("summary serialises");
         output::write_atomic(&json, |f| writeln!(f, "{text}"))?;
-        stop_if_signalled(outcome.steps, last_checkpoint.as_ref())?;
+        // Rank 0 alone: its own signal keeps the final set from landing.
+        stop_if_signalled(
+            crate::signals::pending(),
+            outcome.steps,
+            last_checkpoint.as_ref(),
+        )?;
         set.commit()?;
     } else {
         t.total_s = opts

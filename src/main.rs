@@ -55,7 +55,8 @@ struct DeviceArgs {
     #[arg(long)]
     device: Option<usize>,
     /// Decompose over CUDA devices: `all` or ordinals such as 0,1 (one slab each;
-    /// an ordinal may repeat). Solvers that decompose: advection, heat (2D, 3D).
+    /// an ordinal may repeat). Solvers that decompose: advection, heat (2D, 3D), jacobi,
+    /// electrostatics.
     #[arg(long, value_name = "all|0,1,...")]
     devices: Option<String>,
     /// Number of slabs (default: one per device in --devices); on the CPU backend, the

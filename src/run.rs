@@ -334,7 +334,7 @@ impl Loop {
     }
 
     /// Advance to step `target` (or convergence, or a non-finite value, or a pending
-    /// signal). Chunks grow while a chunk takes under ~0.1 s (under mpirun: always), so a
+    /// signal: [`crate::signals::agreed`], so under mpirun every rank stops alike). Chunks grow while a chunk takes under ~0.1 s (under mpirun: always), so a
     /// fast device syncs rarely and a slow one still updates the bar; a stop ends a chunk
     /// early, so outputs ride on chunk boundaries and never force a sync per step.
     pub fn run_to<E: Engine + ?Sized>(
@@ -343,7 +343,7 @@ impl Loop {
         target: u64,
         bar: &ProgressBar,
     ) -> Result<()> {
-        while self.running() && self.steps < target && crate::signals::pending().is_none() {
+        while self.running() && self.steps < target && crate::signals::agreed()?.is_none() {
             let this = self
                 .chunk
                 .min(target - self.steps)

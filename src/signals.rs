@@ -39,6 +39,23 @@ pub fn pending() -> Option<i32> {
         .map(|(sig, _)| *sig)
 }
 
+/// The signal that asked the run to stop, as every rank of an mpirun sees it: the first
+/// rank's (in rank order) that got one. Collective under mpirun — every rank calls it at
+/// the same point of the run — so all ranks stop at the same step even when the signal
+/// reached only some of them, or reached them at different times.
+pub fn agreed() -> crate::error::Result<Option<i32>> {
+    let mine = pending();
+    let Some(w) = crate::parallel::World::current() else {
+        return Ok(mine);
+    };
+    use crate::parallel::world;
+    let all = world::from_bytes::<i32>(&world::all_gather(
+        &mine.unwrap_or(0).to_le_bytes(),
+        &vec![4; w.size],
+    )?);
+    Ok(all.into_iter().find(|&s| s != 0))
+}
+
 pub fn name(sig: i32) -> &'static str {
     match sig {
         SIGINT => "SIGINT",

@@ -469,3 +469,41 @@ fn advection_restart_is_bit_for_bit() {
         }
     }
 }
+
+/// A diagnostics row with a value JSON cannot hold (the residual of step 0 is NaN) must
+/// survive the checkpoint: the restart continues the table and the field bit for bit.
+#[test]
+fn a_diagnostics_table_with_nan_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let problem = format!(
+        "{}[output]\nevery = 4\n",
+        JACOBI.replace("max_iterations = 10", "max_iterations = 12")
+    );
+    std::fs::write(d.join("p.toml"), problem).unwrap();
+    let run = |out: &str, extra: &[&str]| {
+        let mut args = vec!["run", "p.toml", "-q", "--backend", "cpu", "--out", out];
+        args.extend_from_slice(extra);
+        ok(d, &args);
+    };
+    run("straight", &[]);
+    run(
+        "first",
+        &[
+            "--set",
+            "jacobi.max_iterations=8",
+            "--checkpoint-every",
+            "8",
+        ],
+    );
+    let table = std::fs::read_to_string(d.join("first/diagnostics.csv")).unwrap();
+    assert!(table.lines().nth(1).unwrap().contains("NaN"), "{table}");
+    run("second", &["--restart", "first/checkpoint.keisan"]);
+    for f in ["diagnostics.csv", "u.npy", "residuals.csv"] {
+        let read = |r: &str| std::fs::read(d.join(r).join(f)).unwrap();
+        assert!(
+            read("straight") == read("second"),
+            "{f} differs after the restart"
+        );
+    }
+}

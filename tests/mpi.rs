@@ -436,3 +436,113 @@ fn a_field_too_large_to_gather_is_written_in_pieces() {
     assert!(s["results"]["capacitance_f"].is_null(), "{}", s["results"]);
     assert!(s["results"]["converged"].as_bool().unwrap());
 }
+
+#[test]
+fn a_signal_to_one_rank_stops_every_rank_at_the_same_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // A tolerance no run reaches: it stops for the signal only, most likely at an output
+    // step that is no checkpoint step (the checkpoint is then written there, by all).
+    let problem = JACOBI
+        .replace("n = 30\nm = 23", "n = 300\nm = 300")
+        .replace("tolerance = 1e-6", "tolerance = 1e-300")
+        .replace("every = 100", "every = 50");
+    std::fs::write(d.join("p.toml"), problem).unwrap();
+    let child = Command::new("mpirun")
+        .current_dir(d)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .args(["-np", "2", "--oversubscribe"])
+        .arg(common::keisan_bin())
+        .args(["run", "p.toml", "-q", "--backend", "cpu", "--out", "res"])
+        .args([
+            "--set",
+            "jacobi.max_iterations=100000000",
+            "--checkpoint-every",
+            "200",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let ckpt = d.join("res/checkpoint.keisan");
+    let t = std::time::Instant::now();
+    while !ckpt.exists() && t.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // The ranks are mpirun's children: interrupt the last one only.
+    let kids = Command::new("pgrep")
+        .args(["-P", &child.id().to_string()])
+        .output()
+        .unwrap();
+    let pids: Vec<String> = String::from_utf8_lossy(&kids.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(pids.len(), 2, "two ranks: {pids:?}");
+    Command::new("kill")
+        .args(["-INT", &pids[1]])
+        .status()
+        .unwrap();
+    // Every rank must stop (no rank left waiting in a collective): give it a minute.
+    let t = std::time::Instant::now();
+    let mut child = child;
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed().as_secs() > 60 {
+            let _ = child.kill();
+            panic!("a rank still runs a minute after the signal");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    // Every rank that reports stopped at one step, and the checkpoint holds that step.
+    let steps: Vec<u64> = err
+        .split("interrupted by SIGINT at step ")
+        .skip(1)
+        .map(|t| t.split(';').next().unwrap().parse().unwrap())
+        .collect();
+    assert!(!steps.is_empty(), "{err}");
+    let header = keisan::checkpoint::Checkpoint::open(&ckpt).unwrap().header;
+    assert!(
+        steps.iter().all(|&k| k == header.step),
+        "{steps:?} vs the checkpoint's {}: {err}",
+        header.step
+    );
+    // The checkpoint continues to the same bits as a straight run to that step + 10.
+    let target = format!("jacobi.max_iterations={}", header.step + 10);
+    alone(
+        d,
+        &[
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "a",
+            "--set",
+            &target,
+        ],
+    );
+    let o = mpirun(
+        d,
+        2,
+        &[
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "b",
+            "--set",
+            &target,
+            "--restart",
+            "res/checkpoint.keisan",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |run: &str| std::fs::read(d.join(run).join("u.npy")).unwrap();
+    assert!(read("a") == read("b"));
+}

@@ -146,9 +146,9 @@ struct Layout {
     gather: bool,
 }
 
-/// The most bytes of a field gathered onto every rank: an MPI gather's limit (2 GiB) and
-/// half a node's memory shared among its ranks; `KEISAN_GATHER_LIMIT_BYTES` sets it (the
-/// tests use it to stand for a field too large to gather).
+/// The most bytes of a field gathered onto every rank: half a node's memory shared among
+/// its ranks (every rank receives the whole field); `KEISAN_GATHER_LIMIT_BYTES` sets it
+/// (the tests use it to stand for a field too large to gather).
 fn gather_limit() -> u128 {
     if let Some(b) = std::env::var("KEISAN_GATHER_LIMIT_BYTES")
         .ok()
@@ -160,7 +160,7 @@ fn gather_limit() -> u128 {
         return u128::MAX;
     }
     let node = crate::memory::host_total_bytes().map_or(u128::MAX, |t| t / 2);
-    (i32::MAX as u128).min(node / world::local_size() as u128)
+    node / world::local_size() as u128
 }
 
 /// The layout of a run whose field has `shape` (every rank decides alike).

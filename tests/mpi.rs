@@ -546,3 +546,41 @@ fn a_signal_to_one_rank_stops_every_rank_at_the_same_step() {
     let read = |run: &str| std::fs::read(d.join(run).join("u.npy")).unwrap();
     assert!(read("a") == read("b"));
 }
+
+#[test]
+fn gathers_in_rounds_give_the_same_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("es.toml"), ELECTROSTATICS).unwrap();
+    alone(
+        d,
+        &["run", "es.toml", "--backend", "cpu", "-q", "--out", "one"],
+    );
+    // Gathers of at most 1000 bytes at a time: the field (17 KB) travels in many rounds.
+    let o = Command::new("mpirun")
+        .current_dir(d)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("KEISAN_MPI_GATHER_BYTES", "1000")
+        .args([
+            "-np",
+            "3",
+            "--oversubscribe",
+            "-x",
+            "KEISAN_MPI_GATHER_BYTES",
+        ])
+        .arg(common::keisan_bin())
+        .args([
+            "run",
+            "es.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "rounds",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    same_files(d, "one", "rounds");
+}

@@ -122,7 +122,7 @@ mod imp {
     use mpi::traits::*;
 
     use super::{Receive, Send, World};
-    use crate::error::{Error, Result};
+    use crate::error::Result;
 
     static WORLD: OnceLock<Option<World>> = OnceLock::new();
 
@@ -181,28 +181,54 @@ mod imp {
         Ok(got)
     }
 
-    pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {
-        let world = comm();
-        let total: usize = counts.iter().sum();
-        if total > i32::MAX as usize {
-            return Err(Error::TooLarge(format!(
-                "gathering {total} bytes in one MPI call (at most 2 GiB); write per-rank \
-                 outputs instead (not yet available)"
-            )));
-        }
-        let counts: Vec<i32> = counts.iter().map(|&c| c as i32).collect();
-        let displs: Vec<i32> = counts
+    /// Displacements, in order, of blocks of `counts` bytes.
+    fn offsets(counts: &[usize]) -> Vec<usize> {
+        counts
             .iter()
             .scan(0, |at, &c| {
                 let d = *at;
                 *at += c;
                 Some(d)
             })
-            .collect();
-        let mut all = vec![0u8; total];
-        {
-            let mut part = PartitionMut::new(&mut all[..], &counts[..], &displs[..]);
-            world.all_gather_varcount_into(mine, &mut part);
+            .collect()
+    }
+
+    /// The most bytes one MPI gather moves in all: its counts and displacements are i32.
+    /// `KEISAN_MPI_GATHER_BYTES` lowers it (the tests use it to gather in several rounds).
+    fn round_bytes() -> usize {
+        std::env::var("KEISAN_MPI_GATHER_BYTES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(i32::MAX as usize, |b: usize| b.clamp(1, i32::MAX as usize))
+    }
+
+    pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {
+        let world = comm();
+        let total: usize = counts.iter().sum();
+        let at = offsets(counts);
+        let mut all = crate::memory::try_filled(total, 0u8, "the gathered field")?;
+        // Rounds of at most `per` bytes from each rank, so that every gather's counts fit.
+        let per = (round_bytes() / counts.len()).max(1);
+        let rounds = counts.iter().max().map_or(1, |&m| m.div_ceil(per).max(1));
+        let mut buf = Vec::new();
+        for r in 0..rounds {
+            let lo = r * per;
+            let part: Vec<usize> = counts
+                .iter()
+                .map(|&c| c.saturating_sub(lo).min(per))
+                .collect();
+            let ds = offsets(&part);
+            buf.resize(part.iter().sum(), 0u8);
+            let to_i32 = |v: &[usize]| -> Vec<i32> { v.iter().map(|&c| c as i32).collect() };
+            let (cs, ds32) = (to_i32(&part), to_i32(&ds));
+            let send = &mine[lo.min(mine.len())..(lo + per).min(mine.len())];
+            {
+                let mut into = PartitionMut::new(&mut buf[..], &cs[..], &ds32[..]);
+                world.all_gather_varcount_into(send, &mut into);
+            }
+            for (k, &c) in part.iter().enumerate().filter(|(_, c)| **c > 0) {
+                all[at[k] + lo..at[k] + lo + c].copy_from_slice(&buf[ds[k]..ds[k] + c]);
+            }
         }
         Ok(all)
     }

@@ -330,9 +330,7 @@ impl Writer<'_> {
         checkpoint::write(&path, self.problem, step, status, &fields, &self.history)?;
         Ok(path)
     }
-}
 
-impl Writer<'_> {
     /// A checkpoint in pieces: every rank writes its piece, then rank 0 the main file that
     /// names them, then each rank removes its pieces of older checkpoints — so the main
     /// file always names pieces that exist.

@@ -322,10 +322,7 @@ fn stopped_by(signal: &str, code: i32) {
         .spawn()
         .unwrap();
     let ckpt = d.join("res/checkpoint.keisan");
-    let t = std::time::Instant::now();
-    while !ckpt.exists() && t.elapsed().as_secs() < 60 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::wait_for(&ckpt, 60);
     Command::new("kill")
         .args([&format!("-{signal}"), &child.id().to_string()])
         .status()

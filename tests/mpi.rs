@@ -34,17 +34,33 @@ const NBODY: &str = "solver = \"nbody\"\n[nbody]\nn = 101\nsoftening = 0.05\ndt 
     steps = 20\ninitial = { preset = \"two_plummers\", separation = 3.0 }\n[output]\nevery = 10\n";
 
 fn mpirun(dir: &Path, ranks: usize, args: &[&str]) -> Output {
-    let o = Command::new("mpirun")
-        .current_dir(dir)
+    mpirun_with(dir, ranks, &[], args)
+}
+
+/// [`mpirun`] with environment variables for every rank.
+fn mpirun_with(dir: &Path, ranks: usize, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new("mpirun");
+    cmd.current_dir(dir)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .args(["-np", &ranks.to_string(), "--oversubscribe"])
+        .args(["-np", &ranks.to_string(), "--oversubscribe"]);
+    for (k, v) in env {
+        cmd.env(k, v).args(["-x", k]);
+    }
+    let o = cmd
         .arg(common::keisan_bin())
         .args(args)
         .output()
         .expect("mpirun (Open MPI) on the PATH");
     assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
     o
+}
+
+/// `keisan run file` on `ranks` CPU ranks, quiet, into `out`, with `extra` arguments.
+fn on_ranks(dir: &Path, ranks: usize, file: &str, out: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["run", file, "--backend", "cpu", "-q", "--out", out];
+    args.extend_from_slice(extra);
+    mpirun(dir, ranks, &args)
 }
 
 fn alone(dir: &Path, args: &[&str]) {
@@ -233,20 +249,12 @@ fn pieces_equal_whole(d: &Path, name: &str, field: &str, ranks: usize, index: &s
         &["run", &file, "--backend", "cpu", "-q", "--out", &whole],
     );
     let out = format!("{name}-pieces-{ranks}");
-    let o = mpirun(
+    let o = on_ranks(
         d,
         ranks,
-        &[
-            "run",
-            &file,
-            "--backend",
-            "cpu",
-            "-q",
-            "--out",
-            &out,
-            "--set",
-            "output.pieces=\"per-rank\"",
-        ],
+        &file,
+        &out,
+        &["--set", "output.pieces=\"per-rank\""],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let read = |run: &str, f: &str| {
@@ -322,17 +330,12 @@ fn per_rank_checkpoints_restart_on_the_same_rank_count_only() {
         ],
     );
     let pieces = "output.pieces=\"per-rank\"";
-    let o = mpirun(
+    let o = on_ranks(
         d,
         3,
+        "es.toml",
+        "first",
         &[
-            "run",
-            "es.toml",
-            "--backend",
-            "cpu",
-            "-q",
-            "--out",
-            "first",
             "--set",
             pieces,
             "--set",
@@ -358,20 +361,12 @@ fn per_rank_checkpoints_restart_on_the_same_rank_count_only() {
             "checkpoint.s60.r0002.keisan"
         ]
     );
-    let o = mpirun(
+    let o = on_ranks(
         d,
         3,
-        &[
-            "run",
-            "es.toml",
-            "--backend",
-            "cpu",
-            "-q",
-            "--out",
-            "second",
-            "--restart",
-            "first/checkpoint.keisan",
-        ],
+        "es.toml",
+        "second",
+        &["--restart", "first/checkpoint.keisan"],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for f in ["V.npy", "residuals.csv", "charges.csv"] {
@@ -381,20 +376,12 @@ fn per_rank_checkpoints_restart_on_the_same_rank_count_only() {
             "{f} differs after the restart"
         );
     }
-    let o = mpirun(
+    let o = on_ranks(
         d,
         2,
-        &[
-            "run",
-            "es.toml",
-            "--backend",
-            "cpu",
-            "-q",
-            "--out",
-            "third",
-            "--restart",
-            "first/checkpoint.keisan",
-        ],
+        "es.toml",
+        "third",
+        &["--restart", "first/checkpoint.keisan"],
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
@@ -407,22 +394,12 @@ fn a_field_too_large_to_gather_is_written_in_pieces() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("es.toml"), ELECTROSTATICS).unwrap();
-    let o = Command::new("mpirun")
-        .current_dir(d)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("KEISAN_GATHER_LIMIT_BYTES", "4096")
-        .args([
-            "-np",
-            "2",
-            "--oversubscribe",
-            "-x",
-            "KEISAN_GATHER_LIMIT_BYTES",
-        ])
-        .arg(common::keisan_bin())
-        .args(["run", "es.toml", "--backend", "cpu", "--out", "big"])
-        .output()
-        .unwrap();
+    let o = mpirun_with(
+        d,
+        2,
+        &[("KEISAN_GATHER_LIMIT_BYTES", "4096")],
+        &["run", "es.toml", "--backend", "cpu", "--out", "big"],
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("does not fit one process"), "{err}");
@@ -442,7 +419,8 @@ fn a_signal_to_one_rank_stops_every_rank_at_the_same_step() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     // A tolerance no run reaches: it stops for the signal only, most likely at an output
-    // step that is no checkpoint step (the checkpoint is then written there, by all).
+    // step (every 50) that is no checkpoint step (every 200): the checkpoint is then
+    // written there, by every rank together.
     let problem = JACOBI
         .replace("n = 30\nm = 23", "n = 300\nm = 300")
         .replace("tolerance = 1e-6", "tolerance = 1e-300")
@@ -465,10 +443,7 @@ fn a_signal_to_one_rank_stops_every_rank_at_the_same_step() {
         .spawn()
         .unwrap();
     let ckpt = d.join("res/checkpoint.keisan");
-    let t = std::time::Instant::now();
-    while !ckpt.exists() && t.elapsed().as_secs() < 60 {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    common::wait_for(&ckpt, 60);
     // The ranks are mpirun's children: interrupt the last one only.
     let kids = Command::new("pgrep")
         .args(["-P", &child.id().to_string()])
@@ -557,20 +532,11 @@ fn gathers_in_rounds_give_the_same_files() {
         &["run", "es.toml", "--backend", "cpu", "-q", "--out", "one"],
     );
     // Gathers of at most 1000 bytes at a time: the field (17 KB) travels in many rounds.
-    let o = Command::new("mpirun")
-        .current_dir(d)
-        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env("KEISAN_MPI_GATHER_BYTES", "1000")
-        .args([
-            "-np",
-            "3",
-            "--oversubscribe",
-            "-x",
-            "KEISAN_MPI_GATHER_BYTES",
-        ])
-        .arg(common::keisan_bin())
-        .args([
+    let o = mpirun_with(
+        d,
+        3,
+        &[("KEISAN_MPI_GATHER_BYTES", "1000")],
+        &[
             "run",
             "es.toml",
             "--backend",
@@ -578,9 +544,8 @@ fn gathers_in_rounds_give_the_same_files() {
             "-q",
             "--out",
             "rounds",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     same_files(d, "one", "rounds");
 }

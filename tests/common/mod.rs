@@ -189,3 +189,11 @@ pub fn two_gpus_or_skip(
         }
     }
 }
+
+/// Wait until `path` exists, at most `secs` seconds.
+pub fn wait_for(path: &std::path::Path, secs: u64) {
+    let t = std::time::Instant::now();
+    while !path.exists() && t.elapsed().as_secs() < secs {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

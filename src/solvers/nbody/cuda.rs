@@ -225,10 +225,13 @@ impl CudaNbody {
         let total: usize = seg_pad.iter().sum();
         let equal_mass = p.mass.iter().all(|&m| m == p.mass[0]);
         let tuning = |var: &str, default: &str| std::env::var(var).unwrap_or(default.into());
+        // Tuned on the H100 (docs/PERFORMANCE.md): unroll 2 (2297 against 2245 G/s at 4);
+        // 5 blocks per SM for the equal-mass kernel (102 registers: 2284 against 2190 G/s
+        // at 3), 3 for the general one (2118 against 2086 at 5).
+        let minb = if equal_mass { "5" } else { "3" };
         let defines = [
-            // Tuned on the H100 (docs/PERFORMANCE.md): 2297 against 2245 G/s at unroll 4.
             ("NB_UNROLL", tuning("KEISAN_NBODY_UNROLL", "2")),
-            ("NB_MINB", tuning("KEISAN_NBODY_MINB", "3")),
+            ("NB_MINB", tuning("KEISAN_NBODY_MINB", minb)),
             ("NB_THREADS", shape.threads.to_string()),
             ("NB_IPT", shape.ipt.to_string()),
             ("NB_ACCURATE", u8::from(accurate).to_string()),

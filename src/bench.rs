@@ -88,3 +88,66 @@ pub fn sorted_seconds<T: crate::precision::Real>(
     times.sort_by(f64::total_cmp);
     Ok(times)
 }
+
+/// What a decomposed run spends beyond one device's share of its work, per step, and the
+/// model of the decomposed step built on it (compute + exposed exchange).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Exposure {
+    /// One halo exchange timed alone (no compute beside it), per step.
+    pub exchange_s_per_step: Option<f64>,
+    /// The decomposed step's time beyond one device's time for the work each device holds.
+    pub exposed_s_per_step: f64,
+    /// 1 − exposed ÷ exchange: the part of the exchange the overlapped pass hides.
+    pub hidden_fraction: Option<f64>,
+    /// T(P) = T(1)/P + exposed for the model's whole problem (slabs keep two neighbours at
+    /// any count, so the exposed part stays), on 8 and on 64 devices.
+    pub model_8_s_per_step: f64,
+    pub model_64_s_per_step: f64,
+}
+
+impl Exposure {
+    /// `share_s`: one device's time per step for the work each device of the decomposed
+    /// run holds; `decomposed_s`: the decomposed run's per step; `whole_s`: one device's
+    /// per step for the model's problem; `exchange_s`: one exchange alone, per step.
+    pub fn new(share_s: f64, decomposed_s: f64, whole_s: f64, exchange_s: Option<f64>) -> Self {
+        let exposed = (decomposed_s - share_s).max(0.0);
+        Self {
+            exchange_s_per_step: exchange_s,
+            exposed_s_per_step: exposed,
+            hidden_fraction: exchange_s
+                .filter(|&x| x > 0.0)
+                .map(|x| (1.0 - exposed / x).clamp(0.0, 1.0)),
+            model_8_s_per_step: whole_s / 8.0 + exposed,
+            model_64_s_per_step: whole_s / 64.0 + exposed,
+        }
+    }
+
+    /// Two report lines; `step` names the unit ("step", "sweep"), `whole` the model's
+    /// problem.
+    pub fn human(&self, step: &str, whole: &str) -> String {
+        let us = crate::units::seconds;
+        let mut s = match (self.exchange_s_per_step, self.hidden_fraction) {
+            (Some(x), Some(h)) => format!(
+                "  halo exchange alone {} per {step}; exposed {} per {step}: {:.0} % of the exchange hidden\n",
+                us(x),
+                us(self.exposed_s_per_step),
+                100.0 * h
+            ),
+            _ => format!("  exposed {} per {step}\n", us(self.exposed_s_per_step)),
+        };
+        s += &format!(
+            "  model (one device's {step} ÷ P + the exposed part): {whole} on 8 devices {} per {step}, on 64 {}\n",
+            us(self.model_8_s_per_step),
+            us(self.model_64_s_per_step)
+        );
+        s
+    }
+}
+
+/// One halo exchange of a decomposed engine timed alone, per step (None: no halos).
+pub fn exchange_per_step<T: crate::precision::Real>(
+    engine: &mut dyn crate::run::Engine<Real = T>,
+) -> Result<Option<f64>> {
+    let per = engine.steps_per_halo_exchange().max(1) as f64;
+    Ok(engine.halo_exchange_seconds(20)?.map(|x| x / per))
+}

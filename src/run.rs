@@ -256,6 +256,10 @@ pub trait Engine {
     fn halo_exchange_seconds(&mut self, _reps: usize) -> Result<Option<f64>> {
         Ok(None)
     }
+    /// Steps one halo exchange serves (several where a pass takes several steps).
+    fn steps_per_halo_exchange(&self) -> u64 {
+        1
+    }
 }
 
 /// Where an engine starts when it continues from a checkpoint: the step count, the

@@ -196,6 +196,42 @@ fn bench_electrostatics_on_slabs_reports_weak_and_strong_scaling() {
     );
 }
 
+/// `bench jacobi` and `bench heat` on slabs: the scaling against the first device alone,
+/// the halo exchange alone per step, the exposed part and the model for 8 and 64 devices.
+#[test]
+fn bench_jacobi_and_heat_on_slabs_report_the_exchange_and_the_model() {
+    for args in [
+        &["jacobi", "--size", "64x48", "--iterations", "4"][..],
+        &["heat", "--size-3d", "24x16x16", "--steps", "4"][..],
+    ] {
+        let mut all = vec!["bench"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "--backend",
+            "cpu",
+            "--subdomains",
+            "2",
+            "--repetitions",
+            "1",
+            "--json",
+        ]);
+        let o = keisan(&all);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let x = &s["exposure"];
+        assert!(x["exchange_s_per_step"].as_f64().unwrap() > 0.0, "{s}");
+        assert!(x["exposed_s_per_step"].as_f64().unwrap() >= 0.0, "{s}");
+        assert!(
+            x["model_8_s_per_step"].as_f64().unwrap() > x["model_64_s_per_step"].as_f64().unwrap(),
+            "{s}"
+        );
+    }
+}
+
 /// An initial field from a .npy beside the problem file (a relative path is taken from the
 /// problem file's folder, not the working directory); the run starts from those values.
 #[test]

@@ -872,6 +872,10 @@ impl<S: Subdomain> Engine for Distributed<S> {
             .unwrap_or(u64::MAX)
     }
 
+    fn steps_per_halo_exchange(&self) -> u64 {
+        self.every
+    }
+
     fn halo_exchange_seconds(&mut self, reps: usize) -> Result<Option<f64>> {
         if self.world.is_some() || reps == 0 {
             return Ok(None);

@@ -533,7 +533,7 @@ pub fn slabs(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
         ));
     }
     let shape = parse_shape("--size-3d", &a.size_3d, 3)?;
-    let cases = match a.precision {
+    let (cases, exposure) = match a.precision {
         Precision::F32 => slab_cases::<f32>(placement, &shape, a.steps, a.repetitions)?,
         Precision::F64 => slab_cases::<f64>(placement, &shape, a.steps, a.repetitions)?,
     };
@@ -559,23 +559,32 @@ pub fn slabs(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
             100.0 * c.efficiency
         );
     }
+    let grown: Vec<String> = cases[0].shape.iter().map(|v| v.to_string()).collect();
+    human += &exposure.human("step", &grown.join("x"));
     Ok(Report {
         human,
-        json: serde_json::json!({ "placement": placement.describe(), "precision": a.precision.to_string(), "cases": cases }),
+        json: serde_json::json!({
+            "placement": placement.describe(),
+            "precision": a.precision.to_string(),
+            "cases": cases,
+            "exposure": exposure,
+        }),
     })
 }
 
+/// The weak and strong cases, and the weak run's exposed exchange (against the first
+/// device alone on its share) with the model of the grown grid on more devices.
 fn slab_cases<T: Real>(
     placement: &Placement,
     shape: &[usize],
     steps: u64,
     reps: usize,
-) -> Result<Vec<SlabCase>> {
+) -> Result<(Vec<SlabCase>, crate::bench::Exposure)> {
     let d = placement.total();
     let mut grown = shape.to_vec();
     grown[0] *= d;
     let single = Placement::single(placement.first().clone());
-    let time = |shape: &[usize], on: &Placement| -> Result<f64> {
+    let time = |shape: &[usize], on: &Placement| -> Result<(f64, Option<f64>)> {
         let in_core = heat::OutOfCore {
             strategy: Strategy::InCore,
             ..Default::default()
@@ -585,13 +594,19 @@ fn slab_cases<T: Real>(
         e.advance(1)?;
         e.diagnostics()?;
         let t = crate::bench::sorted_wall_seconds(e.as_mut(), steps, reps)?;
-        Ok(t[t.len() / 2])
+        Ok((t[t.len() / 2], crate::bench::exchange_per_step(e.as_mut())?))
     };
-    let one = time(shape, &single)?;
-    let weak = time(&grown, placement)?;
-    let strong_one = time(&grown, &single)?;
+    let (one, _) = time(shape, &single)?;
+    let (weak, exchange) = time(&grown, placement)?;
+    let (strong_one, _) = time(&grown, &single)?;
+    // Slabs sharing a device share its time: the reference is one device's time for the
+    // work each device holds.
+    let share = d as f64 / placement.distinct_devices().len() as f64;
+    let per = |t: f64| t / steps as f64;
+    let exposure =
+        crate::bench::Exposure::new(per(one) * share, per(weak), per(strong_one), exchange);
     let cells = |s: &[usize]| s.iter().product::<usize>() as f64 * steps as f64;
-    Ok(vec![
+    let cases = vec![
         SlabCase {
             name: "weak".into(),
             shape: grown.clone(),
@@ -610,5 +625,6 @@ fn slab_cases<T: Real>(
             efficiency: strong_one / weak / d as f64,
             gcells_per_s: cells(&grown) / weak * 1e-9,
         },
-    ])
+    ];
+    Ok((cases, exposure))
 }

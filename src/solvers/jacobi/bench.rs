@@ -176,3 +176,98 @@ fn human(reports: &[JacobiBench]) -> String {
     }
     r
 }
+
+/// `keisan bench jacobi --devices …` (or `--subdomains`): strong scaling of the seed case
+/// (`--size`) on slabs against the first device alone, the halo exchange alone, how much
+/// of it the slabs hide, and the model for 8 and 64 devices.
+#[derive(Debug, Clone, Serialize)]
+pub struct JacobiScaling {
+    pub placement: String,
+    pub precision: String,
+    pub n: usize,
+    pub m: usize,
+    pub iterations: u64,
+    pub subdomains: usize,
+    pub devices: usize,
+    pub one_device_s: f64,
+    pub slabs_s: f64,
+    pub speedup: f64,
+    /// speedup ÷ distinct devices.
+    pub efficiency: f64,
+    pub exposure: crate::bench::Exposure,
+}
+
+pub fn slabs(placement: &crate::device::Placement, args: &clap::ArgMatches) -> Result<Report> {
+    let a = JacobiBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
+    if a.iterations == 0 || a.repetitions == 0 || a.iterations > i64::MAX as u64 {
+        return Err(Error::invalid(
+            "--iterations/--repetitions",
+            format!("{}/{}", a.iterations, a.repetitions),
+            "both at least 1",
+        ));
+    }
+    let problem = size(&a.size, a.iterations, a.precision)?;
+    let b = match a.precision {
+        Precision::F32 => scaling::<f32>(placement, &problem, a.repetitions)?,
+        Precision::F64 => scaling::<f64>(placement, &problem, a.repetitions)?,
+    };
+    let s = crate::units::seconds;
+    let mut human = format!(
+        "jacobi on slabs: {}\n  {} × {} {}, {} sweeps, median of {}\n  first device alone {}; {} subdomains on {} device(s) {}: {:.2}× ({:.1} % per device)\n",
+        b.placement,
+        b.n,
+        b.m,
+        b.precision,
+        b.iterations,
+        a.repetitions,
+        s(b.one_device_s),
+        b.subdomains,
+        b.devices,
+        s(b.slabs_s),
+        b.speedup,
+        100.0 * b.efficiency,
+    );
+    human += &b.exposure.human("sweep", &format!("{} × {}", b.n, b.m));
+    Ok(Report {
+        human,
+        json: serde_json::to_value(&b).expect("serialises"),
+    })
+}
+
+fn scaling<T: Real>(
+    placement: &crate::device::Placement,
+    problem: &super::JacobiProblem,
+    reps: usize,
+) -> Result<JacobiScaling> {
+    let iterations = problem.max_iterations;
+    let time = |on: &crate::device::Placement| -> Result<(f64, Option<f64>)> {
+        let mut placed = super::engine_placed::<T>(problem, on, None)?;
+        let e: &mut dyn crate::run::Engine<Real = T> = match &mut placed {
+            super::Placed::One(e) => e.as_mut(),
+            super::Placed::Slabs(e) => e.as_mut(),
+        };
+        e.advance(iterations.min(10))?; // warm-up
+        e.diagnostics()?;
+        let t = crate::bench::sorted_wall_seconds(e, iterations, reps)?;
+        Ok((t[t.len() / 2], crate::bench::exchange_per_step(e)?))
+    };
+    let one = crate::device::Placement::single(placement.first().clone());
+    let (t1, _) = time(&one)?;
+    let (tp, exchange) = time(placement)?;
+    let devices = placement.distinct_devices().len();
+    let per = |t: f64| t / iterations as f64;
+    Ok(JacobiScaling {
+        placement: placement.describe(),
+        precision: T::PRECISION.to_string(),
+        n: problem.n,
+        m: problem.m,
+        iterations,
+        subdomains: placement.parts.len(),
+        devices,
+        one_device_s: t1,
+        slabs_s: tp,
+        speedup: t1 / tp,
+        efficiency: t1 / tp / devices as f64,
+        exposure: crate::bench::Exposure::new(per(t1) / devices as f64, per(tp), per(t1), exchange),
+    })
+}

@@ -34,6 +34,16 @@ impl Solver for Jacobi {
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(device, args)
     }
+    fn bench_placed(
+        &self,
+        placement: &crate::device::Placement,
+        args: &clap::ArgMatches,
+    ) -> Result<Report> {
+        match placement.is_single() {
+            true => bench::run(placement.first(), args),
+            false => bench::slabs(placement, args),
+        }
+    }
 }
 
 impl SolverProblem for JacobiProblem {

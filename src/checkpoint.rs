@@ -132,8 +132,6 @@ struct PiecesInfo {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct PieceInfo {
     rank: usize,
-    /// The rows of the whole field this rank's engine is built from (owned and halo).
-    reads: Vec<Range<usize>>,
 }
 
 /// An opened checkpoint: its header read and checked, its arrays read on demand.
@@ -245,8 +243,8 @@ pub fn piece_file(step: u64, rank: usize) -> String {
     format!("checkpoint.s{step}.r{rank:04}.keisan")
 }
 
-/// One rank's piece of a checkpoint written in pieces: its owned rows of the field and
-/// the rows its engine reads, in `dir`/[`piece_file`]. Every rank writes its piece
+/// One rank's piece of a checkpoint written in pieces: its owned rows of the field, in
+/// `dir`/[`piece_file`]. Every rank writes its piece
 /// before rank 0 writes the main file ([`write_index`]).
 pub fn write_piece<T: Real>(
     dir: &Path,
@@ -265,10 +263,7 @@ pub fn write_piece<T: Real>(
         vec![info, residuals_info(&empty)],
         &empty,
     );
-    h.piece = Some(PieceInfo {
-        rank: piece.rank,
-        reads: piece.reads.clone(),
-    });
+    h.piece = Some(PieceInfo { rank: piece.rank });
     let path = dir.join(piece_file(step, piece.rank));
     write_file(&path, &h, &[&piece.data[..]], &[])?;
     Ok(path)
@@ -440,9 +435,11 @@ impl Checkpoint {
         self.header.pieces.as_ref().map(|p| p.rows.len())
     }
 
-    /// The whole field of a checkpoint in pieces, as this rank's engine needs it: the
-    /// rows it reads filled from the pieces that hold them, the rest left zero (never
-    /// touched, so never backed by memory).
+    /// The whole field of a checkpoint in pieces, as this rank's engine needs it: its own
+    /// piece and its neighbours' (rank ± 1, around the ends too) — a slab's halo never
+    /// reaches past its neighbour's rows, whatever halo the restarted engine takes (the
+    /// CPU's, or a GPU's wider one) — the rest left zero (never touched, so never backed
+    /// by memory).
     fn assemble<T: Real>(&self, p: &PiecesInfo) -> Result<Field<T>> {
         let ranks = p.rows.len();
         let (rank, size) = crate::parallel::World::current().map_or((0, 1), |w| (w.rank, w.size));
@@ -477,13 +474,6 @@ impl Checkpoint {
             }
             Ok(c)
         };
-        let mine = open(rank)?;
-        let reads = mine
-            .header
-            .piece
-            .as_ref()
-            .map(|q| q.reads.clone())
-            .unwrap_or_default();
         let a = &p.field;
         if a.precision != T::PRECISION {
             return Err(bad(
@@ -495,27 +485,24 @@ impl Checkpoint {
         let len = a.shape[0] * row;
         // Zeroed memory is mapped lazily: only the rows read below take pages.
         let mut data = vec![T::zero(); len];
-        for want in reads {
-            for (r, held) in p.rows.iter().enumerate() {
-                let (lo, hi) = (want.start.max(held.start), want.end.min(held.end));
-                if lo >= hi {
-                    continue;
-                }
-                let c = if r == rank { mine.clone() } else { open(r)? };
-                let mut f = std::fs::File::open(&c.path).map_err(|e| bad(&c.path, e))?;
-                let at = c.data_offset + ((lo - held.start) * row * T::PRECISION.bytes()) as u64;
-                std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(at))
-                    .map_err(|e| bad(&c.path, e))?;
-                let out = &mut data[lo * row..hi * row];
-                // SAFETY: as in `bytes_of`; every byte pattern is a valid f32/f64.
-                let bytes = unsafe {
-                    std::slice::from_raw_parts_mut(
-                        out.as_mut_ptr().cast::<u8>(),
-                        std::mem::size_of_val(out),
-                    )
-                };
-                f.read_exact(bytes).map_err(|e| bad(&c.path, e))?;
-            }
+        let mut wanted = vec![(rank + ranks - 1) % ranks, rank, (rank + 1) % ranks];
+        wanted.sort_unstable();
+        wanted.dedup();
+        for r in wanted {
+            let c = open(r)?;
+            let held = p.rows[r].clone();
+            let mut f = std::fs::File::open(&c.path).map_err(|e| bad(&c.path, e))?;
+            std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(c.data_offset))
+                .map_err(|e| bad(&c.path, e))?;
+            let out = &mut data[held.start * row..held.end * row];
+            // SAFETY: as in `bytes_of`; every byte pattern is a valid f32/f64.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(
+                    out.as_mut_ptr().cast::<u8>(),
+                    std::mem::size_of_val(out),
+                )
+            };
+            f.read_exact(bytes).map_err(|e| bad(&c.path, e))?;
         }
         Ok(Field {
             name: leak_name(&a.name),

@@ -163,9 +163,6 @@ pub struct Piece<T> {
     /// The first row of the next process (a VTK piece shares its last points with the
     /// next piece, or ParaView shows a gap); empty on the last process.
     pub next_row: Vec<T>,
-    /// The rows of the whole field this process's engine is built from (its owned rows
-    /// and halos): what a restart from per-rank checkpoints reads.
-    pub reads: Vec<std::ops::Range<usize>>,
 }
 
 impl<T: Clone> Piece<T> {
@@ -179,7 +176,6 @@ impl<T: Clone> Piece<T> {
             ranks: std::iter::once(0..n).collect(),
             data,
             next_row: Vec::new(),
-            reads: std::iter::once(0..n).collect(),
         }
     }
 

@@ -828,7 +828,6 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 "internal: a rank holds more than one slab".into(),
             ));
         };
-        let window = part.window().clone();
         let data = part.owned()?;
         let row_len = part.owned_row_len();
         let mut ranks = Vec::with_capacity(w.size);
@@ -860,7 +859,6 @@ impl<S: Subdomain> Engine for Distributed<S> {
             ranks,
             data,
             next_row,
-            reads: reads_of(&window),
         }))
     }
 
@@ -907,21 +905,6 @@ impl<S: Subdomain> Engine for Distributed<S> {
 
 /// The message tag of the rows pieces share (halo blocks use their transfer's index).
 const PIECE_TAG: i32 = 1 << 20;
-
-/// The grid rows a slab's buffer holds, as ascending ranges (wrapped where periodic).
-fn reads_of(w: &Window) -> Vec<Range<usize>> {
-    let mut rows: Vec<usize> = (0..w.rows).map(|l| w.grid_row(l)).collect();
-    rows.sort_unstable();
-    rows.dedup();
-    let mut out: Vec<Range<usize>> = Vec::new();
-    for r in rows {
-        match out.last_mut() {
-            Some(last) if last.end == r => last.end += 1,
-            _ => out.push(r..r + 1),
-        }
-    }
-    out
-}
 
 /// The buffer of `w` cut from the whole field `full` (rows of `row_len` values): its
 /// owned rows and its halo rows, wrapped where the grid is periodic.

@@ -15,6 +15,7 @@
 #   gpu/gpu.sh es-mpi           # there (mpi build): electrostatics, 2 GPU ranks against one process
 #                               #   (whole files, pieces, a restart from per-rank checkpoints)
 #   gpu/gpu.sh nbody-mpi        # there (mpi build): N-body, 2 ranks on 2 GPUs against one process
+#   gpu/gpu.sh pieces           # there (mpi build): pieces and per-rank checkpoints on GPU ranks
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
 #   gpu/gpu.sh next             # there: the checks of the work in progress (now: electrostatics
@@ -186,6 +187,60 @@ PY
   done
 }
 
+# Pieces and per-rank checkpoints on GPU ranks (mpi build; 2 ranks sharing the GPU or one
+# each): heat 3D, advection, Jacobi and electrostatics against one process on the GPU.
+# (Not indented: its problem files are here-documents.)
+pieces() {
+device
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+k=$PWD/gpu/keisan; w=$(mktemp -d); ex=$PWD/examples
+date -u +%H:%M:%S
+cat > $w/heat.toml <<'T'
+solver = "heat"
+precision = "f32"
+[heat]
+shape = [130, 64, 128]
+dt = 1e-5
+steps = 40
+initial = { preset = "hot_box" }
+[output]
+every = 20
+T
+cat > $w/adv.toml <<'T'
+solver = "advection"
+[advection]
+nx = 1024
+ny = 777
+steps = 64
+cfl = 0.9
+velocity = { kind = "rotation" }
+initial = { preset = "zalesak" }
+[output]
+every = 32
+T
+cd $w
+P='output.pieces="per-rank"'
+for case in "heat.toml u heat.steps 20" "adv.toml f advection.steps 32" "$ex/jacobi-seed.toml u jacobi.max_iterations 50" "$ex/electrostatics-microstrip.toml V electrostatics.max_iterations 1000"; do
+  set -- $case; f=$1; field=$2; key=$3; half=$4; name=$(basename $f .toml)
+  $k run $f -q --out $name-one || echo "$name one FAILED"
+  timeout 200 mpirun -np 2 $k run $f -q --out $name-pieces --set "$P" || echo "$name pieces FAILED"
+  timeout 200 mpirun -np 2 $k run $f -q --out $name-ck --set "$P" --set $key=$half --checkpoint-every $half || echo "$name ck FAILED"
+  timeout 200 mpirun -np 2 $k run $f -q --out $name-rest --restart $name-ck/checkpoint.keisan 2>&1 | tail -2
+  python3 - $name $field <<'PY'
+import struct, sys, os
+name, field = sys.argv[1], sys.argv[2]
+def payload(p):
+    b = open(p, 'rb').read(); n = struct.unpack('<H', b[8:10])[0]
+    return b[10 + n:]
+whole = payload(f'{name}-one/{field}.npy')
+pieces = payload(f'{name}-pieces/{field}_r0000.npy') + payload(f'{name}-pieces/{field}_r0001.npy')
+rest = payload(f'{name}-rest/{field}.npy') if os.path.exists(f'{name}-rest/{field}.npy') else b''
+print(name, 'pieces', 'same bytes' if pieces == whole else 'DIFFER', '| restart from per-rank checkpoint', 'same bytes' if rest == whole else 'DIFFERS')
+PY
+done
+cd - >/dev/null || true
+}
+
 # N-body under mpirun (mpi build), one rank per GPU: 2 ranks against one process (the
 # particles, and two 2-rank runs against each other), then timings at N = 2^16 and 2^20
 # against one GPU and against one process on both GPUs.
@@ -277,6 +332,7 @@ case "${1:-}" in
   heat-multi) heat_multi ;;
   es-multi) es_multi ;;
   es-mpi) es_mpi ;;
+  pieces) pieces ;;
   nbody-mpi) nbody_mpi ;;
   mpi) mpi_gpu ;;
   test) tests ;;
@@ -285,5 +341,5 @@ case "${1:-}" in
   es) es ;;
   es-tune) es_tune ;;
   all) tests; s=$?; bench; exit $s ;;
-  *) sed -n '2,18p' "$0"; exit 2 ;;
+  *) sed -n '2,22p' "$0"; exit 2 ;;
 esac

@@ -238,6 +238,29 @@ pub fn value(p: &HeatProblem, idx: usize) -> f64 {
     }
 }
 
+/// The initial field's layers `rows` of the slab axis (ascending), in a whole-size buffer
+/// whose other values stay zero: zeroed memory is mapped lazily, so only the layers
+/// computed take pages. A file's field is read whole.
+pub fn layers<T: Real>(p: &HeatProblem, rows: &[usize]) -> Result<Vec<T>> {
+    use rayon::prelude::*;
+    if let Initial::File { .. } = &p.initial {
+        return field(p);
+    }
+    let layer = super::layer_len(p);
+    crate::memory::ensure_host_fits(
+        (rows.len() * layer * T::PRECISION.bytes()) as u128,
+        "this rank's heat layers",
+    )?;
+    let mut u = vec![T::zero(); p.cells()];
+    for &r in rows {
+        u[r * layer..(r + 1) * layer]
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(k, v)| *v = T::lit(value(p, r * layer + k)));
+    }
+    Ok(u)
+}
+
 /// The initial field, row-major.
 pub fn field<T: Real>(p: &HeatProblem) -> Result<Vec<T>> {
     use rayon::prelude::*;

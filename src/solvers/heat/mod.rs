@@ -320,19 +320,40 @@ pub fn engine_placed<T: Real>(
             "decomposed heat runs are in-core on every slab: leave heat.strategy out",
         ));
     }
-    let (u0, step) = start_field(p, restart)?;
     let layers = p.shape[slab_axis(p.dims)];
     let q = p.clone();
     let field_of = move |data| field_of(&q, data);
-    let engine: Box<dyn Engine<Real = T>> = match placement.gpus()? {
+    let gpus = placement.gpus()?;
+    let halo = match &gpus {
+        None => 1,
+        Some(g) => cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&g[0], p)? as usize,
+    };
+    let all = windows(layers, n, halo, false, "--subdomains")?;
+    // Under mpirun a rank computes only the layers its slab holds (the rest of the
+    // whole-size buffer stays zero and unmapped), so no rank needs the whole grid.
+    let held = placement.world.map(|_| {
+        let mut rows: Vec<usize> = placement
+            .ids()
+            .iter()
+            .flat_map(|&i| {
+                let w = &all[i];
+                (0..w.rows).map(move |l| w.grid_row(l))
+            })
+            .collect();
+        rows.sort_unstable();
+        rows.dedup();
+        rows
+    });
+    let (u0, step) = match (restart, held) {
+        (None, Some(rows)) => (initial::layers::<T>(p, &rows)?, 0),
+        (restart, _) => start_field(p, restart)?,
+    };
+    let engine: Box<dyn Engine<Real = T>> = match gpus {
         None => {
-            let all = windows(layers, n, 1, false, "--subdomains")?;
             let build = |_, w| cpu::CpuHeat::on_window(p, w, &u0, step);
             Box::new(Distributed::on(placement, all, build, field_of)?)
         }
         Some(gpus) => {
-            let halo = cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&gpus[0], p)? as usize;
-            let all = windows(layers, n, halo, false, "--subdomains")?;
             let build =
                 |k: usize, w| cuda_slab::CudaHeatSlab::on_window(gpus[k].clone(), p, w, &u0, step);
             Box::new(Distributed::on(placement, all, build, field_of)?)

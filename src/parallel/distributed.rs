@@ -36,6 +36,10 @@ pub enum Rows<'a, T> {
 /// least this often: [`Engine::max_steps_between_diagnostics`]).
 pub const PARTIAL_STEPS: usize = 4096;
 
+/// Steps of sums a staged copy holds per slab: the most steps a pass takes with partial
+/// sums (a Jacobi slab's pair).
+const STAGED_STEPS: usize = 2;
+
 /// How an iterative solver's per-step sums over a slab (squared residuals) reach the
 /// total that decides, alike on every slab and rank, whether the solve stops.
 pub enum Partials {
@@ -449,10 +453,10 @@ impl<S: Subdomain> Distributed<S> {
         Ok(())
     }
 
-    /// Device slabs: each slab's record kernel adds up every slab's sums of the step in
-    /// slab order, straight from their rings (one process, peer access) or from a copy
-    /// the host staged (other ranks), once every slab's step is done.
-    fn combine_on_devices(&mut self) -> Result<()> {
+    /// Device slabs: each slab's record kernels add up every slab's sums of the pass's
+    /// `steps` steps in slab order, straight from their rings (one process, peer access)
+    /// or from a copy the host staged (other ranks), once every slab's pass is done.
+    fn combine_on_devices(&mut self, steps: u64) -> Result<()> {
         let (Some(sync), Some(t)) = (&self.sync, &mut self.totals) else {
             return Ok(());
         };
@@ -471,8 +475,9 @@ impl<S: Subdomain> Distributed<S> {
             }
             return Ok(());
         };
-        // Through the host: the step's sums of every local slab, then every rank's.
+        // Through the host: the pass's sums of every local slab, then every rank's.
         let mut mine = Vec::new();
+        let mut first = 0;
         for (i, s) in sync.iter().enumerate() {
             let Partials::Device {
                 ring,
@@ -482,29 +487,49 @@ impl<S: Subdomain> Distributed<S> {
             else {
                 unreachable!("device slabs have device partials");
             };
-            let at = ring + (((step - 1) as usize % PARTIAL_STEPS) * per_step * 8) as u64;
-            let mut v = vec![0.0f64; per_step];
+            first = step - steps;
             s.ctx.bind_to_thread()?;
             s.compute.synchronize()?;
-            // SAFETY: the slot lies inside the slab's ring; the stream is synchronised
-            // before `v` is read.
-            unsafe {
-                cudarc::driver::result::memcpy_dtoh_async(&mut v[..], at, s.compute.cu_stream())?;
+            for k in first..step {
+                let at = ring + ((k as usize % PARTIAL_STEPS) * per_step * 8) as u64;
+                let mut v = vec![0.0f64; per_step];
+                // SAFETY: the slot lies inside the slab's ring; the stream is synchronised
+                // before `v` is read.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtoh_async(
+                        &mut v[..],
+                        at,
+                        s.compute.cu_stream(),
+                    )?;
+                }
+                s.compute.synchronize()?;
+                mine.extend(v);
             }
-            s.compute.synchronize()?;
-            mine.extend(v);
         }
+        let per_pass = t.per_step * steps as usize;
         let all = match self.world {
-            Some(w) => {
-                let bytes = 8 * t.per_step;
-                from_bytes::<f64>(&world::all_gather(&to_bytes(&mine), &vec![bytes; w.size])?)
-            }
+            Some(w) => from_bytes::<f64>(&world::all_gather(
+                &to_bytes(&mine),
+                &vec![8 * per_pass; w.size],
+            )?),
             None => mine,
         };
+        // Step k's sums at slot k mod STAGED_STEPS of every slab's staged ring, where the
+        // record kernels read them.
+        let slabs = all.len() / per_pass;
+        let mut laid = vec![0.0f64; slabs * STAGED_STEPS * t.per_step];
+        for slab in 0..slabs {
+            for j in 0..steps as usize {
+                let slot = (first as usize + j) % STAGED_STEPS;
+                let from = (slab * steps as usize + j) * t.per_step;
+                let to = (slab * STAGED_STEPS + slot) * t.per_step;
+                laid[to..to + t.per_step].copy_from_slice(&all[from..from + t.per_step]);
+            }
+        }
         for (i, s) in sync.iter().enumerate() {
-            s.compute.memcpy_htod(&all, &mut staged[i])?;
+            s.compute.memcpy_htod(&laid, &mut staged[i])?;
             let count = t.sources[i].len();
-            self.parts[i].queue_record(&t.sources[i], count, 1, &s.compute)?;
+            self.parts[i].queue_record(&t.sources[i], count, STAGED_STEPS, &s.compute)?;
         }
         Ok(())
     }
@@ -582,10 +607,12 @@ fn device_totals<S: Subdomain>(
         if direct {
             sources.push(s.compute.clone_htod(&rings)?);
         } else {
-            let buf = s.compute.alloc_zeros::<f64>(slabs * per_step)?;
+            let buf = s
+                .compute
+                .alloc_zeros::<f64>(slabs * STAGED_STEPS * per_step)?;
             let (base, _sync) = buf.device_ptr(&s.compute);
             let at: Vec<u64> = (0..slabs)
-                .map(|k| base + (k * per_step * 8) as u64)
+                .map(|k| base + (k * STAGED_STEPS * per_step * 8) as u64)
                 .collect();
             drop(_sync);
             sources.push(s.compute.clone_htod(&at)?);
@@ -740,7 +767,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
             if self.sync.is_some() {
                 self.overlapped_pass(k)?;
                 if self.totals.is_some() {
-                    self.combine_on_devices()?;
+                    self.combine_on_devices(k)?;
                 }
             } else {
                 if self.per_row.is_some() && !self.parts.iter().all(|p| p.running()) {

@@ -54,7 +54,7 @@ const HISTORY: usize = 4096;
 /// Output tile (x, y) of the two-sweep kernel, which runs 256 threads per block; its two
 /// shared-memory tiles must fit the 48 KiB of static shared memory.
 /// KEISAN_JACOBI_TILE2=TXxTY overrides it for tuning runs.
-fn tile2(precision: Precision) -> (usize, usize) {
+pub(super) fn tile2(precision: Precision) -> (usize, usize) {
     static TILE: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
     let fits = |(tx, ty): (usize, usize)| {
         tx >= 8

@@ -1,7 +1,11 @@
 //! A CUDA slab of rows for decomposed runs: the same point update as the one-device
-//! engine (fields equal bit for bit), one sweep between halo exchanges, and the residual
-//! of each sweep added up over all slabs on the device (jacobi_record) before the stop
-//! flag is set, so every slab stops at the same sweep without the host waiting.
+//! engine (fields equal bit for bit), two sweeps between halo exchanges (a halo of two
+//! rows; jacobi_rows2, the one-device engine's temporal blocking within a row range), and
+//! the residual of each sweep added up over all slabs on the device (jacobi_record) before
+//! the stop flag is set, so every slab stops at the same sweep without the host waiting.
+//! A solve that stops at the first sweep of a pair has its second undone by the host
+//! (`settle`): the pair's input is still in the other buffer, and one sweep from it gives
+//! the stopping sweep's field.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -9,7 +13,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
 use super::JacobiProblem;
-use super::cuda::{KERNELS, tile, tile_defines};
+use super::cuda::{KERNELS, tile, tile_defines, tile2};
 use crate::device::cuda::Gpu;
 use crate::error::Result;
 use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, advance_alone, slab_of};
@@ -36,12 +40,25 @@ pub struct CudaJacobiSlab<T: Real> {
     ctl: CudaSlice<u64>,
     hist: CudaSlice<f64>,
     rows_fn: CudaFunction,
+    rows2_fn: CudaFunction,
     record_fn: CudaFunction,
     /// Sweeps queued (the next sweep's number), compute calls of the current one.
     launched: u64,
     calls: usize,
     reported: u64,
+    /// Sweeps whose book-keeping is queued.
+    recorded: u64,
+    /// The buffer holding the current field.
+    cur: usize,
+    /// Passes queued since the host last read the stop flag: (first sweep, sweeps, the
+    /// buffer they read).
+    passes: Vec<(u64, u64, usize)>,
+    /// A stop flag that is never set: the undo sweep runs after the solve stopped.
+    running: CudaSlice<u64>,
 }
+
+/// Sweeps between halo exchanges (the halo is as many rows).
+pub const SWEEPS_PER_EXCHANGE: u64 = 2;
 
 impl<T: Real> CudaJacobiSlab<T> {
     /// The slab `window` of the manufactured problem: from the whole iterate `u` after
@@ -64,6 +81,7 @@ impl<T: Real> CudaJacobiSlab<T> {
             defines.push(("J_ROWS_UNROLL", u));
         }
         let rows_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows")?;
+        let rows2_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows2")?;
         let record_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_record")?;
         let init = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_init_rows")?;
         let s = &gpu.stream;
@@ -91,7 +109,8 @@ impl<T: Real> CudaJacobiSlab<T> {
             ctl = [step, status.device_flag(), 0];
         }
         let most = Self::config(problem, 0..window.rows).grid_dim;
-        let slots = (most.0 * most.1) as usize;
+        let most2 = Self::config2(problem, 0..window.rows).grid_dim;
+        let slots = ((most.0 * most.1) as usize).max(2 * (most2.0 * most2.1) as usize);
         let scratch = (0..CALLS)
             .map(|_| Ok((s.alloc_zeros::<f64>(slots)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
@@ -103,10 +122,15 @@ impl<T: Real> CudaJacobiSlab<T> {
             buf: [b0, b1],
             f,
             rows_fn,
+            rows2_fn,
             record_fn,
             launched: ctl[0],
             calls: 0,
             reported: ctl[0],
+            recorded: ctl[0],
+            cur: 0,
+            passes: Vec::new(),
+            running: s.alloc_zeros::<u64>(3)?,
             gpu,
             problem: problem.clone(),
             window,
@@ -125,15 +149,78 @@ impl<T: Real> CudaJacobiSlab<T> {
         }
     }
 
-    /// Read the device's sweep count and, once stopped, make it the host's: the sweeps
-    /// queued after the stop changed nothing, and the result lies in the buffer the
-    /// stopping sweep wrote.
+    /// Blocks of jacobi_rows2 for the grid rows `rows` (at least one).
+    fn config2(p: &JacobiProblem, rows: Range<usize>) -> LaunchConfig {
+        let (tx, ty) = tile2(T::PRECISION);
+        let strips = rows.len().div_ceil(ty).clamp(1, 65535) as u32;
+        LaunchConfig {
+            grid_dim: (p.n.div_ceil(tx) as u32, strips, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
+    /// Read the device's sweep count and, once stopped, make it the host's: the passes
+    /// queued after the stop changed nothing, and the result lies in the buffer the pass
+    /// of the stopping sweep wrote — after one sweep from that pass's input where it was
+    /// the first of two.
     fn settle(&mut self) -> Result<[u64; 3]> {
         let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
         if ctl[1] != 0 {
-            self.launched = ctl[0];
+            let done = ctl[0];
+            let pass = self
+                .passes
+                .iter()
+                .copied()
+                .find(|&(first, sweeps, _)| first < done && done <= first + sweeps);
+            if let Some((first, sweeps, read)) = pass {
+                if done < first + sweeps {
+                    self.undo_second(read)?;
+                }
+                self.cur = 1 - read;
+            }
+            self.launched = done;
+            self.recorded = self.recorded.min(done);
+            self.passes.clear();
+        } else {
+            self.passes.clear();
         }
         Ok([ctl[0], ctl[1], ctl[2]])
+    }
+
+    /// One sweep of the owned rows from buf[read] into the other buffer (the field after
+    /// the first sweep of a pair), whatever the stop flag says.
+    fn undo_second(&mut self, read: usize) -> Result<()> {
+        let own = self.window.own.clone();
+        let p = &self.problem;
+        let c = p.coefficients();
+        let (ax, ay, b, rb, omega) = (
+            T::lit(c.ax),
+            T::lit(c.ay),
+            T::lit(c.b),
+            T::lit(c.rb),
+            T::lit(p.relax),
+        );
+        let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
+        let (j0, j1) = (own.start as i32, own.end as i32);
+        let cfg = Self::config(p, own);
+        let stream = self.gpu.stream.clone();
+        let [b0, b1] = &mut self.buf;
+        let (src, dst) = if read == 0 { (&*b0, b1) } else { (&*b1, b0) };
+        let (partials, ticket) = &mut self.scratch[0];
+        let mut unused = stream.alloc_zeros::<f64>(1)?;
+        let mut l = stream.launch_builder(&self.rows_fn);
+        l.arg(src).arg(dst).arg(&self.f);
+        l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
+        l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
+        l.arg(&self.running)
+            .arg(partials)
+            .arg(ticket)
+            .arg(&mut unused);
+        // SAFETY: as in `compute`; the slot is a value of its own.
+        unsafe { l.launch(cfg) }?;
+        stream.synchronize()?;
+        Ok(())
     }
 
     fn ring_address(&self) -> u64 {
@@ -173,15 +260,14 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
         self.problem.n
     }
     fn field(&mut self) -> Rows<'_, T> {
-        let head = (self.launched % 2) as usize;
         Rows::Device {
             gpu: &self.gpu,
-            buf: &mut self.buf[head],
+            buf: &mut self.buf[self.cur],
             offset: 0,
         }
     }
     fn steps_per_exchange(&self) -> u64 {
-        1
+        SWEEPS_PER_EXCHANGE
     }
     fn compute(
         &mut self,
@@ -189,7 +275,10 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
         rows: Range<usize>,
         stream: Option<&Arc<CudaStream>>,
     ) -> Result<()> {
-        assert_eq!(steps, 1, "a Jacobi slab takes one sweep between exchanges");
+        assert!(
+            steps == 1 || steps == SWEEPS_PER_EXCHANGE,
+            "a Jacobi slab takes one sweep or a pair between exchanges"
+        );
         let p = &self.problem;
         let c = p.coefficients();
         let (ax, ay, b, rb, omega) = (
@@ -201,42 +290,59 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
         );
         let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
         let (j0, j1) = (rows.start as i32, rows.end as i32);
-        let cfg = Self::config(p, rows);
         let call = self.calls;
         self.calls += 1;
-        let slot_at = (self.launched as usize % PARTIAL_STEPS) * CALLS + call;
+        let slot = |k: u64| (k as usize % PARTIAL_STEPS) * CALLS + call;
+        let (at0, at1) = (slot(self.launched), slot(self.launched + 1));
         let stream = stream.unwrap_or(&self.gpu.stream);
         let [b0, b1] = &mut self.buf;
-        let (src, dst) = if self.launched.is_multiple_of(2) {
+        let (src, dst) = if self.cur == 0 {
             (&*b0, b1)
         } else {
             (&*b1, b0)
         };
         let (partials, ticket) = &mut self.scratch[call];
-        let mut slot = self.ring.slice_mut(slot_at..slot_at + 1);
-        let mut l = stream.launch_builder(&self.rows_fn);
+        if steps == 1 {
+            let cfg = Self::config(p, rows);
+            let mut slot = self.ring.slice_mut(at0..at0 + 1);
+            let mut l = stream.launch_builder(&self.rows_fn);
+            l.arg(src).arg(dst).arg(&self.f);
+            l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
+            l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
+            l.arg(&self.ctl).arg(partials).arg(ticket).arg(&mut slot);
+            // SAFETY: rows j0..j1 lie inside the slab's buffers with their neighbours (the
+            // halo rows); partials hold one value per block; slot is one value.
+            unsafe { l.launch(cfg) }?;
+            return Ok(());
+        }
+        let cfg = Self::config2(p, rows);
+        let (ptr, _sync) = self.ring.device_ptr(stream);
+        let (s0, s1) = (ptr + (at0 * 8) as u64, ptr + (at1 * 8) as u64);
+        drop(_sync);
+        let mut l = stream.launch_builder(&self.rows2_fn);
         l.arg(src).arg(dst).arg(&self.f);
         l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
         l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
-        l.arg(&self.ctl).arg(partials).arg(ticket).arg(&mut slot);
-        // SAFETY: rows j0..j1 lie inside the slab's buffers with their neighbours (the
-        // halo rows); partials hold one value per block; slot is one value.
+        l.arg(&self.ctl).arg(partials).arg(ticket).arg(&s0).arg(&s1);
+        // SAFETY: rows j0-2..j1+2 lie inside the slab's buffers (a halo of two rows);
+        // partials hold two values per block; s0 and s1 are slots of the ring.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
     fn commit(&mut self, steps: u64) {
+        self.passes.push((self.launched, steps, self.cur));
         self.launched += steps;
+        self.cur = 1 - self.cur;
         self.calls = 0;
     }
     fn owned(&mut self) -> Result<Vec<T>> {
         self.settle()?;
         let own = self.window.own_in_buffer();
         let n = self.problem.n;
-        let head = (self.launched % 2) as usize;
         Ok(self
             .gpu
             .stream
-            .clone_dtoh(&self.buf[head].slice(own.start * n..own.end * n))?)
+            .clone_dtoh(&self.buf[self.cur].slice(own.start * n..own.end * n))?)
     }
     fn partials(&mut self) -> Partials {
         Partials::Device {
@@ -253,15 +359,18 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let p = &self.problem;
-        let k = self.launched - 1;
         let (count, per_step, ring) = (count as i32, CALLS as i32, ring_steps as u32);
         let (n, m, hist_len) = (p.n as i32, p.m as i32, HISTORY as u32);
-        let mut l = stream.launch_builder(&self.record_fn);
-        l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
-        l.arg(&n).arg(&m).arg(&p.tolerance);
-        l.arg(&mut self.ctl).arg(&mut self.hist).arg(&hist_len);
-        // SAFETY: sources holds `count` addresses of rings of `ring` steps × CALLS values.
-        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        // Every sweep queued since the last call, in order (a pass may take two).
+        for k in self.recorded..self.launched {
+            let mut l = stream.launch_builder(&self.record_fn);
+            l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
+            l.arg(&n).arg(&m).arg(&p.tolerance);
+            l.arg(&mut self.ctl).arg(&mut self.hist).arg(&hist_len);
+            // SAFETY: sources holds `count` addresses of rings of `ring` steps × CALLS values.
+            unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        }
+        self.recorded = self.launched;
         Ok(())
     }
 }

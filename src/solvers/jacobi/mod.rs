@@ -270,10 +270,12 @@ pub fn engine_placed<T: Real>(
             problem.cells()
         )));
     }
-    let all = windows(problem.m, placement.total(), 1, false, "--subdomains")?;
     let q = problem.clone();
     let field_of = move |data| cpu::field_of(&q, data);
     if let Some(gpus) = placement.gpus()? {
+        // CUDA slabs take two sweeps between exchanges: a halo of two rows.
+        let halo = cuda_slab::SWEEPS_PER_EXCHANGE as usize;
+        let all = windows(problem.m, placement.total(), halo, false, "--subdomains")?;
         let from = Some((&u[..], step, status));
         let build =
             |k: usize, w| cuda_slab::CudaJacobiSlab::on_window(gpus[k].clone(), problem, w, from);
@@ -281,6 +283,7 @@ pub fn engine_placed<T: Real>(
             placement, all, build, field_of,
         )?)));
     }
+    let all = windows(problem.m, placement.total(), 1, false, "--subdomains")?;
     let build = |_, w| cpu::CpuJacobi::on_window(problem, w, &u, step, status);
     Ok(Placed::Slabs(Box::new(Distributed::on(
         placement, all, build, field_of,

@@ -13,7 +13,8 @@ use keisan::solvers::jacobi::{self, Fields, JacobiProblem, Placed};
 /// not line up with anything.
 fn run<T: Real>(p: &JacobiProblem, placement: &Placement) -> (Vec<T>, Vec<f64>, u64, Status) {
     let mut e: Box<dyn Engine<Real = T>> = if placement.is_single() {
-        // One sweep per pass: the slabs take one sweep between exchanges.
+        // One sweep per pass (fields are the same bits either way; CPU slabs take one
+        // sweep between exchanges, CUDA slabs two).
         jacobi::engine_with(p, placement.first(), Fields::Manufactured, 1).unwrap()
     } else {
         match jacobi::engine_placed::<T>(p, placement, None).unwrap() {

@@ -149,6 +149,12 @@ impl<T: Real> CudaJacobiSlab<T> {
         }
     }
 
+    /// The update's coefficients and the relaxation, in the run's precision.
+    fn coefficients(p: &JacobiProblem) -> [T; 5] {
+        let c = p.coefficients();
+        [c.ax, c.ay, c.b, c.rb, p.relax].map(T::lit)
+    }
+
     /// Blocks of jacobi_rows2 for the grid rows `rows` (at least one).
     fn config2(p: &JacobiProblem, rows: Range<usize>) -> LaunchConfig {
         let (tx, ty) = tile2(T::PRECISION);
@@ -193,14 +199,7 @@ impl<T: Real> CudaJacobiSlab<T> {
     fn undo_second(&mut self, read: usize) -> Result<()> {
         let own = self.window.own.clone();
         let p = &self.problem;
-        let c = p.coefficients();
-        let (ax, ay, b, rb, omega) = (
-            T::lit(c.ax),
-            T::lit(c.ay),
-            T::lit(c.b),
-            T::lit(c.rb),
-            T::lit(p.relax),
-        );
+        let [ax, ay, b, rb, omega] = Self::coefficients(p);
         let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
         let (j0, j1) = (own.start as i32, own.end as i32);
         let cfg = Self::config(p, own);
@@ -280,14 +279,7 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
             "a Jacobi slab takes one sweep or a pair between exchanges"
         );
         let p = &self.problem;
-        let c = p.coefficients();
-        let (ax, ay, b, rb, omega) = (
-            T::lit(c.ax),
-            T::lit(c.ay),
-            T::lit(c.b),
-            T::lit(c.rb),
-            T::lit(p.relax),
-        );
+        let [ax, ay, b, rb, omega] = Self::coefficients(p);
         let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
         let (j0, j1) = (rows.start as i32, rows.end as i32);
         let call = self.calls;

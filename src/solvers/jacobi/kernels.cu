@@ -123,64 +123,80 @@ jacobi_sweep(const real* __restrict__ u, real* __restrict__ unew, const real* __
 #define J2_TY 32
 #endif
 
-// Two sweeps per pass through memory (temporal blocking). A block loads its J2_TX x J2_TY
-// tile of u with a 2-point halo into shared memory, does sweep k on the tile plus a 1-point
-// halo (the halo points are computed redundantly by the neighbouring blocks too), then
-// sweep k+1 on the tile, and writes only that. Residuals of both sweeps are exact: each
-// block sums only the points it owns. If sweep k already meets the tolerance, ctl[2] is set
-// and the host redoes sweep k alone, so the solve still stops at the study's iteration.
-// Launch with 256 threads.
-extern "C" __global__ void __launch_bounds__(256)
-jacobi_sweep2(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
-              int n, int m, real ax, real ay, real b, real rb, real omega, double tol,
-              u64 k, double* __restrict__ partials, unsigned int* __restrict__ ticket,
-              u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len) {
-    if (((volatile u64*)ctl)[1] != 0) return;
+// Two sweeps of a block's J2_TX x J2_TY tile of the grid rows first..last-1 (buffer row 0
+// is grid row `base`; the buffer holds rows first-2 .. last+1, those of the grid): the
+// tile with a 2-point halo into shared memory, the first sweep on the tile and a 1-point
+// ring (rows first-1 and last too, as a neighbour computes them, from the same inputs),
+// then the second on the tile, written to unew. Each point is jacobi_sweep's arithmetic,
+// so two sweeps here equal two single sweeps bit for bit. acc1, acc2: the block's sums of
+// squared residuals of each sweep over its points of rows first..last-1. 256 threads.
+__device__ __forceinline__ void two_sweeps(const real* __restrict__ u, real* __restrict__ unew,
+                                           const real* __restrict__ f, int n, int m,
+                                           int base, int first, int last, real ax, real ay,
+                                           real b, real rb, real omega, double& acc1,
+                                           double& acc2) {
     constexpr int W0 = J2_TX + 4, H0 = J2_TY + 4, W1 = J2_TX + 2, H1 = J2_TY + 2;
     __shared__ real su[H0][W0];
     __shared__ real s1[H1][W1];
     const int tid = threadIdx.x;
-    const int gx0 = blockIdx.x * J2_TX, gy0 = blockIdx.y * J2_TY;
+    const int gx0 = blockIdx.x * J2_TX, gy0 = first + blockIdx.y * J2_TY;
 
     for (int idx = tid; idx < H0 * W0; idx += blockDim.x) {
         const int ly = idx / W0, lx = idx % W0;
         const int gy = gy0 - 2 + ly, gx = gx0 - 2 + lx;
-        su[ly][lx] = (gx >= 0 && gx < n && gy >= 0 && gy < m) ? u[(size_t)gy * n + gx] : (real)0;
+        const bool held = gx >= 0 && gx < n && gy >= 0 && gy < m && gy >= first - 2 &&
+                          gy <= last + 1;
+        su[ly][lx] = held ? u[(size_t)(gy - base) * n + gx] : (real)0;
     }
     __syncthreads();
 
-    double acc1 = 0.0;
+    acc1 = 0.0;
     for (int idx = tid; idx < H1 * W1; idx += blockDim.x) {
         const int ly = idx / W1, lx = idx % W1;
         const int gy = gy0 - 1 + ly, gx = gx0 - 1 + lx;
         const real c = su[ly + 1][lx + 1];
         real v = c;
-        if (gx >= 1 && gx <= n - 2 && gy >= 1 && gy <= m - 2) {
+        if (gx >= 1 && gx <= n - 2 && gy >= 1 && gy <= m - 2 && gy >= first - 1 &&
+            gy <= last) {
             const real res = point_resid(su[ly + 1][lx], su[ly + 1][lx + 2], su[ly][lx + 1],
-                                         su[ly + 2][lx + 1], c, f[(size_t)gy * n + gx], ax, ay,
-                                         b, rb);
+                                         su[ly + 2][lx + 1], c,
+                                         f[(size_t)(gy - base) * n + gx], ax, ay, b, rb);
             v = c - omega * res;
-            if (ly >= 1 && ly <= J2_TY && lx >= 1 && lx <= J2_TX)
+            if (ly >= 1 && ly <= J2_TY && lx >= 1 && lx <= J2_TX && gy < last)
                 acc1 += (double)res * (double)res;
         }
         s1[ly][lx] = v;
     }
     __syncthreads();
 
-    double acc2 = 0.0;
+    acc2 = 0.0;
     for (int idx = tid; idx < J2_TY * J2_TX; idx += blockDim.x) {
         const int ly = idx / J2_TX, lx = idx % J2_TX;
         const int gy = gy0 + ly, gx = gx0 + lx;
-        if (gx >= 1 && gx <= n - 2 && gy >= 1 && gy <= m - 2) {
+        if (gx >= 1 && gx <= n - 2 && gy >= 1 && gy <= m - 2 && gy < last) {
             const real c = s1[ly + 1][lx + 1];
-            const size_t g = (size_t)gy * n + gx;
+            const size_t g = (size_t)(gy - base) * n + gx;
             const real res = point_resid(s1[ly + 1][lx], s1[ly + 1][lx + 2], s1[ly][lx + 1],
                                          s1[ly + 2][lx + 1], c, f[g], ax, ay, b, rb);
             unew[g] = c - omega * res;
             acc2 += (double)res * (double)res;
         }
     }
+}
 
+// Two sweeps per pass through memory (temporal blocking) over the whole grid: two_sweeps
+// on every tile (the halo points are computed redundantly by the neighbouring blocks
+// too). Residuals of both sweeps are exact: each block sums only the points it owns. If
+// sweep k already meets the tolerance, ctl[2] is set and the host redoes sweep k alone,
+// so the solve still stops at the study's iteration. Launch with 256 threads.
+extern "C" __global__ void __launch_bounds__(256)
+jacobi_sweep2(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
+              int n, int m, real ax, real ay, real b, real rb, real omega, double tol,
+              u64 k, double* __restrict__ partials, unsigned int* __restrict__ ticket,
+              u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len) {
+    if (((volatile u64*)ctl)[1] != 0) return;
+    double acc1, acc2;
+    two_sweeps(u, unew, f, n, m, 0, 0, m, ax, ay, b, rb, omega, acc1, acc2);
     double sums[2];
     sums[0] = block_sum(acc1);
     __syncthreads();
@@ -280,14 +296,9 @@ extern "C" __global__ void jacobi_record(const u64* __restrict__ sources, int co
     record_sweep(ctl, hist, hist_len, k, sum, n, m, tol);
 }
 
-// Two sweeps over the grid rows first..last-1 of a slab's buffer (buffer row 0 is grid
-// row `base`; the buffer holds rows first-2 .. last+1), from u into unew: jacobi_sweep2's
-// tiles within the row range. A block loads its J2_TX x J2_TY tile with a 2-point halo,
-// does the first sweep on the tile and a 1-point ring (rows first-1 and last too: the
-// values a neighbour's rows compute the same way, from the same inputs), then the second
-// on the tile, and writes only that. Each point is jacobi_sweep's arithmetic, so two
-// sweeps here equal two single sweeps bit for bit. Residuals of the rows first..last-1
-// only, per sweep, into slot0 and slot1. Launch with 256 threads.
+// Two sweeps over the grid rows first..last-1 of a slab's buffer (two_sweeps on every
+// tile of the range), from u into unew; each sweep's residual sum of the range into slot0
+// and slot1. Launch with 256 threads.
 extern "C" __global__ void __launch_bounds__(256)
 jacobi_rows2(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
              int n, int m, int base, int first, int last, real ax, real ay, real b, real rb,
@@ -295,54 +306,8 @@ jacobi_rows2(const real* __restrict__ u, real* __restrict__ unew, const real* __
              unsigned int* __restrict__ ticket, double* __restrict__ slot0,
              double* __restrict__ slot1) {
     if (((volatile const u64*)ctl)[1] != 0) return;
-    constexpr int W0 = J2_TX + 4, H0 = J2_TY + 4, W1 = J2_TX + 2, H1 = J2_TY + 2;
-    __shared__ real su[H0][W0];
-    __shared__ real s1[H1][W1];
-    const int tid = threadIdx.x;
-    const int gx0 = blockIdx.x * J2_TX, gy0 = first + blockIdx.y * J2_TY;
-
-    for (int idx = tid; idx < H0 * W0; idx += blockDim.x) {
-        const int ly = idx / W0, lx = idx % W0;
-        const int gy = gy0 - 2 + ly, gx = gx0 - 2 + lx;
-        const bool held = gx >= 0 && gx < n && gy >= 0 && gy < m && gy >= first - 2 &&
-                          gy <= last + 1;
-        su[ly][lx] = held ? u[(size_t)(gy - base) * n + gx] : (real)0;
-    }
-    __syncthreads();
-
-    double acc1 = 0.0;
-    for (int idx = tid; idx < H1 * W1; idx += blockDim.x) {
-        const int ly = idx / W1, lx = idx % W1;
-        const int gy = gy0 - 1 + ly, gx = gx0 - 1 + lx;
-        const real c = su[ly + 1][lx + 1];
-        real v = c;
-        if (gx >= 1 && gx <= n - 2 && gy >= 1 && gy <= m - 2 && gy >= first - 1 &&
-            gy <= last) {
-            const real res = point_resid(su[ly + 1][lx], su[ly + 1][lx + 2], su[ly][lx + 1],
-                                         su[ly + 2][lx + 1], c,
-                                         f[(size_t)(gy - base) * n + gx], ax, ay, b, rb);
-            v = c - omega * res;
-            if (ly >= 1 && ly <= J2_TY && lx >= 1 && lx <= J2_TX && gy < last)
-                acc1 += (double)res * (double)res;
-        }
-        s1[ly][lx] = v;
-    }
-    __syncthreads();
-
-    double acc2 = 0.0;
-    for (int idx = tid; idx < J2_TY * J2_TX; idx += blockDim.x) {
-        const int ly = idx / J2_TX, lx = idx % J2_TX;
-        const int gy = gy0 + ly, gx = gx0 + lx;
-        if (gx >= 1 && gx <= n - 2 && gy >= 1 && gy <= m - 2 && gy < last) {
-            const real c = s1[ly + 1][lx + 1];
-            const size_t g = (size_t)(gy - base) * n + gx;
-            const real res = point_resid(s1[ly + 1][lx], s1[ly + 1][lx + 2], s1[ly][lx + 1],
-                                         s1[ly + 2][lx + 1], c, f[g], ax, ay, b, rb);
-            unew[g] = c - omega * res;
-            acc2 += (double)res * (double)res;
-        }
-    }
-
+    double acc1, acc2;
+    two_sweeps(u, unew, f, n, m, base, first, last, ax, ay, b, rb, omega, acc1, acc2);
     double sums[2];
     sums[0] = block_sum(acc1);
     __syncthreads();

@@ -184,6 +184,17 @@ __device__ __forceinline__ void two_sweeps(const real* __restrict__ u, real* __r
     }
 }
 
+// The grid's totals of two per-thread sums (grid_sums_last_block): true in thread 0 of
+// the last block, with them in totals.
+__device__ __forceinline__ bool two_totals(double acc1, double acc2, double* partials,
+                                          unsigned int* ticket, double (&totals)[2]) {
+    double sums[2];
+    sums[0] = block_sum(acc1);
+    __syncthreads();
+    sums[1] = block_sum(acc2);
+    return grid_sums_last_block<2>(sums, partials, ticket, totals);
+}
+
 // Two sweeps per pass through memory (temporal blocking) over the whole grid: two_sweeps
 // on every tile (the halo points are computed redundantly by the neighbouring blocks
 // too). Residuals of both sweeps are exact: each block sums only the points it owns. If
@@ -197,12 +208,8 @@ jacobi_sweep2(const real* __restrict__ u, real* __restrict__ unew, const real* _
     if (((volatile u64*)ctl)[1] != 0) return;
     double acc1, acc2;
     two_sweeps(u, unew, f, n, m, 0, 0, m, ax, ay, b, rb, omega, acc1, acc2);
-    double sums[2];
-    sums[0] = block_sum(acc1);
-    __syncthreads();
-    sums[1] = block_sum(acc2);
     double totals[2];
-    if (grid_sums_last_block<2>(sums, partials, ticket, totals)) {
+    if (two_totals(acc1, acc2, partials, ticket, totals)) {
         if (record_sweep(ctl, hist, hist_len, k, totals[0], n, m, tol)) ctl[2] = 1;
         else record_sweep(ctl, hist, hist_len, k + 1, totals[1], n, m, tol);
     }
@@ -308,12 +315,8 @@ jacobi_rows2(const real* __restrict__ u, real* __restrict__ unew, const real* __
     if (((volatile const u64*)ctl)[1] != 0) return;
     double acc1, acc2;
     two_sweeps(u, unew, f, n, m, base, first, last, ax, ay, b, rb, omega, acc1, acc2);
-    double sums[2];
-    sums[0] = block_sum(acc1);
-    __syncthreads();
-    sums[1] = block_sum(acc2);
     double totals[2];
-    if (grid_sums_last_block<2>(sums, partials, ticket, totals)) {
+    if (two_totals(acc1, acc2, partials, ticket, totals)) {
         *slot0 = totals[0];
         *slot1 = totals[1];
     }

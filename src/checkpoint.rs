@@ -368,6 +368,13 @@ impl Checkpoint {
     pub fn check_compatible(&self, problem: &Problem) -> Result<()> {
         let h = &self.header;
         let refuse = |why: String| Err(bad(&self.path, why));
+        if let Some(piece) = &h.piece {
+            return refuse(format!(
+                "rank {}'s piece of a checkpoint written in pieces: restart from {} in the \
+                 same folder, which names every piece",
+                piece.rank, FILE
+            ));
+        }
         if h.keisan_version != env!("CARGO_PKG_VERSION") {
             return refuse(format!(
                 "written by keisan {}, this is keisan {}: continue it with the version that \

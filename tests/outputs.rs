@@ -222,6 +222,25 @@ fn one_process_writes_one_piece_and_restarts_from_its_checkpoint() {
     assert!(!files.contains(&"u.npy".to_string()));
     let npy = |run: &str, f: &str| std::fs::read(d.join(run).join(f)).unwrap();
     assert!(npy("whole", "u.npy") == npy("second", "u_r0000.npy"));
+    // A piece file is not a checkpoint to restart from: the main file is.
+    let o = keisan(
+        d,
+        &[
+            "run",
+            "p.toml",
+            "-q",
+            "--backend",
+            "cpu",
+            "--out",
+            "third",
+            "--restart",
+            "first/checkpoint.s5.r0000.keisan",
+        ],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("restart from checkpoint.keisan"), "{err}");
     let index = String::from_utf8(npy("second", "u.pvti")).unwrap();
     assert!(
         index.contains("<Piece Extent=\"0 39 0 29 0 0\" Source=\"u_r0000.vti\"/>"),

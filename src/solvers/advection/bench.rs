@@ -209,14 +209,17 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
             c.speedup = Some(speedup);
             c.efficiency = Some(speedup / c.devices as f64);
             let steps = c.steps as f64;
-            let exposed = ((c.seconds - one.seconds / c.devices as f64) / steps).max(0.0);
-            c.exposed_s_per_step = Some(exposed);
-            if let Some(x) = c.exchange_s_per_step {
-                c.hidden_fraction = Some((1.0 - exposed / x).clamp(0.0, 1.0));
-            }
-            // Slabs keep two neighbours at any count: the exposed part stays per step.
-            c.model_8_s = Some(one.seconds / 8.0 + steps * exposed);
-            c.model_64_s = Some(one.seconds / 64.0 + steps * exposed);
+            let per = |t: f64| t / steps;
+            let x = crate::bench::Exposure::new(
+                per(one.seconds) / c.devices as f64,
+                per(c.seconds),
+                per(one.seconds),
+                c.exchange_s_per_step,
+            );
+            c.exposed_s_per_step = Some(x.exposed_s_per_step);
+            c.hidden_fraction = x.hidden_fraction;
+            c.model_8_s = Some(steps * x.model_8_s_per_step);
+            c.model_64_s = Some(steps * x.model_64_s_per_step);
         }
         out.push(AdvectionCase {
             name,
@@ -328,7 +331,7 @@ fn case<T: Real>(
         sorted_wall_seconds(e.as_mut(), p.steps, reps)?
     };
     let seconds = times[times.len() / 2];
-    let exchange = e.halo_exchange_seconds(20)?.map(|x| x / per_pass as f64);
+    let exchange = crate::bench::exchange_per_step(e.as_mut())?;
     // Every device moves its slab's bytes at the copy bandwidth measured on the first.
     let bandwidth = ceilings.copy_bandwidth * devices as f64;
     // The CPU engine reads du, dv arrays for every steady velocity.

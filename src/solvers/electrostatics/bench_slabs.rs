@@ -134,7 +134,7 @@ fn per_iteration<T: Real>(
     e.advance(1)?;
     e.diagnostics()?;
     let times = sorted_wall_seconds(e.as_mut(), iterations, reps)?;
-    let exchange = e.halo_exchange_seconds(20)?;
+    let exchange = crate::bench::exchange_per_step(e.as_mut())?;
     Ok((times[times.len() / 2] / iterations as f64, exchange))
 }
 
@@ -154,7 +154,7 @@ fn scaling<T: Real>(
     // Subdomains sharing a device share its time: the reference is one device's time
     // for the work each device holds.
     let share = parts as f64 / placement.distinct_devices().len() as f64;
-    let exposed = (tw - t1 * share).max(0.0);
+    let x = crate::bench::Exposure::new(t1 * share, tw, t1, exchange);
     Ok(ElectrostaticsScaling {
         placement: placement.describe(),
         precision: T::PRECISION.to_string(),
@@ -167,14 +167,12 @@ fn scaling<T: Real>(
         weak_efficiency: t1 * share / tw,
         strong_s_per_iteration: ts,
         strong_speedup: t1 / ts,
-        exchange_s_per_iteration: exchange,
-        exposed_s_per_iteration: exposed,
-        hidden_fraction: exchange
-            .filter(|&x| x > 0.0)
-            .map(|x| (1.0 - exposed / x).clamp(0.0, 1.0)),
-        model_weak_s_per_iteration: t1 + exposed,
-        model_strong_8_s_per_iteration: t1 / 8.0 + exposed,
-        model_strong_64_s_per_iteration: t1 / 64.0 + exposed,
+        exchange_s_per_iteration: x.exchange_s_per_step,
+        exposed_s_per_iteration: x.exposed_s_per_step,
+        hidden_fraction: x.hidden_fraction,
+        model_weak_s_per_iteration: t1 + x.exposed_s_per_step,
+        model_strong_8_s_per_iteration: x.model_8_s_per_step,
+        model_strong_64_s_per_iteration: x.model_64_s_per_step,
         ceilings: ceilings_for(placement.first())?,
     })
 }

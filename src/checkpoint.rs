@@ -501,15 +501,7 @@ impl Checkpoint {
             let mut f = std::fs::File::open(&c.path).map_err(|e| bad(&c.path, e))?;
             std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(c.data_offset))
                 .map_err(|e| bad(&c.path, e))?;
-            let out = &mut data[held.start * row..held.end * row];
-            // SAFETY: as in `bytes_of`; every byte pattern is a valid f32/f64.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut(
-                    out.as_mut_ptr().cast::<u8>(),
-                    std::mem::size_of_val(out),
-                )
-            };
-            f.read_exact(bytes).map_err(|e| bad(&c.path, e))?;
+            read_into(&mut f, &mut data[held.start * row..held.end * row], &c.path)?;
         }
         Ok(Field {
             name: leak_name(&a.name),
@@ -582,12 +574,17 @@ fn leak_name(name: &str) -> &'static str {
 
 fn read_values<T: Real>(r: &mut impl Read, len: usize, path: &Path) -> Result<Vec<T>> {
     let mut v = try_filled(len, T::zero(), "the checkpoint's fields")?;
+    read_into(r, &mut v, path)?;
+    Ok(v)
+}
+
+/// Fill `out` with the file's next values.
+fn read_into<T: Real>(r: &mut impl Read, out: &mut [T], path: &Path) -> Result<()> {
     // SAFETY: as in `bytes_of`; every byte pattern is a valid f32/f64.
     let bytes = unsafe {
-        std::slice::from_raw_parts_mut(v.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(&v[..]))
+        std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(out))
     };
-    r.read_exact(bytes).map_err(|e| bad(path, e))?;
-    Ok(v)
+    r.read_exact(bytes).map_err(|e| bad(path, e))
 }
 
 /// Keys of two validated problems that differ, except those in `skip` (top level).

@@ -181,12 +181,19 @@ fn choose_layout<T: Real>(p: &Problem, shape: &[usize]) -> Result<Layout> {
 }
 
 /// This process's piece of the engine's field (collective): the engine's own under
-/// mpirun, else the whole field as one piece.
-fn piece_of<T: Real>(engine: &mut dyn Engine<Real = T>) -> Result<Piece<T>> {
-    match engine.piece()? {
-        Some(p) => Ok(p),
-        None => Ok(Piece::whole(engine.snapshot()?)),
-    }
+/// mpirun, else the whole field as one piece (`whole`, when the caller has already
+/// copied it to the host, else a snapshot).
+fn piece_of<T: Real>(
+    engine: &mut dyn Engine<Real = T>,
+    whole: Option<&Field<T>>,
+) -> Result<Piece<T>> {
+    Ok(match engine.piece()? {
+        Some(p) => p,
+        None => Piece::whole(match whole {
+            Some(u) => u.clone(),
+            None => engine.snapshot()?,
+        }),
+    })
 }
 
 /// Outputs of a run in progress: the folder, what the series holds so far.
@@ -214,13 +221,15 @@ impl Writer<'_> {
     }
 
     /// This process's piece of the engine's field as the set `stem(name)` in its folder
-    /// (collective: every rank's piece is in place when it returns).
+    /// (collective: every rank's piece is in place when it returns); `whole`: the field,
+    /// where the caller has copied it to the host already.
     fn pieces<T: Real>(
         &self,
         engine: &mut dyn Engine<Real = T>,
+        whole: Option<&Field<T>>,
         stem: impl Fn(&str) -> String,
     ) -> Result<(Piece<T>, Vec<PathBuf>)> {
-        let p = piece_of(engine)?;
+        let p = piece_of(engine, whole)?;
         let mut mine = Vec::new();
         // A piece of the whole field (an engine not decomposed over ranks) is rank 0's.
         if let Some(local) = self
@@ -244,12 +253,12 @@ impl Writer<'_> {
         }
         let width = self.width;
         let numbered = |name: &str| format!("{name}_{step:0width$}");
-        let piece = match self.layout.pieces {
-            true => Some(self.pieces(case.engine(), numbered)?),
-            false => None,
-        };
         let u = match self.layout.gather {
             true => Some(case.engine().snapshot()?),
+            false => None,
+        };
+        let piece = match self.layout.pieces {
+            true => Some(self.pieces(case.engine(), u.as_ref(), numbered)?),
             false => None,
         };
         let Some(dir) = &self.dir else { return Ok(()) };
@@ -341,7 +350,7 @@ impl Writer<'_> {
         status: run::Status,
         residuals: &[f64],
     ) -> Result<PathBuf> {
-        let p = piece_of(engine)?;
+        let p = piece_of(engine, None)?;
         let local = self
             .local
             .as_ref()
@@ -510,12 +519,8 @@ pub fn run_case<C: Case>(
         checkpoint: last_checkpoint.as_ref().map(|(p, _)| p.clone()),
         pieces: None,
     };
-    // Pieces first (collective), then the host copy, which serves both the checks and
-    // the outputs; an out-of-core engine hands over its grid instead of copying it.
-    let piece = match w.has_dir && w.layout.pieces {
-        true => Some(w.pieces(case.engine(), |name| name.to_string())?),
-        false => None,
-    };
+    // The host copy serves the checks, the outputs and, in one process, the one piece;
+    // an out-of-core engine hands over its grid instead of copying it.
     let u = if w.layout.gather && (w.has_dir || case.needs_final_field()) {
         let lap = Instant::now();
         let u = case.engine().take_snapshot()?;
@@ -523,6 +528,10 @@ pub fn run_case<C: Case>(
         Some(u)
     } else {
         None
+    };
+    let piece = match w.has_dir && w.layout.pieces {
+        true => Some(w.pieces(case.engine(), u.as_ref(), |name| name.to_string())?),
+        false => None,
     };
     let lap = Instant::now();
     case.finish(&outcome, u.as_ref(), &mut summary)?;

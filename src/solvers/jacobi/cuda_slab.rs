@@ -55,6 +55,8 @@ pub struct CudaJacobiSlab<T: Real> {
     passes: Vec<(u64, u64, usize)>,
     /// A stop flag that is never set: the undo sweep runs after the solve stopped.
     running: CudaSlice<u64>,
+    /// Where the undo sweep's residual total goes (nobody reads it).
+    spare: CudaSlice<f64>,
 }
 
 /// Sweeps between halo exchanges (the halo is as many rows).
@@ -131,6 +133,7 @@ impl<T: Real> CudaJacobiSlab<T> {
             cur: 0,
             passes: Vec::new(),
             running: s.alloc_zeros::<u64>(3)?,
+            spare: s.alloc_zeros::<f64>(1)?,
             gpu,
             problem: problem.clone(),
             window,
@@ -197,28 +200,54 @@ impl<T: Real> CudaJacobiSlab<T> {
     /// One sweep of the owned rows from buf[read] into the other buffer (the field after
     /// the first sweep of a pair), whatever the stop flag says.
     fn undo_second(&mut self, read: usize) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        let (spare, _sync) = self.spare.device_ptr(&stream);
+        drop(_sync);
         let own = self.window.own.clone();
+        self.launch_rows(1, own, read, true, 0, [spare, spare], &stream)?;
+        stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Queue `sweeps` (1: jacobi_rows, 2: jacobi_rows2) over the grid rows `rows` from
+    /// buf[read] into the other buffer on `stream`, with compute call `call`'s block sums,
+    /// each sweep's total into the device address in `slots`; after a stop they do
+    /// nothing unless `past_stop`.
+    #[allow(clippy::too_many_arguments)]
+    fn launch_rows(
+        &mut self,
+        sweeps: u64,
+        rows: Range<usize>,
+        read: usize,
+        past_stop: bool,
+        call: usize,
+        slots: [u64; 2],
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
         let p = &self.problem;
         let [ax, ay, b, rb, omega] = Self::coefficients(p);
         let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
-        let (j0, j1) = (own.start as i32, own.end as i32);
-        let cfg = Self::config(p, own);
-        let stream = self.gpu.stream.clone();
+        let (j0, j1) = (rows.start as i32, rows.end as i32);
+        let (function, cfg) = match sweeps {
+            1 => (&self.rows_fn, Self::config(p, rows)),
+            _ => (&self.rows2_fn, Self::config2(p, rows)),
+        };
         let [b0, b1] = &mut self.buf;
         let (src, dst) = if read == 0 { (&*b0, b1) } else { (&*b1, b0) };
-        let (partials, ticket) = &mut self.scratch[0];
-        let mut unused = stream.alloc_zeros::<f64>(1)?;
-        let mut l = stream.launch_builder(&self.rows_fn);
+        let ctl = if past_stop { &self.running } else { &self.ctl };
+        let (partials, ticket) = &mut self.scratch[call];
+        let mut l = stream.launch_builder(function);
         l.arg(src).arg(dst).arg(&self.f);
         l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
         l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
-        l.arg(&self.running)
-            .arg(partials)
-            .arg(ticket)
-            .arg(&mut unused);
-        // SAFETY: as in `compute`; the slot is a value of its own.
+        l.arg(ctl).arg(partials).arg(ticket).arg(&slots[0]);
+        if sweeps > 1 {
+            l.arg(&slots[1]);
+        }
+        // SAFETY: rows j0..j1 lie inside the slab's buffers with the halo rows a pass of
+        // `sweeps` reads (one per sweep); partials hold `sweeps` values per block; each
+        // slot is one f64 of the ring or of `spare`.
         unsafe { l.launch(cfg) }?;
-        stream.synchronize()?;
         Ok(())
     }
 
@@ -278,48 +307,14 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
             steps == 1 || steps == SWEEPS_PER_EXCHANGE,
             "a Jacobi slab takes one sweep or a pair between exchanges"
         );
-        let p = &self.problem;
-        let [ax, ay, b, rb, omega] = Self::coefficients(p);
-        let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
-        let (j0, j1) = (rows.start as i32, rows.end as i32);
         let call = self.calls;
         self.calls += 1;
-        let slot = |k: u64| (k as usize % PARTIAL_STEPS) * CALLS + call;
-        let (at0, at1) = (slot(self.launched), slot(self.launched + 1));
-        let stream = stream.unwrap_or(&self.gpu.stream);
-        let [b0, b1] = &mut self.buf;
-        let (src, dst) = if self.cur == 0 {
-            (&*b0, b1)
-        } else {
-            (&*b1, b0)
-        };
-        let (partials, ticket) = &mut self.scratch[call];
-        if steps == 1 {
-            let cfg = Self::config(p, rows);
-            let mut slot = self.ring.slice_mut(at0..at0 + 1);
-            let mut l = stream.launch_builder(&self.rows_fn);
-            l.arg(src).arg(dst).arg(&self.f);
-            l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
-            l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
-            l.arg(&self.ctl).arg(partials).arg(ticket).arg(&mut slot);
-            // SAFETY: rows j0..j1 lie inside the slab's buffers with their neighbours (the
-            // halo rows); partials hold one value per block; slot is one value.
-            unsafe { l.launch(cfg) }?;
-            return Ok(());
-        }
-        let cfg = Self::config2(p, rows);
-        let (ptr, _sync) = self.ring.device_ptr(stream);
-        let (s0, s1) = (ptr + (at0 * 8) as u64, ptr + (at1 * 8) as u64);
+        let stream = stream.unwrap_or(&self.gpu.stream).clone();
+        let (ring, _sync) = self.ring.device_ptr(&stream);
         drop(_sync);
-        let mut l = stream.launch_builder(&self.rows2_fn);
-        l.arg(src).arg(dst).arg(&self.f);
-        l.arg(&n).arg(&m).arg(&base).arg(&j0).arg(&j1);
-        l.arg(&ax).arg(&ay).arg(&b).arg(&rb).arg(&omega);
-        l.arg(&self.ctl).arg(partials).arg(ticket).arg(&s0).arg(&s1);
-        // SAFETY: rows j0-2..j1+2 lie inside the slab's buffers (a halo of two rows);
-        // partials hold two values per block; s0 and s1 are slots of the ring.
-        unsafe { l.launch(cfg) }?;
-        Ok(())
+        let slot = |k: u64| ring + (((k as usize % PARTIAL_STEPS) * CALLS + call) * 8) as u64;
+        let slots = [slot(self.launched), slot(self.launched + 1)];
+        self.launch_rows(steps, rows, self.cur, false, call, slots, &stream)
     }
     fn commit(&mut self, steps: u64) {
         self.passes.push((self.launched, steps, self.cur));

@@ -84,6 +84,32 @@ impl OutputDir {
     }
 }
 
+/// VTK's name of a precision's values.
+fn vtk_type(p: crate::precision::Precision) -> &'static str {
+    match p {
+        crate::precision::Precision::F32 => "Float32",
+        crate::precision::Precision::F64 => "Float64",
+    }
+}
+
+/// Per-axis values in VTK's x, y, z order from ours (slowest axis first), `fill` for the
+/// axes a 2D field lacks.
+fn xyz<T: Copy>(v: &[T], fill: T) -> [T; 3] {
+    let mut a = [fill; 3];
+    for (k, x) in v.iter().rev().enumerate() {
+        a[k] = *x;
+    }
+    a
+}
+
+/// The extent "x0 x1 y0 y1 z0 z1" of the points of a grid of `shape` (slowest axis
+/// first) whose slowest axis runs over the points `rows` (the others over all theirs).
+fn extent(shape: &[usize], rows: std::ops::RangeInclusive<usize>) -> String {
+    let mut e = xyz(shape, 1).map(|n| (0, n - 1));
+    e[shape.len() - 1] = (*rows.start(), *rows.end());
+    e.map(|(a, b)| format!("{a} {b}")).join(" ")
+}
+
 /// The VTK file a 2D/3D field is written as: ImageData (uniform) or RectilinearGrid.
 pub fn vtk_extension<T>(u: &Field<T>) -> &'static str {
     if u.coords.is_some() { "vtr" } else { "vti" }

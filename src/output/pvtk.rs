@@ -6,7 +6,7 @@ use std::path::Path;
 
 use super::write_atomic;
 use crate::error::Result;
-use crate::precision::{Precision, Real};
+use crate::precision::Real;
 use crate::run::{Field, Piece};
 
 /// The name of rank `rank`'s piece of `stem` (no extension).
@@ -18,25 +18,9 @@ pub fn piece_stem(stem: &str, rank: usize) -> String {
 /// (nonuniform), every piece `<stem>_r<rank>.vti|vtr`.
 pub fn write<T: Real>(path: &Path, stem: &str, p: &Piece<T>) -> Result<()> {
     let w = &p.whole;
-    let rank = w.shape.len();
     let last = p.ranks.len() - 1;
-    // VTK's axes are x, y, z; ours run slowest first.
-    let extent = |lo: usize, hi: usize| -> String {
-        let mut e = [(0usize, 0usize); 3];
-        for (k, n) in w.shape.iter().rev().enumerate() {
-            e[k] = (0, n - 1);
-        }
-        e[rank - 1] = (lo, hi);
-        e.iter()
-            .map(|(a, b)| format!("{a} {b}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let whole = extent(0, w.shape[0] - 1);
-    let t = match T::PRECISION {
-        Precision::F32 => "Float32",
-        Precision::F64 => "Float64",
-    };
+    let whole = super::extent(&w.shape, 0..=w.shape[0] - 1);
+    let t = super::vtk_type(T::PRECISION);
     let (kind, ext) = match &w.coords {
         Some(_) => ("PRectilinearGrid", "vtr"),
         None => ("PImageData", "vti"),
@@ -50,18 +34,12 @@ pub fn write<T: Real>(path: &Path, stem: &str, p: &Piece<T>) -> Result<()> {
         match &w.coords {
             Some(_) => writeln!(f, "<{kind} WholeExtent=\"{whole}\" GhostLevel=\"0\">")?,
             None => {
-                let rev = |v: &[f64], fill: f64| -> Vec<String> {
-                    let mut a = [fill; 3];
-                    for (k, x) in v.iter().rev().enumerate() {
-                        a[k] = *x;
-                    }
-                    a.iter().map(|x| x.to_string()).collect()
-                };
+                let join = |a: [f64; 3]| a.map(|x| x.to_string()).join(" ");
                 writeln!(
                     f,
                     "<{kind} WholeExtent=\"{whole}\" GhostLevel=\"0\" Origin=\"{}\" Spacing=\"{}\">",
-                    rev(&w.origin, 0.0).join(" "),
-                    rev(&w.spacing, 1.0).join(" ")
+                    join(super::xyz(&w.origin, 0.0)),
+                    join(super::xyz(&w.spacing, 1.0))
                 )?
             }
         }
@@ -82,7 +60,7 @@ pub fn write<T: Real>(path: &Path, stem: &str, p: &Piece<T>) -> Result<()> {
             writeln!(
                 f,
                 "<Piece Extent=\"{}\" Source=\"{}.{ext}\"/>",
-                extent(rows.start, hi),
+                super::extent(&w.shape, rows.start..=hi),
                 piece_stem(stem, r)
             )?;
         }

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use super::write_atomic;
 use crate::error::Result;
-use crate::precision::{Precision, Real};
+use crate::precision::Real;
 use crate::run::Field;
 
 /// Write a 2D or 3D field; its axes are in (z,) y, x order, x fastest, as in memory.
@@ -18,39 +18,11 @@ pub fn write<T: Real>(path: &Path, field: &Field<T>) -> Result<()> {
 pub fn write_at<T: Real>(path: &Path, field: &Field<T>, first: usize) -> Result<()> {
     let rank = field.shape.len();
     assert!(rank == 2 || rank == 3, "vti holds 2D or 3D fields");
-    // VTK wants x, y, z; our axes run slowest first.
-    let rev = |v: &[usize]| -> [usize; 3] {
-        let mut a = [1usize; 3];
-        for (k, x) in v.iter().rev().enumerate() {
-            a[k] = *x;
-        }
-        a
-    };
-    let revf = |v: &[f64], fill: f64| -> [f64; 3] {
-        let mut a = [fill; 3];
-        for (k, x) in v.iter().rev().enumerate() {
-            a[k] = *x;
-        }
-        a
-    };
-    let ext = rev(&field.shape);
-    let mut lo = [0usize; 3];
-    lo[rank - 1] = first;
-    let extent = format!(
-        "{} {} {} {} {} {}",
-        lo[0],
-        lo[0] + ext[0] - 1,
-        lo[1],
-        lo[1] + ext[1] - 1,
-        lo[2],
-        lo[2] + ext[2] - 1
-    );
-    let sp = revf(&field.spacing, 1.0);
-    let or = revf(&field.origin, 0.0);
-    let vtk_type = match T::PRECISION {
-        Precision::F32 => "Float32",
-        Precision::F64 => "Float64",
-    };
+    let rows = field.shape[0];
+    let extent = super::extent(&field.shape, first..=first + rows - 1);
+    let sp = super::xyz(&field.spacing, 1.0);
+    let or = super::xyz(&field.origin, 0.0);
+    let vtk_type = super::vtk_type(T::PRECISION);
     let payload = (field.data.len() * std::mem::size_of::<T>()) as u64;
     write_atomic(path, |w| {
         write!(

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use super::write_atomic;
 use crate::error::Result;
-use crate::precision::{Precision, Real};
+use crate::precision::Real;
 
 /// One point-data array: `components` values per point, points in memory order.
 pub struct Array<'a, T> {
@@ -24,13 +24,6 @@ impl<'a, T> Array<'a, T> {
     }
 }
 
-fn type_name(p: Precision) -> &'static str {
-    match p {
-        Precision::F32 => "Float32",
-        Precision::F64 => "Float64",
-    }
-}
-
 /// `coords`: node coordinates per axis, slowest axis first (z, y, x or y, x); x fastest
 /// in memory, as keisan stores fields.
 pub fn write<T: Real>(path: &Path, coords: &[Vec<f64>], arrays: &[Array<T>]) -> Result<()> {
@@ -45,24 +38,14 @@ pub fn write_at<T: Real>(
     first: usize,
     arrays: &[Array<T>],
 ) -> Result<()> {
-    let mut lo = [0usize; 3];
-    lo[coords.len() - 1] = first;
+    let shape: Vec<usize> = coords.iter().map(|c| c.len()).collect();
+    let extent = super::extent(&shape, first..=first + shape[0] - 1);
     let mut xyz: Vec<&[f64]> = coords.iter().rev().map(|c| c.as_slice()).collect();
     let zero = [0.0];
     while xyz.len() < 3 {
         xyz.push(&zero);
     }
-    let ext: Vec<usize> = xyz.iter().map(|c| c.len() - 1).collect();
-    let extent = format!(
-        "{} {} {} {} {} {}",
-        lo[0],
-        lo[0] + ext[0],
-        lo[1],
-        lo[1] + ext[1],
-        lo[2],
-        lo[2] + ext[2]
-    );
-    let t = type_name(T::PRECISION);
+    let t = super::vtk_type(T::PRECISION);
     write_atomic(path, |w| {
         writeln!(w, "<?xml version=\"1.0\"?>")?;
         writeln!(

@@ -190,10 +190,9 @@ impl<T: Real> CudaJacobiSlab<T> {
             }
             self.launched = done;
             self.recorded = self.recorded.min(done);
-            self.passes.clear();
-        } else {
-            self.passes.clear();
         }
+        // Every queued pass has run: none is left to undo.
+        self.passes.clear();
         Ok([ctl[0], ctl[1], ctl[2]])
     }
 

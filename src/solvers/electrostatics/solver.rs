@@ -176,18 +176,21 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         true // the charges are summed on the host
     }
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
+        let mut results = serde_json::json!({
+            "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
+            "converged": o.status == run::Status::Converged,
+            "relative_residual": o.residuals.last(),
+            "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration (the stopping test)",
+        });
         let Some(v) = u else {
             // V was written in pieces, too large to gather: no measures of the whole field.
-            s.results = Some(serde_json::json!({
-                "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
-                "converged": o.status == run::Status::Converged,
-                "relative_residual": o.residuals.last(),
-                "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration (the stopping test)",
-                "charges": null,
-                "capacitance_f": null,
-                "charges_meaning": "not computed (nor the capacitance): V does not fit one \
-                                    process, so it was written in pieces",
-            }));
+            results["charges"] = serde_json::Value::Null;
+            results["capacitance_f"] = serde_json::Value::Null;
+            results["charges_meaning"] = serde_json::json!(
+                "not computed (nor the capacitance): V does not fit one process, so it was \
+                 written in pieces"
+            );
+            s.results = Some(results);
             return Ok(());
         };
         self.charges = gauss::charges(self.p, &self.g, &v.data);
@@ -195,16 +198,12 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             self.capacitance = Some(self.capacitance()?);
         }
         let g = &self.g;
-        let mut results = serde_json::json!({
-            "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
-            "converged": o.status == run::Status::Converged,
-            "relative_residual": o.residuals.last(),
-            "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration (the stopping test)",
-            "true_relative_residual": cpu::true_residual(self.p, g, &v.data),
-            "true_relative_residual_meaning": "‖b − Av‖/‖b‖ of the node equations at the interior free nodes",
-            "charges": charge_table(g, &self.charges),
-            "field_centring": "node",
-        });
+        results["true_relative_residual"] =
+            serde_json::json!(cpu::true_residual(self.p, g, &v.data));
+        results["true_relative_residual_meaning"] =
+            serde_json::json!("‖b − Av‖/‖b‖ of the node equations at the interior free nodes");
+        results["charges"] = serde_json::json!(charge_table(g, &self.charges));
+        results["field_centring"] = serde_json::json!("node");
         if let Some(c) = &self.capacitance {
             results["capacitance_f"] = serde_json::json!(c);
             results["capacitance_electrodes"] = serde_json::json!(

@@ -179,6 +179,39 @@ fn nan_stops_with_the_step(device: &Device) {
     }
 }
 
+/// A run made unstable on purpose (dt past the limit, set after validation) overflows in
+/// the middle of a several-step box pass: the pyramid names the in-core CPU engine's step.
+fn unstable_stops_at_the_cpu_step(device: &Device) {
+    let case = "strategy = \"pyramid\"\ndecomposition = \"1d\"\npyramid_height = 8\n\
+                device_memory = \"1MiB\"\ntemporal_block = 4";
+    let mut p = heat_problem("[40, 24, 24]", 16, case);
+    p.dt *= 30.0;
+    let mut u0 = vec![0.0f64; p.cells()];
+    u0[20 * 576 + 12 * 24 + 12] = 1e300;
+    let stop = |p: &heat::HeatProblem, device: &Device| {
+        let (mut e, _) = heat::engine_from::<f64>(p, device, u0.clone()).unwrap();
+        let err = run::drive(e.as_mut(), p.steps, &run::progress_bar(0, true)).unwrap_err();
+        err.to_string()
+    };
+    let mut in_core = p.clone();
+    in_core.ooc = Default::default();
+    let want = stop(&in_core, &cpu());
+    assert!(want.contains("at step 6;"), "the CPU's step moved: {want}");
+    assert_eq!(stop(&p, device), want);
+}
+
+#[test]
+fn cpu_pyramid_unstable_stops_at_the_cpu_step() {
+    unstable_stops_at_the_cpu_step(&cpu());
+}
+
+#[test]
+fn cuda_pyramid_unstable_stops_at_the_cpu_step() {
+    if let Some(gpu) = gpu_or_skip("cuda_pyramid_unstable_stops_at_the_cpu_step") {
+        unstable_stops_at_the_cpu_step(&gpu);
+    }
+}
+
 #[test]
 fn cpu_pyramid_nan_stops_with_the_step() {
     nan_stops_with_the_step(&cpu());

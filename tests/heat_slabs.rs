@@ -107,3 +107,69 @@ fn cuda_slabs_on_two_devices_equal_the_cpu_reference_bit_for_bit() {
     slabs_equal_the_cpu_reference::<f64>(std::slice::from_ref(&two));
     slabs_equal_the_cpu_reference::<f32>(std::slice::from_ref(&two));
 }
+
+/// Where `p` (from a field with one spike) first goes non-finite on `placement`: the
+/// steps reported and the status, after one advance over every step (whole passes).
+fn blow_up<T: Real>(p: &HeatProblem, placement: &Placement, spike: f64) -> (u64, Status) {
+    let mut u0 = vec![0.0; p.cells()];
+    u0[p.cells() / 2 + p.shape[2] / 2] = spike;
+    let field = Field {
+        name: "u",
+        shape: p.user_shape(),
+        spacing: p.user_spacing(),
+        origin: vec![0.0; p.dims],
+        coords: None,
+        data: u0.iter().map(|&v| T::lit(v)).collect(),
+    };
+    let restart = Restart {
+        step: 0,
+        status: Status::Running,
+        fields: vec![field],
+    };
+    let (mut e, _) = heat::engine_placed::<T>(p, placement, Some(restart)).unwrap();
+    e.advance(p.steps).unwrap();
+    let d = e.diagnostics().unwrap();
+    (d.steps, d.status)
+}
+
+/// A run made unstable on purpose (dt past the stability limit, set after validation)
+/// overflows in the middle of a several-step pass: every placement names the same step as
+/// the CPU, so a slab's pass reports the exact step and not the pass's first.
+fn unstable_runs_stop_at_the_cpu_step<T: Real>(placements: &[Placement], spike: f64) {
+    let mut p = common::heat_problem("[22, 20, 64]", 16, "temporal_block = 4");
+    p.dt *= 30.0;
+    let (steps, status) = blow_up::<T>(&p, &common::on(&common::cpu(), 1), spike);
+    eprintln!("{}: non-finite at step {steps}", T::PRECISION);
+    assert_eq!(status, Status::NonFinite);
+    assert!(
+        steps % 4 != 1,
+        "step {steps} is a pass's first: pick another spike"
+    );
+    for placement in placements {
+        let got = blow_up::<T>(&p, placement, spike);
+        assert_eq!(got, (steps, status), "{}", placement.describe());
+    }
+}
+
+#[test]
+fn cpu_slabs_stop_at_the_step_an_unstable_run_overflows() {
+    let cpu = common::cpu();
+    let placements = [common::on(&cpu, 2), common::on(&cpu, 3)];
+    unstable_runs_stop_at_the_cpu_step::<f64>(&placements, 1e300);
+    unstable_runs_stop_at_the_cpu_step::<f32>(&placements, 1e30);
+}
+
+#[test]
+fn cuda_stops_at_the_step_an_unstable_run_overflows() {
+    let Some(gpu) = common::gpu_or_skip("heat CUDA unstable run") else {
+        return;
+    };
+    // One device (the in-core pass, replayed on failure) and slabs (the exact probe).
+    let placements = [
+        common::on(&gpu, 1),
+        common::on(&gpu, 2),
+        common::on(&gpu, 3),
+    ];
+    unstable_runs_stop_at_the_cpu_step::<f64>(&placements, 1e300);
+    unstable_runs_stop_at_the_cpu_step::<f32>(&placements, 1e30);
+}

@@ -10,7 +10,7 @@ use cudarc::driver::{CudaSlice, CudaStream};
 
 use super::HeatProblem;
 use super::pyramid::Region;
-use super::step_kernel::{BoxKernels, NONE, TemporalBlock, default_levels};
+use super::step_kernel::{BoxKernels, NONE, Span, TemporalBlock, default_levels};
 use crate::device::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
@@ -40,7 +40,7 @@ impl<T: Real> CudaHeatSlab<T> {
         let levels = p
             .temporal_block
             .unwrap_or_else(|| default_levels(p.dims, T::PRECISION));
-        let tb = TemporalBlock::for_boxes(gpu, p, levels)?;
+        let tb = TemporalBlock::for_boxes(gpu, p, levels, Span::Slabs)?;
         // Rows of whole vectors or no passes: every box of a slab has the grid's rows.
         Ok(tb.filter(|b| b.takes(p.shape)))
     }

@@ -307,11 +307,18 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
 // is held, and the march is compiled apart for tiles that touch the boundary in x or y or
 // not and planes near z's boundary or not, so most of the work runs with no test.
 //
+// TB3_BOX: 0 the whole grid, 1 any box, 2 a slab of whole planes (the bounds the kernel
+// knows at compile time cost no registers).
+//
 // A non-finite output sets *bad to the pass's first step (the in-core engine replays the
-// pass to find the step). With TB3_PROBE, every value computed at level l also goes into
-// a probe, p + v·0, which turns NaN once a non-finite value has been computed there;
-// stale and tile-edge values being finite, the first level whose probe turned gives the
-// exact step, and *bad gets that instead. Same update and operand order as heat_box_step,
+// pass to find the step). With TB3_PROBE the kernel finds the first level that computed a
+// non-finite value; stale and tile-edge values being finite, that gives the exact step,
+// and *bad gets that instead. In f32 every value computed at level l goes into a probe
+// register of that level, p + v·0, which turns NaN once a non-finite value went in; in
+// f64 each level's values of a plane are tested on their exponent bits (integer work,
+// off the f64 pipe the update is bound by, and no register per level in a tile that
+// spills), setting the level's bit in a mask. Each is the faster in its precision
+// (docs/PERFORMANCE.md). Same update and operand order as heat_box_step,
 // so the result is the same bit for bit.
 #if defined(TB3_LEVELS)
 #ifndef TB3_PROBE
@@ -320,6 +327,15 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
 #ifndef TB3_BOX
 #define TB3_BOX 1
 #endif
+// The gap between x's exponent field and all ones: zero exactly when x is not finite.
+// Integer work, so the probe keeps off the f64 pipe the update is bound by.
+__device__ __forceinline__ unsigned exponent_gap(double x) {
+    return ~(unsigned)__double2hiint(x) & 0x7ff00000u;
+}
+__device__ __forceinline__ unsigned exponent_gap(float x) {
+    return ~__float_as_uint(x) & 0x7f800000u;
+}
+
 template <bool B>
 struct flag {
     static constexpr bool value = B;
@@ -333,11 +349,14 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     constexpr int T = TB3_LEVELS, R = TB3_ROWS, W = TB3_WARPS, V = TB3_VEC;
     constexpr int HX = (T + V - 1) / V * V;  // x halo in whole vectors
     constexpr int TXO = 32 * V - 2 * HX, TYO = W * R - 2 * T;  // output tile
-    constexpr int PROBES = TB3_PROBE ? T : 1;
-#if !TB3_BOX
+#if TB3_BOX == 0
     // The whole grid (in-core): the box arguments are known, which frees registers.
     bz = nz, by = ny, bx = nx, oz = oy = ox = 0;
     z0 = y0 = x0 = 0, z1 = nz, y1 = ny, x1 = nx;
+#elif TB3_BOX == 2
+    // A slab: whole planes of the grid, only z bounded by the box.
+    by = ny, bx = nx, oy = ox = 0;
+    y0 = x0 = 0, y1 = ny, x1 = nx;
 #endif
     static_assert(TXO > 0 && TYO > 0, "the halo covers the whole tile");
     using vec = vals<V>;
@@ -378,9 +397,12 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     const bool edge_tile = ox + tile_x0 <= 0 || ox + tile_x0 + 32 * V > nx - 1 ||
                            oy + tile_y0 <= 0 || oy + tile_y0 + W * R > ny - 1;
     vec below[T][R], centre[T][R], ahead[R];
-    real probe[PROBES];
+    constexpr bool LEVEL_PROBES = TB3_PROBE && sizeof(real) == 4, LEVEL_BITS = TB3_PROBE && !LEVEL_PROBES;
+    // Per level with LEVEL_PROBES; else probe[0] takes the outputs' v·0 (without TB3_PROBE).
+    real probe[LEVEL_PROBES ? T : 1];
 #pragma unroll
-    for (int l = 0; l < PROBES; ++l) probe[l] = (real)0;
+    for (int l = 0; l < (LEVEL_PROBES ? T : 1); ++l) probe[l] = (real)0;
+    unsigned bad_levels = 0;  // with LEVEL_BITS: bit l − 1 once level l computed a non-finite value
 #pragma unroll
     for (int l = 0; l < T; ++l)
 #pragma unroll
@@ -450,7 +472,10 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
                         const real yp = r < R - 1 ? centre[l - 1][r + 1].v[e] : down.v[e];
                         res[r].v[e] = heat_update(c.v[e], xm, xp, ym, yp, below[l - 1][r].v[e],
                                                   v[r].v[e], rx, ry, rz);
-                        if (TB3_PROBE) probe[l - 1] = fma(res[r].v[e], (real)0, probe[l - 1]);
+                        if (LEVEL_PROBES) {
+                            real& pl = probe[LEVEL_PROBES ? l - 1 : 0];
+                            pl = fma(res[r].v[e], (real)0, pl);
+                        }
                     }
                     if (EDGE && (row_fixed >> r & 1)) res[r] = c;
                 }
@@ -460,6 +485,14 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
 #pragma unroll
                         for (int e = 0; e < V; ++e)
                             if (x_fixed >> e & 1) res[r].v[e] = centre[l - 1][r].v[e];
+                }
+                if (LEVEL_BITS) {
+                    unsigned gap = exponent_gap(res[0].v[0]);
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+#pragma unroll
+                        for (int e = 0; e < V; ++e) gap = min(gap, exponent_gap(res[r].v[e]));
+                    if (gap == 0) bad_levels |= 1u << (l - 1);
                 }
             }
             wr[(l - 1) * LS + first_at] = v[0];
@@ -514,12 +547,12 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     } else {
         march(flag<false>());
     }
-    // Without probes at every level, probe[0] holds the outputs' (the pass's first step).
-    int first_bad = PROBES;
+    // Without TB3_PROBE the outputs' probe says only that the pass failed (its first step).
 #pragma unroll
-    for (int l = PROBES - 1; l >= 0; --l)
-        if (!isfinite(probe[l])) first_bad = l;
-    if (first_bad < PROBES) atomicMin(bad, step + (TB3_PROBE ? first_bad : 0));
+    for (int l = 0; l < (LEVEL_PROBES ? T : 0); ++l)
+        if (!isfinite(probe[l])) bad_levels |= 1u << l;
+    if (TB3_PROBE && bad_levels) atomicMin(bad, step + (u64)(__ffs(bad_levels) - 1));
+    if (!TB3_PROBE && !isfinite(probe[0])) atomicMin(bad, step);
 }
 #endif
 

@@ -377,15 +377,40 @@ fn tallest_levels(shape: [usize; 3], dims: usize, bytes: usize) -> Option<usize>
         .last()
 }
 
-/// The register tile's defines: over the whole grid (box arguments fixed at compile time),
-/// or over boxes, reporting the exact bad step.
-fn register_defines(tile: Tile, levels: usize, boxes: bool) -> Vec<(&'static str, String)> {
+/// What a register-tile pass covers, which fixes how much of its box is known when the
+/// kernel is compiled (runtime box bounds cost registers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Span {
+    /// The whole grid (in-core); a failed pass reports its first step and is replayed.
+    Grid,
+    /// Any box (the pyramid's tasks), reporting the exact bad step.
+    Boxes,
+    /// Boxes of whole planes (a decomposed run's slabs), reporting the exact bad step:
+    /// in f64 with the plane's extent fixed at compile time (5 % faster on the H100); in
+    /// f32 as any box, since there fixing it made ptxas spill (6 % slower; both measured,
+    /// docs/PERFORMANCE.md).
+    Slabs,
+}
+
+impl Span {
+    const ALL: [Span; 3] = [Span::Grid, Span::Boxes, Span::Slabs];
+}
+
+/// The register tile's defines for passes over `span` in `precision`.
+fn register_defines(
+    tile: Tile,
+    levels: usize,
+    span: Span,
+    precision: Precision,
+) -> Vec<(&'static str, String)> {
     let mut d = tile.defines(levels);
-    if boxes {
-        d.push(("TB3_PROBE", "1".to_string()));
-    } else {
-        d.push(("TB3_BOX", "0".to_string()));
-    }
+    let (bounds, probe) = match (span, precision) {
+        (Span::Grid, _) => (0, 0),
+        (Span::Slabs, Precision::F64) => (2, 1),
+        (Span::Boxes | Span::Slabs, _) => (1, 1),
+    };
+    d.push(("TB3_BOX", bounds.to_string()));
+    d.push(("TB3_PROBE", probe.to_string()));
     d
 }
 
@@ -410,11 +435,13 @@ pub fn tb_variants() -> Vec<Variant> {
                         Tile::Shared { .. } => {
                             out.push((precision, tile.defines(levels), tile.kernel()))
                         }
-                        // The whole-grid variant and the boxes' (with the bad-step probe).
                         Tile::Registers { .. } => {
-                            for boxes in [false, true] {
-                                let defines = register_defines(tile, levels, boxes);
-                                out.push((precision, defines, tile.kernel()));
+                            for span in Span::ALL {
+                                let defines = register_defines(tile, levels, span, precision);
+                                let variant = (precision, defines, tile.kernel());
+                                if !out.contains(&variant) {
+                                    out.push(variant);
+                                }
                             }
                         }
                     }
@@ -445,7 +472,7 @@ impl<T: Real> TemporalBlock<T> {
         let bytes = T::PRECISION.bytes();
         let tile = tb_tile(p.shape, p.dims, levels, bytes)
             .ok_or_else(|| Self::too_tall(p, p.shape, levels))?;
-        Self::with_tile(gpu, p, levels, tile, false)
+        Self::with_tile(gpu, p, levels, tile, Span::Grid)
     }
 
     /// The error for a pass of `levels` steps that no tile can take on boxes of `shape`.
@@ -464,17 +491,24 @@ impl<T: Real> TemporalBlock<T> {
         )
     }
 
-    /// The kernel for boxes of a 3D grid (the register tile), `levels` steps per pass;
-    /// None in 1D and 2D or for one step. It reports the exact step a value first went
-    /// non-finite, since the pyramid cannot replay a pass. A 3D pass the tile cannot take
-    /// is refused if the problem asked for it, else (the default) left out.
-    pub fn for_boxes(gpu: &Gpu, p: &HeatProblem, levels: usize) -> Result<Option<Self>> {
+    /// The kernel for boxes (`span` Boxes or Slabs) of a 3D grid (the register tile),
+    /// `levels` steps per pass; None in 1D and 2D or for one step. It reports the exact
+    /// step a value first went non-finite, since neither the pyramid nor a slab can replay
+    /// a pass. A 3D pass the tile cannot take is refused if the problem asked for it, else
+    /// (the default) left out.
+    pub fn for_boxes(
+        gpu: &Gpu,
+        p: &HeatProblem,
+        levels: usize,
+        span: Span,
+    ) -> Result<Option<Self>> {
+        debug_assert!(span != Span::Grid, "the in-core pass is TemporalBlock::new");
         let bytes = T::PRECISION.bytes();
         // Any even width picks the register tile; each box is checked as it comes.
         let even = [p.shape[0], p.shape[1], 64];
         match tb_tile(even, p.dims, levels, bytes) {
             Some(tile @ Tile::Registers { .. }) if levels > 1 => {
-                Self::with_tile(gpu, p, levels, tile, true).map(Some)
+                Self::with_tile(gpu, p, levels, tile, span).map(Some)
             }
             _ if levels > 1 && p.dims == 3 && p.temporal_block.is_some() => {
                 Err(Self::too_tall(p, even, levels))
@@ -488,11 +522,11 @@ impl<T: Real> TemporalBlock<T> {
         p: &HeatProblem,
         levels: usize,
         tile: Tile,
-        exact: bool,
+        span: Span,
     ) -> Result<Self> {
         let bytes = T::PRECISION.bytes();
         let defines = match tile {
-            Tile::Registers { .. } => register_defines(tile, levels, exact),
+            Tile::Registers { .. } => register_defines(tile, levels, span, T::PRECISION),
             Tile::Shared { .. } => tile.defines(levels),
         };
         let pass = gpu.function(&KERNELS, T::PRECISION, &defines, tile.kernel())?;
@@ -509,9 +543,8 @@ impl<T: Real> TemporalBlock<T> {
             let regs = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
             let local = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
             eprintln!(
-                "temporal block: {levels} steps/pass, {tile:?}, {regs} registers, \
-                 {local} B local, {shared} B dynamic shared{}",
-                if exact { ", exact bad step" } else { "" }
+                "temporal block: {levels} steps/pass, {tile:?} over {span:?}, {regs} \
+                 registers, {local} B local, {shared} B dynamic shared"
             );
         }
         Ok(Self {

@@ -21,7 +21,7 @@ use crate::precision::Real;
 use crate::solvers::heat::HeatProblem;
 use crate::solvers::heat::model::{BoxPasses, Costs};
 use crate::solvers::heat::pyramid::launches;
-use crate::solvers::heat::step_kernel::{BoxKernels, NONE, TemporalBlock, default_levels};
+use crate::solvers::heat::step_kernel::{BoxKernels, NONE, Span, TemporalBlock, default_levels};
 
 struct Slot<T> {
     buf: CudaSlice<T>,
@@ -650,5 +650,5 @@ fn box_passes<T: Real>(gpu: &Gpu, p: &HeatProblem) -> Result<Option<TemporalBloc
     if levels < 2 {
         return Ok(None);
     }
-    TemporalBlock::for_boxes(gpu, p, levels)
+    TemporalBlock::for_boxes(gpu, p, levels, Span::Boxes)
 }

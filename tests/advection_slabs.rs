@@ -24,6 +24,22 @@ const VELOCITIES: [&str; 3] = [
     "{ kind = \"uniform\", u = -0.7, v = 0.4 }",
 ];
 
+/// The preset velocities and one from .npy arrays (random, written to `dir`): a slab cuts
+/// its rows, halo included, from the files.
+fn velocities(dir: &std::path::Path) -> Vec<String> {
+    let mut rng = common::rng();
+    let mut file = |name: &str| {
+        let path = dir.join(name);
+        let v = common::random_field(70 * 61, &mut rng);
+        keisan::output::npy::write(&path, &[70, 61], &v).unwrap();
+        path.display().to_string()
+    };
+    let (u, v) = (file("u.npy"), file("v.npy"));
+    let mut all: Vec<String> = VELOCITIES.iter().map(|v| v.to_string()).collect();
+    all.push(format!("{{ kind = \"file\", u = \"{u}\", v = \"{v}\" }}"));
+    all
+}
+
 fn random<T: Real>(n: usize) -> Vec<T> {
     let mut rng = common::rng();
     common::random_field(n, &mut rng)
@@ -58,9 +74,10 @@ fn run<T: Real>(
 }
 
 fn cpu_slabs_equal_the_whole_grid<T: Real>() {
+    let dir = tempfile::tempdir().unwrap();
     for boundary in ["contest", "periodic"] {
-        for velocity in VELOCITIES {
-            let p = problem(boundary, velocity, 9);
+        for velocity in velocities(dir.path()) {
+            let p = problem(boundary, &velocity, 9);
             let f0 = random::<T>(p.cells());
             let whole = run(
                 &p,
@@ -110,12 +127,13 @@ fn slabs_thinner_than_their_halo_are_refused_by_name() {
 /// CUDA slabs against the undecomposed CUDA engine, with passes of 1 to 3 steps (halos
 /// of 2 to 6 rows) and velocities from arrays and from the kernel.
 fn cuda_slabs_equal_the_whole_grid<T: Real>(placements: &[Placement], single: &Placement) {
+    let dir = tempfile::tempdir().unwrap();
     for boundary in ["contest", "periodic"] {
-        for velocity in VELOCITIES {
+        for velocity in velocities(dir.path()) {
             for per_pass in [1, 2, 3] {
                 let p = AdvectionProblem {
                     steps_per_pass: (!velocity.contains("swirl")).then_some(per_pass),
-                    ..problem(boundary, velocity, 11)
+                    ..problem(boundary, &velocity, 11)
                 };
                 let f0 = random::<T>(p.cells());
                 for source in [VelocitySource::Arrays, VelocitySource::Kernel] {

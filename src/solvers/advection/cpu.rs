@@ -8,7 +8,7 @@ use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use super::AdvectionProblem;
-use super::presets::{Displacement, displacement_arrays};
+use super::presets::{Displacement, displacement_rows};
 use crate::error::Result;
 use crate::memory::try_filled;
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
@@ -111,9 +111,8 @@ impl<T: Real> CpuAdvection<T> {
         let arrays = if p.velocity.is_time_dependent() {
             None
         } else {
-            let (du, dv) = displacement_arrays::<T>(p)?;
-            let own = |a: Vec<T>| a[window.own.start * p.nx..window.own.end * p.nx].to_vec();
-            Some((own(du), own(dv)))
+            let own: Vec<usize> = window.own.clone().collect();
+            Some(displacement_rows::<T>(p, &own)?)
         };
         Ok(Self {
             p: p.clone(),

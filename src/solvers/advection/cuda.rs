@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::AdvectionProblem;
-use super::presets::{Displacement, displacement_arrays};
+use super::presets::{Displacement, displacement_rows};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
@@ -210,11 +210,9 @@ impl<T: Real> CudaAdvection<T> {
         let step_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_step")?;
         let s = &gpu.stream;
         let (du, dv) = if arrays {
-            let (du, dv) = displacement_arrays::<T>(p)?;
-            (
-                s.clone_htod(&slab_of(&window, &du, p.nx))?,
-                s.clone_htod(&slab_of(&window, &dv, p.nx))?,
-            )
+            let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
+            let (du, dv) = displacement_rows::<T>(p, &rows)?;
+            (s.clone_htod(&du)?, s.clone_htod(&dv)?)
         } else {
             (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
         };

@@ -24,7 +24,7 @@ pub use solver::ADVECTION;
 
 use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
-use crate::parallel::{Distributed, windows};
+use crate::parallel::{Distributed, Window, windows};
 use crate::precision::{Precision, Real};
 use crate::run::{Engine, Field, Restart};
 
@@ -271,24 +271,35 @@ pub fn slabs<T: Real>(
     step: u64,
     source: cuda::VelocitySource,
 ) -> Result<Box<dyn Engine<Real = T>>> {
-    let n = placement.total();
     let q = p.clone();
     let field_of = move |data| field_of(&q, data);
+    let all = slab_windows::<T>(p, placement, source)?;
     Ok(match placement.gpus()? {
         None => {
-            let all = windows(p.ny, n, 2, p.periodic(), "--subdomains")?;
             let build = |_, w| cpu::CpuAdvection::on_window(p, w, f0, step);
             Box::new(Distributed::on(placement, all, build, field_of)?)
         }
         Some(gpus) => {
-            let halo = 2 * cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize;
-            let all = windows(p.ny, n, halo, p.periodic(), "--subdomains")?;
             let build = |k: usize, w| {
                 cuda::CudaAdvection::on_window(gpus[k].clone(), p, w, f0, step, source)
             };
             Box::new(Distributed::on(placement, all, build, field_of)?)
         }
     })
+}
+
+/// The row slabs of `placement`: a halo of 2 rows per step a launch takes (CUDA passes of
+/// several steps exchange once).
+pub(crate) fn slab_windows<T: Real>(
+    p: &AdvectionProblem,
+    placement: &Placement,
+    source: cuda::VelocitySource,
+) -> Result<Vec<Window>> {
+    let steps = match placement.gpus()? {
+        None => 1,
+        Some(_) => cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize,
+    };
+    windows(p.ny, placement.total(), 2 * steps, p.periodic(), "--subdomains")
 }
 
 /// Where a relative file path in the table is taken from.

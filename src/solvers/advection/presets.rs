@@ -274,7 +274,22 @@ impl Displacement {
 
 /// du and dv per node as arrays (for the CPU engine, and the CUDA engine's array mode).
 pub fn displacement_arrays<T: Real>(p: &AdvectionProblem) -> Result<(Vec<T>, Vec<T>)> {
+    displacement_rows(p, &(0..p.ny).collect::<Vec<_>>())
+}
+
+/// The displacement arrays' rows `rows` (grid rows, one after another): what a slab
+/// holds. Files are read whole, then cut.
+pub fn displacement_rows<T: Real>(p: &AdvectionProblem, rows: &[usize]) -> Result<(Vec<T>, Vec<T>)> {
     if let Velocity::File { u, v } = &p.velocity {
+        let whole = rows.iter().copied().eq(0..p.ny);
+        let cut = |a: Vec<T>| -> Vec<T> {
+            if whole {
+                return a;
+            }
+            rows.iter()
+                .flat_map(|&j| a[j * p.nx..(j + 1) * p.nx].iter().copied())
+                .collect()
+        };
         let scale = |field, path: &PathBuf, h: f64| -> Result<Vec<T>> {
             Ok(read_floats(field, path, p)?
                 .par_iter()
@@ -282,16 +297,19 @@ pub fn displacement_arrays<T: Real>(p: &AdvectionProblem) -> Result<(Vec<T>, Vec
                 .collect())
         };
         return Ok((
-            scale("advection.velocity.u", u, p.dx)?,
-            scale("advection.velocity.v", v, p.dy)?,
+            cut(scale("advection.velocity.u", u, p.dx)?),
+            cut(scale("advection.velocity.v", v, p.dy)?),
         ));
     }
     let d = Displacement::of(p);
-    let pairs: Vec<(T, T)> = (0..p.cells())
-        .into_par_iter()
-        .map(|n| d.at::<T>(p, n % p.nx, n / p.nx, 0.0))
-        .collect();
-    Ok(pairs.into_iter().unzip())
+    let len = rows.len() * p.nx;
+    let mut du = try_filled(len, T::zero(), "the advection displacements (du)")?;
+    let mut dv = try_filled(len, T::zero(), "the advection displacements (dv)")?;
+    du.par_iter_mut()
+        .zip(dv.par_iter_mut())
+        .enumerate()
+        .for_each(|(n, (a, b))| (*a, *b) = d.at::<T>(p, n % p.nx, rows[n / p.nx], 0.0));
+    Ok((du, dv))
 }
 
 impl Initial {
@@ -406,6 +424,27 @@ impl Initial {
             Initial::File { .. } => unreachable!("file fields are read whole"),
         }
     }
+}
+
+/// The initial field's rows `rows` in a whole-size buffer whose other rows stay zero
+/// (zeroed memory is mapped lazily, so only these rows take pages): what a rank under
+/// mpirun needs. A file's field is read whole.
+pub fn initial_rows<T: Real>(p: &AdvectionProblem, rows: &[usize]) -> Result<Vec<T>> {
+    if let Initial::File { .. } = &p.initial {
+        return initial_field(p);
+    }
+    crate::memory::ensure_host_fits(
+        (rows.len() * p.nx * T::PRECISION.bytes()) as u128,
+        "this rank's rows of the advection field",
+    )?;
+    let mut f = vec![T::zero(); p.cells()];
+    for &j in rows {
+        f[j * p.nx..(j + 1) * p.nx]
+            .par_iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = T::lit(p.initial.value(p, i as f64 * p.dx, j as f64 * p.dy)));
+    }
+    Ok(f)
 }
 
 /// The initial field, [ny, nx].

@@ -2,11 +2,13 @@
 
 use rayon::prelude::*;
 
+use super::cuda::VelocitySource;
 use super::{AdvectionConfig, AdvectionProblem, bench, presets};
 use crate::device::cuda::KernelSource;
 use crate::device::{Device, Placement};
 use crate::error::Result;
 use crate::execute::{Case, Execution, run_case};
+use crate::parallel::world;
 use crate::precision::{Precision, Real};
 use crate::problem::Source;
 use crate::run::{Engine, Field, LoopOutcome};
@@ -65,8 +67,7 @@ impl SolverProblem for AdvectionProblem {
 
 fn run<T: Real>(p: &AdvectionProblem, cx: &Execution) -> Result<Summary> {
     // Built once: the mass drift's reference, and the engine's start unless restarting.
-    let f0 = presets::initial_field::<T>(p)?;
-    let mass0 = sum(&f0);
+    let (f0, mass0) = start::<T>(p, cx.placement)?;
     run_case(cx, |restart| {
         Ok(AdvectionCase {
             p,
@@ -76,14 +77,39 @@ fn run<T: Real>(p: &AdvectionProblem, cx: &Execution) -> Result<Summary> {
     })
 }
 
-/// Σ in f64, in a fixed order (chunks added in order): the same on every run and thread
-/// count.
-fn sum<T: Real>(v: &[T]) -> f64 {
-    v.par_chunks(1 << 16)
+/// The initial field as this process needs it, and its mass (Σ f): whole, or under
+/// mpirun only the rows this rank's slab holds (the whole-size buffer's other rows zero
+/// and unmapped, so no rank holds the whole grid), the mass then added up from every
+/// rank's row sums in row order: the same bits as one process.
+fn start<T: Real>(p: &AdvectionProblem, placement: &Placement) -> Result<(Vec<T>, f64)> {
+    let Some(w) = placement.world else {
+        let f0 = presets::initial_field::<T>(p)?;
+        let mass0 = sum(&f0, p.nx);
+        return Ok((f0, mass0));
+    };
+    let all = super::slab_windows::<T>(p, placement, VelocitySource::Kernel)?;
+    let mine = &all[w.rank];
+    let mut rows: Vec<usize> = (0..mine.rows).map(|l| mine.grid_row(l)).collect();
+    rows.sort_unstable();
+    rows.dedup();
+    let f0 = presets::initial_rows::<T>(p, &rows)?;
+    let own = row_sums(&f0[mine.own.start * p.nx..mine.own.end * p.nx], p.nx);
+    let counts: Vec<usize> = all.iter().map(|w| w.own.len() * 8).collect();
+    let sums = world::from_bytes::<f64>(&world::all_gather(&world::to_bytes(&own), &counts)?);
+    Ok((f0, sums.iter().sum()))
+}
+
+/// Σ of each row of `nx` values, in f64.
+fn row_sums<T: Real>(v: &[T], nx: usize) -> Vec<f64> {
+    v.par_chunks(nx)
         .map(|c| c.iter().map(|x| x.as_f64()).sum::<f64>())
-        .collect::<Vec<_>>()
-        .iter()
-        .sum()
+        .collect()
+}
+
+/// Σ in f64, in a fixed order (row sums added in row order): the same on every run,
+/// thread count and decomposition.
+fn sum<T: Real>(v: &[T], nx: usize) -> f64 {
+    row_sums(v, nx).iter().sum()
 }
 
 struct AdvectionCase<'a, T: Real> {
@@ -94,7 +120,7 @@ struct AdvectionCase<'a, T: Real> {
 
 /// Mass, its drift, min/max, and the L1/L2/L∞ errors where the exact field is known.
 fn measures(p: &AdvectionProblem, step: u64, f: &[f64], mass0: f64) -> Vec<(&'static str, f64)> {
-    let mass = sum(f);
+    let mass = sum(f, p.nx);
     let (lo, hi) = f
         .par_iter()
         .fold(
@@ -123,9 +149,9 @@ fn measures(p: &AdvectionProblem, step: u64, f: &[f64], mass0: f64) -> Vec<(&'st
             .zip(&exact)
             .map(|(a, b)| (a - b).abs())
             .collect();
-        s.push(("l1_error", sum(&e) / n));
+        s.push(("l1_error", sum(&e, p.nx) / n));
         let sq: Vec<f64> = e.par_iter().map(|x| x * x).collect();
-        s.push(("l2_error", (sum(&sq) / n).sqrt()));
+        s.push(("l2_error", (sum(&sq, p.nx) / n).sqrt()));
         s.push(("linf_error", e.par_iter().cloned().reduce(|| 0.0, f64::max)));
     }
     s

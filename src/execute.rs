@@ -44,6 +44,12 @@ impl Execution<'_> {
             eprintln!("keisan: {msg}");
         }
     }
+
+    /// Whether a field of `shape` will be gathered whole (else written in pieces, with no
+    /// measures of the whole field). Collective under mpirun: every rank asks.
+    pub fn gathers<T: Real>(&self, shape: &[usize]) -> Result<bool> {
+        Ok(choose_layout::<T>(self.problem, shape)?.gather)
+    }
 }
 
 pub fn execute(problem: &Problem, device: &Device, opts: &ExecuteOptions) -> Result<Summary> {

@@ -241,20 +241,45 @@ fn index_pieces(text: &str, axis: usize) -> Vec<(usize, usize, String)> {
 /// Run `name` (a problem file in `d`) alone, gathered, and under `ranks` ranks in pieces:
 /// the pieces' .npy files put together are the whole field's, bit for bit, and every
 /// VTK piece the index lists holds its rows and shares its last row with the next piece.
-fn pieces_equal_whole(d: &Path, name: &str, field: &str, ranks: usize, index: &str, axis: usize) {
+/// `name`'s field written in pieces by `ranks` ranks equals one process's, in the .npy
+/// pieces and in the VTK pieces the index names. `gathered`: whether the ranks may also
+/// gather it for the whole-field measures; if not (a gather limit of 1 byte), each rank
+/// builds only its slab's part of the problem.
+fn pieces_equal_whole(
+    d: &Path,
+    name: &str,
+    field: &str,
+    ranks: usize,
+    (index, axis): (&str, usize),
+    gathered: bool,
+) {
     let file = format!("{name}.toml");
     let whole = format!("{name}-whole");
     alone(
         d,
         &["run", &file, "--backend", "cpu", "-q", "--out", &whole],
     );
-    let out = format!("{name}-pieces-{ranks}");
-    let o = on_ranks(
+    let out = format!("{name}-pieces-{ranks}-{gathered}");
+    let env: &[(&str, &str)] = if gathered {
+        &[]
+    } else {
+        &[("KEISAN_GATHER_LIMIT_BYTES", "1")]
+    };
+    let o = mpirun_with(
         d,
         ranks,
-        &file,
-        &out,
-        &["--set", "output.pieces=\"per-rank\""],
+        env,
+        &[
+            "run",
+            &file,
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            &out,
+            "--set",
+            "output.pieces=\"per-rank\"",
+        ],
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let read = |run: &str, f: &str| {
@@ -294,20 +319,34 @@ fn pieces_equal_whole(d: &Path, name: &str, field: &str, ranks: usize, index: &s
     }
     let summary: serde_json::Value = serde_json::from_slice(&read(&out, "summary.json")).unwrap();
     assert_eq!(summary["pieces"]["ranks"], ranks);
-    assert_eq!(summary["pieces"]["whole_field_measures"], true);
+    assert_eq!(summary["pieces"]["whole_field_measures"], gathered);
 }
 
 #[test]
 fn per_rank_pieces_put_together_are_the_whole_field() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    for (name, problem) in [("adv", ADVECTION), ("heat", HEAT), ("es", ELECTROSTATICS)] {
+    // A grounded box with a random charge per node (a Poisson problem).
+    let rho = "solver = \"electrostatics\"\n[electrostatics]\n\
+        x = { range = [0.0, 1.0], cells = 8 }\ny = { range = [0.0, 1.0], cells = 7 }\n\
+        z = { range = [0.0, 1.0], cells = 13 }\ntolerance = 1e-9\nmax_iterations = 3000\n\
+        charge_density = { random = 1e-9, seed = 3 }\n\
+        faces = { x_min = 0.0, x_max = 0.0, y_min = 0.0, y_max = 0.0, z_min = 0.0, z_max = 0.0 }\n";
+    for (name, problem) in [
+        ("adv", ADVECTION),
+        ("heat", HEAT),
+        ("es", ELECTROSTATICS),
+        ("es-rho", rho),
+    ] {
         std::fs::write(d.join(format!("{name}.toml")), problem).unwrap();
     }
-    pieces_equal_whole(d, "adv", "f", 2, "pvti", 1);
-    pieces_equal_whole(d, "adv", "f", 3, "pvti", 1);
-    pieces_equal_whole(d, "heat", "u", 4, "pvti", 2);
-    pieces_equal_whole(d, "es", "V", 3, "pvtr", 2);
+    pieces_equal_whole(d, "adv", "f", 2, ("pvti", 1), true);
+    pieces_equal_whole(d, "adv", "f", 3, ("pvti", 1), false);
+    pieces_equal_whole(d, "heat", "u", 4, ("pvti", 2), true);
+    pieces_equal_whole(d, "es", "V", 3, ("pvtr", 2), true);
+    // Each rank builds only its slab's planes of the geometry (and charge density).
+    pieces_equal_whole(d, "es", "V", 3, ("pvtr", 2), false);
+    pieces_equal_whole(d, "es-rho", "V", 2, ("pvtr", 2), false);
 }
 
 #[test]

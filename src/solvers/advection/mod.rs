@@ -299,7 +299,13 @@ pub(crate) fn slab_windows<T: Real>(
         None => 1,
         Some(_) => cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize,
     };
-    windows(p.ny, placement.total(), 2 * steps, p.periodic(), "--subdomains")
+    windows(
+        p.ny,
+        placement.total(),
+        2 * steps,
+        p.periodic(),
+        "--subdomains",
+    )
 }
 
 /// Where a relative file path in the table is taken from.

@@ -279,7 +279,10 @@ pub fn displacement_arrays<T: Real>(p: &AdvectionProblem) -> Result<(Vec<T>, Vec
 
 /// The displacement arrays' rows `rows` (grid rows, one after another): what a slab
 /// holds. Files are read whole, then cut.
-pub fn displacement_rows<T: Real>(p: &AdvectionProblem, rows: &[usize]) -> Result<(Vec<T>, Vec<T>)> {
+pub fn displacement_rows<T: Real>(
+    p: &AdvectionProblem,
+    rows: &[usize],
+) -> Result<(Vec<T>, Vec<T>)> {
     if let Velocity::File { u, v } = &p.velocity {
         let whole = rows.iter().copied().eq(0..p.ny);
         let cut = |a: Vec<T>| -> Vec<T> {

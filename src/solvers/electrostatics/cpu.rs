@@ -35,6 +35,17 @@ pub fn charge_per_node<T: Real>(g: &Geometry) -> Option<Vec<T>> {
         .map(|q| q.par_iter().map(|&x| T::lit(x)).collect())
 }
 
+/// [`charge_per_node`] of the planes a slab's buffer holds.
+pub fn charge_of_window<T: Real>(g: &Geometry, window: &Window) -> Option<Vec<T>> {
+    let plane = g.counts[0] * g.counts[1];
+    g.q_node.as_ref().map(|q| {
+        slab_of(window, q, plane)
+            .par_iter()
+            .map(|&x| T::lit(x))
+            .collect()
+    })
+}
+
 /// ‖b − Av‖₂/‖b‖₂ of the node equations at the interior free nodes, in f64: b holds the
 /// charge term and what held neighbours contribute, Av the rest. Face nodes enter with
 /// the values they hold. The figure of merit a solve is judged by, unlike the SOR update
@@ -87,10 +98,21 @@ pub fn true_residual<T: Real>(p: &ElectrostaticsProblem, g: &Geometry, v: &[T]) 
 
 /// The potential with every electrode at its voltage and every free node at 0.
 pub fn initial_potential<T: Real>(g: &Geometry) -> Result<Vec<T>> {
-    let mut v = try_filled(g.id_volt.len(), T::zero(), "the potential")?;
-    v.par_iter_mut()
-        .zip(&g.id_volt)
-        .for_each(|(v, &id)| *v = T::lit(g.volts[id as usize]));
+    let plane = g.counts[0] * g.counts[1];
+    let mut v = match g.held {
+        // Zeroed memory is mapped lazily: only the planes written take pages.
+        Some(_) => vec![T::zero(); g.id_volt.len()],
+        None => try_filled(g.id_volt.len(), T::zero(), "the potential")?,
+    };
+    v.par_chunks_mut(plane)
+        .zip(g.id_volt.par_chunks(plane))
+        .enumerate()
+        .filter(|(k, _)| g.holds(*k))
+        .for_each(|(_, (v, ids))| {
+            for (v, &id) in v.iter_mut().zip(ids) {
+                *v = T::lit(g.volts[id as usize]);
+            }
+        });
     Ok(v)
 }
 
@@ -174,7 +196,7 @@ impl<T: Real> CpuElectrostatics<T> {
         Ok(Self {
             epsr: g.epsr.iter().map(|&e| T::lit(e)).collect(),
             q: T::lit(g.q_uniform),
-            q_node: charge_per_node::<T>(g).map(|q| slab_of(&window, &q, plane)),
+            q_node: charge_of_window::<T>(g, &window),
             p: p.clone(),
             counts: g.counts,
             v: slab_of(&window, v, plane),

@@ -16,6 +16,7 @@ use rayon::prelude::*;
 use super::{ElectrostaticsProblem, Geometry, Launch, SweepKernel, cpu};
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
+use crate::parallel::{Window, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
@@ -57,10 +58,21 @@ impl Classes {
     }
 
     pub fn of(g: &Geometry) -> Result<Self> {
+        Self::of_ids(g, &g.id_volt, &g.id_epsr)
+    }
+
+    /// The classes of the planes a slab's buffer holds (its code covers those only).
+    pub fn of_window(g: &Geometry, window: &Window) -> Result<Self> {
+        let plane = g.counts[0] * g.counts[1];
+        let volt = slab_of(window, &g.id_volt, plane);
+        Self::of_ids(g, &volt, &slab_of(window, &g.id_epsr, plane))
+    }
+
+    fn of_ids(g: &Geometry, id_volt: &[u8], id_epsr: &[u8]) -> Result<Self> {
         let mut index = vec![u16::MAX; 2 * 256];
         let (mut eps, mut fixed) = (Vec::new(), Vec::new());
-        let mut code = vec![0u8; g.id_volt.len()];
-        for ((c, &v), &e) in code.iter_mut().zip(&g.id_volt).zip(&g.id_epsr) {
+        let mut code = vec![0u8; id_volt.len()];
+        for ((c, &v), &e) in code.iter_mut().zip(id_volt).zip(id_epsr) {
             let key = 2 * e as usize + (v != 0) as usize;
             if index[key] == u16::MAX {
                 if eps.len() == 256 {
@@ -429,7 +441,8 @@ impl<T: Real> CudaElectrostatics<T> {
             shared_mem_bytes: 0,
         };
         let classes = Classes::of(g)?;
-        let faces_cfg = has_free_face_nodes(g, &classes).then(|| faces_config(g.counts, &(0..nz)));
+        let faces_cfg =
+            has_free_face_nodes(g.counts, &classes, 0).then(|| faces_config(g.counts, &(0..nz)));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
         let s = &gpu.stream;
         let (v0, step, status) = match restart {
@@ -770,14 +783,16 @@ pub(super) fn faces_config(counts: [usize; 3], planes: &Range<usize>) -> LaunchC
     }
 }
 
-/// Whether any face node is free (else the face launches have nothing to do).
-pub(super) fn has_free_face_nodes(g: &Geometry, c: &Classes) -> bool {
-    let [nx, ny, nz] = g.counts;
-    (0..nz).any(|k| {
+/// Whether any face node is free (else the face launches have nothing to do), among the
+/// planes `c` covers, the first being plane `k0` of a mesh of `counts` nodes.
+pub(super) fn has_free_face_nodes(counts: [usize; 3], c: &Classes, k0: usize) -> bool {
+    let [nx, ny, nz] = counts;
+    (0..c.code.len() / (nx * ny)).any(|l| {
+        let k = k0 + l;
         (0..ny).any(|j| {
             let on =
                 |i: usize| i == 0 || i == nx - 1 || j == 0 || j == ny - 1 || k == 0 || k == nz - 1;
-            (0..nx).any(|i| on(i) && c.fixed[c.code[(k * ny + j) * nx + i] as usize] == 0)
+            (0..nx).any(|i| on(i) && c.fixed[c.code[(l * ny + j) * nx + i] as usize] == 0)
         })
     })
 }

@@ -90,7 +90,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let plane = nx * ny;
         let layout = Split::new([nx, ny, window.rows], 1, std::mem::size_of::<T>()).interleaved();
         let parity = window.base as usize & 1;
-        let qnode = cpu::charge_per_node::<T>(g);
+        let qnode = cpu::charge_of_window::<T>(g, &window);
         // V, the class byte and (when ρ varies) the charge term, per layout slot.
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         gpu.ensure_fits(
@@ -122,22 +122,23 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
                 window.own.len(),
             )?)
             .clamp(1, MAX_PLANES);
-        let classes = Classes::of(g)?;
-        let free_faces = has_free_face_nodes(g, &classes);
+        // The slab's planes only: its class codes, charges and whether its face nodes
+        // need the face launches.
+        let classes = Classes::of_window(g, &window)?;
+        let free_faces = has_free_face_nodes(g.counts, &classes, window.base as usize);
         let s = &gpu.stream;
-        let mine = |data: &[T]| layout.interleave(&slab_of(&window, data, plane), parity);
         let qnode = match &qnode {
-            Some(q) => s.clone_htod(&mine(q))?,
+            Some(q) => s.clone_htod(&layout.interleave(q, parity))?,
             None => s.alloc_zeros::<T>(1)?,
         };
-        let code = layout.interleave(&slab_of(&window, &classes.code, plane), parity);
+        let code = layout.interleave(&classes.code, parity);
         let coefficients = upload_coefficients(s, p)?;
         let most = tiles.0 as usize * tiles.1 as usize * window.rows.div_ceil(planes);
         let scratch = (0..CALLS)
             .map(|_| Ok((s.alloc_zeros::<f64>(2 * most)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            v: s.clone_htod(&mine(v))?,
+            v: s.clone_htod(&layout.interleave(&slab_of(&window, v, plane), parity))?,
             code: s.clone_htod(&code)?,
             qnode,
             classes: s.clone_htod(&classes.table::<T>())?,

@@ -304,6 +304,10 @@ pub struct Geometry {
     /// `q_uniform` is 0).
     pub q_uniform: f64,
     pub q_node: Option<Vec<f64>>,
+    /// Under mpirun, when the field is written in pieces: the z-planes this rank's slab
+    /// holds, the only ones built (the arrays keep the whole mesh's size, the other planes
+    /// zero and unmapped). None: every plane.
+    pub held: Option<Vec<bool>>,
 }
 
 /// A counter-based uniform value in [−1, 1) for node `n` (splitmix64 of seed and index):
@@ -335,6 +339,17 @@ fn check_ids(field: &str, ids: &[u8], most: usize, what: &str) -> Result<()> {
 
 impl Geometry {
     pub fn build(p: &ElectrostaticsProblem) -> Result<Self> {
+        Self::build_planes(p, None)
+    }
+
+    /// Whether plane `k` was built.
+    pub fn holds(&self, k: usize) -> bool {
+        self.held.as_ref().is_none_or(|h| h[k])
+    }
+
+    /// The geometry of the planes `held` marks (None: all). Files are read whole.
+    pub fn build_planes(p: &ElectrostaticsProblem, held: Option<Vec<bool>>) -> Result<Self> {
+        let holds = |k: usize| held.as_ref().is_none_or(|h| h[k]);
         let counts = p.counts();
         let [nx, ny, _] = counts;
         let points = p.points();
@@ -379,6 +394,7 @@ impl Geometry {
             .par_chunks_mut(nx * ny)
             .zip(id_epsr.par_chunks_mut(nx * ny))
             .enumerate()
+            .filter(|(k, _)| holds(*k))
             .for_each(|(k, (volt, eps))| {
                 for j in 0..ny {
                     for i in 0..nx {
@@ -412,10 +428,19 @@ impl Geometry {
             Charge::None => (0.0, None),
             Charge::Uniform { density } => (scale * density, None),
             Charge::Random { amplitude, seed } => {
-                let mut q = crate::memory::try_filled(points, 0.0, "the charge density")?;
-                q.par_iter_mut().enumerate().for_each(|(n, q)| {
-                    *q = scale * amplitude * unit_random(*seed, n as u64);
-                });
+                let mut q = match held {
+                    Some(_) => vec![0.0; points],
+                    None => crate::memory::try_filled(points, 0.0, "the charge density")?,
+                };
+                q.par_chunks_mut(nx * ny)
+                    .enumerate()
+                    .filter(|(k, _)| holds(*k))
+                    .for_each(|(k, q)| {
+                        for (i, q) in q.iter_mut().enumerate() {
+                            let n = (k * nx * ny + i) as u64;
+                            *q = scale * amplitude * unit_random(*seed, n);
+                        }
+                    });
                 (0.0, Some(q))
             }
             Charge::File { path } => {
@@ -447,6 +472,7 @@ impl Geometry {
             labels,
             q_uniform,
             q_node,
+            held,
         })
     }
 
@@ -461,6 +487,7 @@ impl Geometry {
             labels: self.labels.clone(),
             q_uniform: 0.0,
             q_node: None,
+            held: self.held.clone(),
         }
     }
 

@@ -227,7 +227,7 @@ pub fn engine_placed<T: Real>(
             p.points()
         )));
     }
-    let all = windows(g.counts[2], placement.total(), 2, false, "--subdomains")?;
+    let all = slab_windows(g.counts[2], placement)?;
     let q = p.clone();
     let field_of = move |data| cpu::field_of(&q, "V", data);
     if let Some(gpus) = placement.gpus()? {
@@ -238,6 +238,12 @@ pub fn engine_placed<T: Real>(
     }
     let build = |_, w| cpu::CpuElectrostatics::on_window(p, g, w, &v, step, status);
     Ok(Box::new(Distributed::on(placement, all, build, field_of)?))
+}
+
+/// The slabs of `nz` z-planes over `placement`: two halo planes each side (one exchange
+/// per red-black iteration).
+pub(crate) fn slab_windows(nz: usize, placement: &Placement) -> Result<Vec<Window>> {
+    windows(nz, placement.total(), 2, false, "--subdomains")
 }
 
 /// The planes a slab's red sweep covers for its black sweep over `rows`: those and one

@@ -71,7 +71,7 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
         ));
     }
     run_case(cx, |restart| {
-        let g = Geometry::build(p)?;
+        let g = Geometry::build_planes(p, held_planes::<T>(p, cx)?)?;
         Ok(ElectrostaticsCase {
             p,
             engine: super::engine_placed::<T>(p, &g, cx.placement, restart)?,
@@ -81,6 +81,25 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
             capacitance: None,
         })
     })
+}
+
+/// Under mpirun, when V will be written in pieces (too large to gather, so no measure
+/// needs the whole mesh): the z-planes this rank's slab holds, the only ones whose
+/// geometry it builds. None: the whole mesh.
+fn held_planes<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Option<Vec<bool>>> {
+    let Some(w) = cx.placement.world else {
+        return Ok(None);
+    };
+    if cx.gathers::<T>(&p.shape())? {
+        return Ok(None);
+    }
+    let nz = p.counts()[2];
+    let mine = &super::slab_windows(nz, cx.placement)?[w.rank];
+    let mut held = vec![false; nz];
+    for l in 0..mine.rows {
+        held[mine.grid_row(l)] = true;
+    }
+    Ok(Some(held))
 }
 
 struct ElectrostaticsCase<'a, T: Real> {

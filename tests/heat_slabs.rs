@@ -7,11 +7,15 @@ mod common;
 
 use keisan::device::Placement;
 use keisan::precision::Real;
-use keisan::run::{Field, Restart, Status};
+use keisan::run::{Engine, Field, Restart, Status};
 use keisan::solvers::heat::{self, HeatProblem};
 
-/// `p.steps` steps from a random field on `placement`, in chunks that end mid-pass.
-fn run<T: Real>(p: &HeatProblem, placement: &Placement, u0: &[f64]) -> Vec<T> {
+/// The engine for `placement`, started from `u0` (as a restart at step 0).
+fn engine_from<T: Real>(
+    p: &HeatProblem,
+    placement: &Placement,
+    u0: &[f64],
+) -> Box<dyn Engine<Real = T>> {
     let field = Field {
         name: "u",
         shape: p.user_shape(),
@@ -25,7 +29,14 @@ fn run<T: Real>(p: &HeatProblem, placement: &Placement, u0: &[f64]) -> Vec<T> {
         status: Status::Running,
         fields: vec![field],
     };
-    let (mut e, _) = heat::engine_placed::<T>(p, placement, Some(restart)).unwrap();
+    heat::engine_placed::<T>(p, placement, Some(restart))
+        .unwrap()
+        .0
+}
+
+/// `p.steps` steps from a random field on `placement`, in chunks that end mid-pass.
+fn run<T: Real>(p: &HeatProblem, placement: &Placement, u0: &[f64]) -> Vec<T> {
+    let mut e = engine_from::<T>(p, placement, u0);
     let mut done = 0;
     for chunk in [3, 1, 7, 2].iter().cycle() {
         let k = (*chunk).min(p.steps - done);
@@ -113,20 +124,7 @@ fn cuda_slabs_on_two_devices_equal_the_cpu_reference_bit_for_bit() {
 fn blow_up<T: Real>(p: &HeatProblem, placement: &Placement, spike: f64) -> (u64, Status) {
     let mut u0 = vec![0.0; p.cells()];
     u0[p.cells() / 2 + p.shape[2] / 2] = spike;
-    let field = Field {
-        name: "u",
-        shape: p.user_shape(),
-        spacing: p.user_spacing(),
-        origin: vec![0.0; p.dims],
-        coords: None,
-        data: u0.iter().map(|&v| T::lit(v)).collect(),
-    };
-    let restart = Restart {
-        step: 0,
-        status: Status::Running,
-        fields: vec![field],
-    };
-    let (mut e, _) = heat::engine_placed::<T>(p, placement, Some(restart)).unwrap();
+    let mut e = engine_from::<T>(p, placement, &u0);
     e.advance(p.steps).unwrap();
     let d = e.diagnostics().unwrap();
     (d.steps, d.status)

@@ -1,16 +1,18 @@
 //! CUDA engine for one slab of a decomposed heat run (src/parallel): the slab's layers
 //! and its halo as a box of the grid, stepped by the out-of-core engine's box kernels —
-//! several steps per pass in 3D (the register tile, which reports the exact step a
-//! value first went non-finite), single steps in 2D.
+//! several steps per pass in 3D (the register tile), single steps in 2D. A pass that
+//! produced a non-finite value reports its first step; the slab then replays it one step
+//! at a time to name the exact step, from its input's owned layers (later kernels return
+//! at once) and a kept copy of its input halo (which the next exchange overwrote).
 
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, CudaStream};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::HeatProblem;
 use super::pyramid::Region;
-use super::step_kernel::{BoxKernels, NONE, Span, TemporalBlock, default_levels};
+use super::step_kernel::{BoxKernels, KERNELS, NONE, Span, TemporalBlock, default_levels};
 use crate::device::cuda::Gpu;
 use crate::error::{Error, Result};
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
@@ -23,11 +25,20 @@ pub struct CudaHeatSlab<T: Real> {
     window: Window,
     /// The current field first; both hold the box.
     buf: [CudaSlice<T>; 2],
-    /// The exact step that first went non-finite, or NONE.
+    /// The step that first went non-finite (a several-step pass's first step until the
+    /// pass is replayed), or NONE.
     bad: CudaSlice<u64>,
     kernels: BoxKernels<T>,
     blocked: Option<TemporalBlock<T>>,
     steps: u64,
+    /// The halo layers (below, then above) of the last several-step pass's input that
+    /// began before the run failed (`heat_keep`).
+    kept: CudaSlice<T>,
+    keep: CudaFunction,
+    /// Every launch since a check last found every value finite: (first step, steps).
+    unchecked: Vec<(u64, u64)>,
+    /// The exact step that first went non-finite, once found.
+    failed: Option<u64>,
 }
 
 impl<T: Real> CudaHeatSlab<T> {
@@ -59,16 +70,140 @@ impl<T: Real> CudaHeatSlab<T> {
             "a heat slab (two time layers)",
         )?;
         let s = &gpu.stream;
+        let own = window.own_in_buffer();
+        let halo = (window.rows - own.len()) * super::layer_len(p);
         Ok(Self {
             buf: [s.clone_htod(&u)?, s.clone_htod(&u)?],
             bad: s.clone_htod(&[NONE])?,
             kernels: BoxKernels::new(&gpu, p)?,
             blocked: Self::blocked(&gpu, p)?,
             steps: step0,
+            kept: s.alloc_zeros::<T>(halo.max(1))?,
+            keep: gpu.function(&KERNELS, T::PRECISION, &[], "heat_keep")?,
+            unchecked: Vec::new(),
+            failed: None,
             window,
             p: p.clone(),
             gpu,
         })
+    }
+
+    /// Keep (or, `back`, restore) the input halo layers `rows` (buffer rows) of the pass
+    /// beginning at `step` of buffer `input`, at `at` layers into the kept copy.
+    fn keep_rows(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        input: usize,
+        rows: Range<usize>,
+        at: usize,
+        step: u64,
+        back: bool,
+    ) -> Result<()> {
+        let layer = super::layer_len(&self.p);
+        let n = rows.len() * layer;
+        if n == 0 {
+            return Ok(());
+        }
+        let field = rows.start * layer..rows.end * layer;
+        let kept = at * layer..at * layer + n;
+        if back {
+            let src = self.kept.slice(kept);
+            stream.memcpy_dtod(&src, &mut self.buf[input].slice_mut(field))?;
+            return Ok(());
+        }
+        let (src, mut dst) = (self.buf[input].slice(field), self.kept.slice_mut(kept));
+        let n = n as u64;
+        let mut l = stream.launch_builder(&self.keep);
+        l.arg(&src).arg(&mut dst).arg(&n).arg(&step).arg(&self.bad);
+        let cfg = LaunchConfig {
+            grid_dim: ((n.div_ceil(256)).min(1024) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: both views hold n values; the kernel copies n values.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// The halo layers of the buffer, below and above the owned ones, and where each
+    /// lies in the kept copy.
+    fn halos(&self) -> [(Range<usize>, usize); 2] {
+        let own = self.window.own_in_buffer();
+        [(0..own.start, 0), (own.end..self.window.rows, own.start)]
+    }
+
+    /// Replay the failed pass of `levels` steps beginning at `start`, whose input is now
+    /// buffer `input`, one step at a time: the exact step that first went non-finite.
+    /// Leaves the field after that step in buffer 0.
+    fn replay(&mut self, start: u64, input: usize) -> Result<u64> {
+        self.gpu.ctx.synchronize()?;
+        let stream = self.gpu.stream.clone();
+        for (rows, at) in self.halos() {
+            self.keep_rows(&stream, input, rows, at, start, true)?;
+        }
+        stream.memcpy_htod(&[NONE], &mut self.bad)?;
+        let levels = self.steps_per_exchange();
+        let (origin, shape) = self.bounds();
+        let (a, own) = (super::slab_axis(self.p.dims), self.window.own_in_buffer());
+        let mut from = input;
+        for j in 1..=levels {
+            // Valid after step j: the owned layers and levels − j more on each side.
+            let grow = (levels - j) as usize;
+            let mut region = Region {
+                lo: [0; 3],
+                hi: shape,
+            };
+            region.lo[a] = own.start.saturating_sub(grow);
+            region.hi[a] = (own.end + grow).min(self.window.rows);
+            let [b0, b1] = &mut self.buf;
+            let (src, dst) = if from == 0 { (&*b0, b1) } else { (&*b1, b0) };
+            let step = start + j - 1;
+            self.kernels.step(
+                &stream,
+                src,
+                dst,
+                origin,
+                shape,
+                &region,
+                step,
+                &mut self.bad,
+            )?;
+            from ^= 1;
+        }
+        let step = stream.clone_dtoh(&self.bad)?[0];
+        if step == NONE {
+            return Err(Error::Cuda(format!(
+                "a heat slab's pass of steps {start}..{} reported a non-finite value that \
+                 single steps did not reproduce",
+                start + levels
+            )));
+        }
+        // Later launches returned at once: the field after the failing step is where that
+        // step wrote.
+        if input ^ ((step - start + 1) as usize & 1) != 0 {
+            self.buf.swap(0, 1);
+        }
+        Ok(step)
+    }
+
+    /// The run's state: running, or the exact step that first went non-finite.
+    fn state(&mut self) -> Result<Option<u64>> {
+        if let Some(step) = self.failed {
+            return Ok(Some(step));
+        }
+        let bad = self.gpu.stream.clone_dtoh(&self.bad)?[0];
+        if bad == NONE {
+            self.unchecked.clear();
+            return Ok(None);
+        }
+        let pass = self.unchecked.iter().position(|&(s, n)| s == bad && n > 1);
+        let step = match pass {
+            // Buffer 1 after the pass's commit, swapped by every later one.
+            Some(i) => self.replay(bad, (self.unchecked.len() - i) % 2)?,
+            None => bad, // a single step: exact
+        };
+        self.failed = Some(step);
+        Ok(Some(step))
     }
 
     /// The box the buffers hold: its global origin and shape.
@@ -97,10 +232,9 @@ impl<T: Real> Engine for CudaHeatSlab<T> {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        let bad = self.gpu.stream.clone_dtoh(&self.bad)?[0];
-        Ok(match bad {
-            NONE => Diagnostics::steps_only(self.steps, Status::Running),
-            step => Diagnostics::steps_only(step + 1, Status::NonFinite),
+        Ok(match self.state()? {
+            None => Diagnostics::steps_only(self.steps, Status::Running),
+            Some(step) => Diagnostics::steps_only(step + 1, Status::NonFinite),
         })
     }
 
@@ -144,7 +278,17 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
         };
         region.lo[a] = self.window.buffer_row(rows.start as isize);
         region.hi[a] = region.lo[a] + rows.len();
-        let stream = stream.unwrap_or(&self.gpu.stream);
+        let stream = &stream.unwrap_or(&self.gpu.stream).clone();
+        if steps > 1 {
+            // The layers next to a halo are computed only once it arrived: keep it then.
+            let [below, above] = self.halos();
+            if rows.start == self.window.own.start {
+                self.keep_rows(stream, 0, below.0, below.1, self.steps, false)?;
+            }
+            if rows.end == self.window.own.end {
+                self.keep_rows(stream, 0, above.0, above.1, self.steps, false)?;
+            }
+        }
         let [src, dst] = &mut self.buf;
         match &self.blocked {
             Some(tb) if steps > 1 => {
@@ -178,6 +322,7 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
         }
     }
     fn commit(&mut self, steps: u64) {
+        self.unchecked.push((self.steps, steps));
         self.buf.swap(0, 1);
         self.steps += steps;
     }

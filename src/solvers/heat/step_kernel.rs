@@ -385,10 +385,9 @@ pub enum Span {
     Grid,
     /// Any box (the pyramid's tasks), reporting the exact bad step.
     Boxes,
-    /// Boxes of whole planes (a decomposed run's slabs), reporting the exact bad step:
-    /// in f64 with the plane's extent fixed at compile time (5 % faster on the H100); in
-    /// f32 as any box, since there fixing it made ptxas spill (6 % slower; both measured,
-    /// docs/PERFORMANCE.md).
+    /// Boxes of whole planes (a decomposed run's slabs), the plane's extent fixed at
+    /// compile time, reporting a failed pass's first step (the slab replays the pass):
+    /// no probe in the pass, which cost slabs 7–12 % (docs/PERFORMANCE.md).
     Slabs,
 }
 
@@ -396,18 +395,13 @@ impl Span {
     const ALL: [Span; 3] = [Span::Grid, Span::Boxes, Span::Slabs];
 }
 
-/// The register tile's defines for passes over `span` in `precision`.
-fn register_defines(
-    tile: Tile,
-    levels: usize,
-    span: Span,
-    precision: Precision,
-) -> Vec<(&'static str, String)> {
+/// The register tile's defines for passes over `span`.
+fn register_defines(tile: Tile, levels: usize, span: Span) -> Vec<(&'static str, String)> {
     let mut d = tile.defines(levels);
-    let (bounds, probe) = match (span, precision) {
-        (Span::Grid, _) => (0, 0),
-        (Span::Slabs, Precision::F64) => (2, 1),
-        (Span::Boxes | Span::Slabs, _) => (1, 1),
+    let (bounds, probe) = match span {
+        Span::Grid => (0, 0),
+        Span::Boxes => (1, 1),
+        Span::Slabs => (2, 0),
     };
     d.push(("TB3_BOX", bounds.to_string()));
     d.push(("TB3_PROBE", probe.to_string()));
@@ -437,11 +431,8 @@ pub fn tb_variants() -> Vec<Variant> {
                         }
                         Tile::Registers { .. } => {
                             for span in Span::ALL {
-                                let defines = register_defines(tile, levels, span, precision);
-                                let variant = (precision, defines, tile.kernel());
-                                if !out.contains(&variant) {
-                                    out.push(variant);
-                                }
+                                let defines = register_defines(tile, levels, span);
+                                out.push((precision, defines, tile.kernel()));
                             }
                         }
                     }
@@ -492,10 +483,10 @@ impl<T: Real> TemporalBlock<T> {
     }
 
     /// The kernel for boxes (`span` Boxes or Slabs) of a 3D grid (the register tile),
-    /// `levels` steps per pass; None in 1D and 2D or for one step. It reports the exact
-    /// step a value first went non-finite, since neither the pyramid nor a slab can replay
-    /// a pass. A 3D pass the tile cannot take is refused if the problem asked for it, else
-    /// (the default) left out.
+    /// `levels` steps per pass; None in 1D and 2D or for one step. Over Boxes it reports
+    /// the exact step a value first went non-finite, since the pyramid cannot replay a
+    /// pass; over Slabs the pass's first step, which the slab replays. A 3D pass the tile
+    /// cannot take is refused if the problem asked for it, else (the default) left out.
     pub fn for_boxes(
         gpu: &Gpu,
         p: &HeatProblem,
@@ -526,7 +517,7 @@ impl<T: Real> TemporalBlock<T> {
     ) -> Result<Self> {
         let bytes = T::PRECISION.bytes();
         let defines = match tile {
-            Tile::Registers { .. } => register_defines(tile, levels, span, T::PRECISION),
+            Tile::Registers { .. } => register_defines(tile, levels, span),
             Tile::Shared { .. } => tile.defines(levels),
         };
         let pass = gpu.function(&KERNELS, T::PRECISION, &defines, tile.kernel())?;

@@ -143,6 +143,45 @@ pub fn fill_floats<T: crate::precision::Real>(
     Ok(())
 }
 
+/// The rows `rows` (ascending, `row_len` values each) of an opened array, one after
+/// another, as `f64` (float files) or as stored (`u8`): what a rank under mpirun reads
+/// of a file, seeking past the other ranks' rows.
+pub fn read_rows<S: npyz::Deserialize + Copy>(
+    field: &str,
+    path: &Path,
+    f: Opened,
+    row_len: usize,
+    rows: &[usize],
+) -> Result<Vec<S>> {
+    let why = |e: &dyn std::fmt::Display| Error::invalid(field, path.display(), e.to_string());
+    let mut r = f.npy.data::<S>().map_err(|e| why(&e))?;
+    let mut out = Vec::with_capacity(rows.len() * row_len);
+    for &j in rows {
+        r.seek_to((j * row_len) as u64).map_err(|e| why(&e))?;
+        for x in r.by_ref().take(row_len) {
+            out.push(x.map_err(|e| why(&e))?);
+        }
+    }
+    Ok(out)
+}
+
+/// [`read_rows`] of a float array (float32 or float64) as `f64`.
+pub fn read_float_rows(
+    field: &str,
+    path: &Path,
+    f: Opened,
+    row_len: usize,
+    rows: &[usize],
+) -> Result<Vec<f64>> {
+    Ok(match f.value_bytes {
+        4 => read_rows::<f32>(field, path, f, row_len, rows)?
+            .into_iter()
+            .map(f64::from)
+            .collect(),
+        _ => read_rows::<f64>(field, path, f, row_len, rows)?,
+    })
+}
+
 /// Read a whole uint8 array.
 pub fn read_bytes(field: &str, path: &Path, shape: &[usize], grid: &str) -> Result<Vec<u8>> {
     let f = open(field, path, shape, grid, Kind::Byte)?;

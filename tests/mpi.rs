@@ -332,8 +332,41 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
         z = { range = [0.0, 1.0], cells = 13 }\ntolerance = 1e-9\nmax_iterations = 3000\n\
         charge_density = { random = 1e-9, seed = 3 }\n\
         faces = { x_min = 0.0, x_max = 0.0, y_min = 0.0, y_max = 0.0, z_min = 0.0, z_max = 0.0 }\n";
+    // Advection from files: each rank reads only its rows (a smooth field, a shear flow).
+    let cell = |n: usize| ((n % 40) as f64 / 40.0, (n / 40) as f64 / 31.0);
+    for (file, value) in [
+        (
+            "f0.npy",
+            (|x: f64, y: f64| (6.0 * x).sin() * (4.0 * y).cos()) as fn(f64, f64) -> f64,
+        ),
+        ("u.npy", |_, y| 0.5 + 0.3 * y),
+        ("v.npy", |x, _| -0.2 + 0.4 * x),
+    ] {
+        let data: Vec<f64> = (0..31 * 40).map(|n| value(cell(n).0, cell(n).1)).collect();
+        keisan::output::npy::write(&d.join(file), &[31, 40], &data).unwrap();
+    }
+    let from_files = ADVECTION
+        .replace(
+            "velocity = { kind = \"rotation\" }",
+            "velocity = { kind = \"file\", u = \"u.npy\", v = \"v.npy\" }",
+        )
+        .replace(
+            "initial = { preset = \"zalesak\" }",
+            "initial = { preset = \"file\", path = \"f0.npy\" }",
+        );
+    // Heat from a file: each rank reads only its layers.
+    let u0: Vec<f64> = (0..30 * 17 * 24)
+        .map(|n| ((n * 7919) % 1000) as f64 / 1000.0)
+        .collect();
+    keisan::output::npy::write(&d.join("u0.npy"), &[30, 17, 24], &u0).unwrap();
+    let heat_file = HEAT.replace(
+        "initial = { preset = \"hot_box\" }",
+        "initial = { preset = \"file\", path = \"u0.npy\" }",
+    );
     for (name, problem) in [
         ("adv", ADVECTION),
+        ("adv-file", from_files.as_str()),
+        ("heat-file", heat_file.as_str()),
         ("heat", HEAT),
         ("es", ELECTROSTATICS),
         ("es-rho", rho),
@@ -342,7 +375,9 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
     }
     pieces_equal_whole(d, "adv", "f", 2, ("pvti", 1), true);
     pieces_equal_whole(d, "adv", "f", 3, ("pvti", 1), false);
+    pieces_equal_whole(d, "adv-file", "f", 3, ("pvti", 1), false);
     pieces_equal_whole(d, "heat", "u", 4, ("pvti", 2), true);
+    pieces_equal_whole(d, "heat-file", "u", 3, ("pvti", 2), false);
     pieces_equal_whole(d, "es", "V", 3, ("pvtr", 2), true);
     // Each rank builds only its slab's planes of the geometry (and charge density).
     pieces_equal_whole(d, "es", "V", 3, ("pvtr", 2), false);

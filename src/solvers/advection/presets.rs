@@ -122,9 +122,25 @@ fn positive(field: &str, v: &Option<f64>) -> Result<()> {
 
 /// Read a float .npy of the grid's shape, refusing NaN and infinities by index.
 fn read_floats(field: &str, path: &Path, p: &AdvectionProblem) -> Result<Vec<f64>> {
+    read_float_rows(field, path, p, &(0..p.ny).collect::<Vec<_>>())
+}
+
+/// Rows `rows` (grid rows, in any order) of a float .npy of the grid's shape, one after
+/// another, refusing NaN and infinities by index.
+fn read_float_rows(
+    field: &str,
+    path: &Path,
+    p: &AdvectionProblem,
+    rows: &[usize],
+) -> Result<Vec<f64>> {
     let f = input::open(field, path, &p.shape(), GRID, Kind::Float)?;
-    let mut out = try_filled(p.cells(), 0.0f64, field)?;
-    input::fill_floats(field, path, f, &mut out)?;
+    let out = if rows.iter().copied().eq(0..p.ny) {
+        let mut out = try_filled(p.cells(), 0.0f64, field)?;
+        input::fill_floats(field, path, f, &mut out)?;
+        out
+    } else {
+        input::read_float_rows(field, path, f, p.nx, rows)?
+    };
     if let Some(n) = out.iter().position(|v| !v.is_finite()) {
         return Err(Error::invalid(
             field,
@@ -132,7 +148,7 @@ fn read_floats(field: &str, path: &Path, p: &AdvectionProblem) -> Result<Vec<f64
             format!(
                 "holds {} at (j, i) = ({}, {}); values must be finite",
                 out[n],
-                n / p.nx,
+                rows[n / p.nx],
                 n % p.nx
             ),
         ));
@@ -278,30 +294,21 @@ pub fn displacement_arrays<T: Real>(p: &AdvectionProblem) -> Result<(Vec<T>, Vec
 }
 
 /// The displacement arrays' rows `rows` (grid rows, one after another): what a slab
-/// holds. Files are read whole, then cut.
+/// holds. From files only these rows are read.
 pub fn displacement_rows<T: Real>(
     p: &AdvectionProblem,
     rows: &[usize],
 ) -> Result<(Vec<T>, Vec<T>)> {
     if let Velocity::File { u, v } = &p.velocity {
-        let whole = rows.iter().copied().eq(0..p.ny);
-        let cut = |a: Vec<T>| -> Vec<T> {
-            if whole {
-                return a;
-            }
-            rows.iter()
-                .flat_map(|&j| a[j * p.nx..(j + 1) * p.nx].iter().copied())
-                .collect()
-        };
         let scale = |field, path: &PathBuf, h: f64| -> Result<Vec<T>> {
-            Ok(read_floats(field, path, p)?
+            Ok(read_float_rows(field, path, p, rows)?
                 .par_iter()
                 .map(|x| T::lit(-x * p.dt / h))
                 .collect())
         };
         return Ok((
-            cut(scale("advection.velocity.u", u, p.dx)?),
-            cut(scale("advection.velocity.v", v, p.dy)?),
+            scale("advection.velocity.u", u, p.dx)?,
+            scale("advection.velocity.v", v, p.dy)?,
         ));
     }
     let d = Displacement::of(p);
@@ -431,16 +438,22 @@ impl Initial {
 
 /// The initial field's rows `rows` in a whole-size buffer whose other rows stay zero
 /// (zeroed memory is mapped lazily, so only these rows take pages): what a rank under
-/// mpirun needs. A file's field is read whole.
+/// mpirun needs. From a file only these rows are read.
 pub fn initial_rows<T: Real>(p: &AdvectionProblem, rows: &[usize]) -> Result<Vec<T>> {
-    if let Initial::File { .. } = &p.initial {
-        return initial_field(p);
-    }
     crate::memory::ensure_host_fits(
         (rows.len() * p.nx * T::PRECISION.bytes()) as u128,
         "this rank's rows of the advection field",
     )?;
     let mut f = vec![T::zero(); p.cells()];
+    if let Initial::File { path } = &p.initial {
+        let read = read_float_rows("advection.initial.path", path, p, rows)?;
+        for (&j, row) in rows.iter().zip(read.chunks(p.nx)) {
+            for (v, &x) in f[j * p.nx..(j + 1) * p.nx].iter_mut().zip(row) {
+                *v = T::lit(x);
+            }
+        }
+        return Ok(f);
+    }
     for &j in rows {
         f[j * p.nx..(j + 1) * p.nx]
             .par_iter_mut()

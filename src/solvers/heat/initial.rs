@@ -154,14 +154,39 @@ pub fn check(p: &HeatProblem) -> Result<()> {
 fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
     let f = open_npy(p, path)?;
     let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
-    let shown = path.display();
     crate::input::fill_floats(FILE_FIELD, path, f, &mut u)?;
+    check_values(p, path, &u, 0)?;
+    Ok(u)
+}
+
+/// The file's layers `rows` of the slab axis into their places of a whole-size buffer
+/// whose other values stay zero: only these layers are read.
+fn read_npy_layers<T: Real>(p: &HeatProblem, path: &Path, rows: &[usize]) -> Result<Vec<T>> {
+    let layer = super::layer_len(p);
+    let f = open_npy(p, path)?;
+    let read = crate::input::read_float_rows(FILE_FIELD, path, f, layer, rows)?;
+    let mut u = vec![T::zero(); p.cells()];
+    for (&r, values) in rows.iter().zip(read.chunks(layer)) {
+        let at = &mut u[r * layer..(r + 1) * layer];
+        for (v, &x) in at.iter_mut().zip(values) {
+            *v = T::lit(x);
+        }
+        check_values(p, path, at, r * layer)?;
+    }
+    Ok(u)
+}
+
+/// Refuse a value that is NaN or too large for the run's precision; `values` start at
+/// point `first` of the grid.
+fn check_values<T: Real>(p: &HeatProblem, path: &Path, values: &[T], first: usize) -> Result<()> {
+    let shown = path.display();
+    let u = values;
     let most = largest_value(T::PRECISION);
     if let Some(i) = u
         .iter()
         .position(|v| v.as_f64().is_nan() || v.as_f64().abs() > most)
     {
-        let at = &ijk(p, i)[3 - p.dims..];
+        let at = &ijk(p, first + i)[3 - p.dims..];
         return Err(Error::invalid(
             FILE_FIELD,
             &shown,
@@ -174,7 +199,7 @@ fn read_npy<T: Real>(p: &HeatProblem, path: &Path) -> Result<Vec<T>> {
             ),
         ));
     }
-    Ok(u)
+    Ok(())
 }
 
 /// Mode numbers of the sine preset, padded to three axes (1 where unused).
@@ -240,11 +265,11 @@ pub fn value(p: &HeatProblem, idx: usize) -> f64 {
 
 /// The initial field's layers `rows` of the slab axis (ascending), in a whole-size buffer
 /// whose other values stay zero: zeroed memory is mapped lazily, so only the layers
-/// computed take pages. A file's field is read whole.
+/// computed take pages. From a file only these layers are read.
 pub fn layers<T: Real>(p: &HeatProblem, rows: &[usize]) -> Result<Vec<T>> {
     use rayon::prelude::*;
-    if let Initial::File { .. } = &p.initial {
-        return field(p);
+    if let Initial::File { path } = &p.initial {
+        return read_npy_layers(p, path, rows);
     }
     let layer = super::layer_len(p);
     crate::memory::ensure_host_fits(

@@ -363,9 +363,34 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
         "initial = { preset = \"hot_box\" }",
         "initial = { preset = \"file\", path = \"u0.npy\" }",
     );
+    // Electrostatics from files (ids and ρ per node): each rank reads only its planes.
+    let nodes = 17 * 10 * 11;
+    let electrode: Vec<u8> = (0..nodes)
+        .map(|n| match n / 110 {
+            0 => 2,
+            16 => 1,
+            _ => 0,
+        })
+        .collect();
+    let dielectric: Vec<u8> = (0..nodes)
+        .map(|n| u8::from((5..9).contains(&(n / 110))))
+        .collect();
+    let density: Vec<f64> = (0..nodes)
+        .map(|n| 1e-9 * (((n * 37) % 13) as f64 - 6.0))
+        .collect();
+    let z = [17, 10, 11];
+    keisan::output::npy::write_any(&d.join("eid.npy"), &z, &electrode).unwrap();
+    keisan::output::npy::write_any(&d.join("did.npy"), &z, &dielectric).unwrap();
+    keisan::output::npy::write(&d.join("rho.npy"), &z, &density).unwrap();
+    let es_files = "solver = \"electrostatics\"\n[electrostatics]\n\
+        x = { range = [0.0, 1.0], cells = 10 }\ny = { range = [0.0, 1.0], cells = 9 }\n\
+        z = { range = [0.0, 1.0], cells = 16 }\nvoltages = [1.0, 0.0]\npermittivities = [4.0]\n\
+        tolerance = 1e-9\nmax_iterations = 3000\nelectrode_ids = \"eid.npy\"\n\
+        dielectric_ids = \"did.npy\"\ncharge_density = { file = \"rho.npy\" }\n";
     for (name, problem) in [
         ("adv", ADVECTION),
         ("adv-file", from_files.as_str()),
+        ("es-file", es_files),
         ("heat-file", heat_file.as_str()),
         ("heat", HEAT),
         ("es", ELECTROSTATICS),
@@ -382,6 +407,7 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
     // Each rank builds only its slab's planes of the geometry (and charge density).
     pieces_equal_whole(d, "es", "V", 3, ("pvtr", 2), false);
     pieces_equal_whole(d, "es-rho", "V", 2, ("pvtr", 2), false);
+    pieces_equal_whole(d, "es-file", "V", 3, ("pvtr", 2), false);
 }
 
 #[test]

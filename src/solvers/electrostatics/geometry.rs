@@ -322,15 +322,17 @@ fn unit_random(seed: u64, n: u64) -> f64 {
     (z >> 11) as f64 / (1u64 << 52) as f64 - 1.0
 }
 
-/// Ids from a file must name a voltage or a permittivity the problem gives.
-fn check_ids(field: &str, ids: &[u8], most: usize, what: &str) -> Result<()> {
+/// Ids from a file must name a voltage or a permittivity the problem gives; `ids` start
+/// at node `first` (flat index).
+fn check_ids(field: &str, ids: &[u8], most: usize, what: &str, first: usize) -> Result<()> {
     match ids.iter().position(|&v| v as usize > most) {
         None => Ok(()),
         Some(n) => Err(Error::invalid(
             field,
             ids[n],
             format!(
-                "at node {n} (flat index) names {what} {}, but only {most} are given",
+                "at node {} (flat index) names {what} {}, but only {most} are given",
+                first + n,
                 ids[n]
             ),
         )),
@@ -347,7 +349,8 @@ impl Geometry {
         self.held.as_ref().is_none_or(|h| h[k])
     }
 
-    /// The geometry of the planes `held` marks (None: all). Files are read whole.
+    /// The geometry of the planes `held` marks (None: all); only those planes are read
+    /// from files.
     pub fn build_planes(p: &ElectrostaticsProblem, held: Option<Vec<bool>>) -> Result<Self> {
         let holds = |k: usize| held.as_ref().is_none_or(|h| h[k]);
         let counts = p.counts();
@@ -370,13 +373,28 @@ impl Geometry {
         let grid = "the mesh's nodes (z, y, x)";
         let shape = p.shape();
         // Id arrays from files (checked against the tables they index), else all 0.
+        let plane = nx * ny;
+        // The held planes, when not all: only these are read from files.
+        let planes: Option<Vec<usize>> = held
+            .as_ref()
+            .map(|h| (0..h.len()).filter(|&k| h[k]).collect());
         let ids = |path: &Option<std::path::PathBuf>, key: &str, most: usize, what: &str| {
             let Some(path) = path else {
                 return Ok(vec![0u8; points]);
             };
             let field = format!("electrostatics.{key}");
-            let ids = crate::input::read_bytes(&field, path, &shape, grid)?;
-            check_ids(&field, &ids, most, what).map(|_| ids)
+            let Some(planes) = &planes else {
+                let ids = crate::input::read_bytes(&field, path, &shape, grid)?;
+                return check_ids(&field, &ids, most, what, 0).map(|_| ids);
+            };
+            let f = crate::input::open(&field, path, &shape, grid, crate::input::Kind::Byte)?;
+            let read = crate::input::read_rows::<u8>(&field, path, f, plane, planes)?;
+            let mut ids = vec![0u8; points];
+            for (&k, values) in planes.iter().zip(read.chunks(plane)) {
+                check_ids(&field, values, most, what, k * plane)?;
+                ids[k * plane..(k + 1) * plane].copy_from_slice(values);
+            }
+            Ok(ids)
         };
         let mut id_volt = ids(
             &p.electrode_ids,
@@ -446,20 +464,43 @@ impl Geometry {
             Charge::File { path } => {
                 let field = "electrostatics.charge_density.file";
                 let f = crate::input::open(field, path, &shape, grid, crate::input::Kind::Float)?;
-                let mut q = crate::memory::try_filled(points, 0.0f64, "the charge density")?;
-                crate::input::fill_floats(field, path, f, &mut q)?;
-                if let Some(n) = q.iter().position(|r| !(r.is_finite() && r.abs() <= 1e30)) {
-                    return Err(Error::invalid(
+                let check = |q: &[f64], first: usize| match q
+                    .iter()
+                    .position(|r| !(r.is_finite() && r.abs() <= 1e30))
+                {
+                    None => Ok(()),
+                    Some(n) => Err(Error::invalid(
                         field,
                         path.display(),
                         format!(
-                            "holds {} at node {n} (flat index); ρ must be finite and at most \
+                            "holds {} at node {} (flat index); ρ must be finite and at most \
                              1e30 C/m³ in magnitude",
-                            crate::units::num(q[n])
+                            crate::units::num(q[n]),
+                            first + n
                         ),
-                    ));
-                }
-                q.par_iter_mut().for_each(|q| *q *= scale);
+                    )),
+                };
+                let q = match &planes {
+                    None => {
+                        let mut q =
+                            crate::memory::try_filled(points, 0.0f64, "the charge density")?;
+                        crate::input::fill_floats(field, path, f, &mut q)?;
+                        check(&q, 0)?;
+                        q.par_iter_mut().for_each(|q| *q *= scale);
+                        q
+                    }
+                    Some(planes) => {
+                        let read = crate::input::read_float_rows(field, path, f, plane, planes)?;
+                        let mut q = vec![0.0; points];
+                        for (&k, values) in planes.iter().zip(read.chunks(plane)) {
+                            check(values, k * plane)?;
+                            for (q, &v) in q[k * plane..(k + 1) * plane].iter_mut().zip(values) {
+                                *q = v * scale;
+                            }
+                        }
+                        q
+                    }
+                };
                 (0.0, Some(q))
             }
         };

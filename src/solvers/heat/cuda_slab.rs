@@ -65,13 +65,12 @@ impl<T: Real> CudaHeatSlab<T> {
         step0: u64,
     ) -> Result<Self> {
         let u = slab_of(&window, full, super::layer_len(p));
+        let halo = (window.rows - window.own.len()) * super::layer_len(p);
         gpu.ensure_fits(
-            (2 * u.len() * std::mem::size_of::<T>()) as u128,
-            "a heat slab (two time layers)",
+            ((2 * u.len() + halo) * std::mem::size_of::<T>()) as u128,
+            "a heat slab (two time layers and a copy of its halo)",
         )?;
         let s = &gpu.stream;
-        let own = window.own_in_buffer();
-        let halo = (window.rows - own.len()) * super::layer_len(p);
         Ok(Self {
             buf: [s.clone_htod(&u)?, s.clone_htod(&u)?],
             bad: s.clone_htod(&[NONE])?,

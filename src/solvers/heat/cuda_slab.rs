@@ -87,31 +87,32 @@ impl<T: Real> CudaHeatSlab<T> {
         })
     }
 
-    /// Keep (or, `back`, restore) the input halo layers `rows` (buffer rows) of the pass
-    /// beginning at `step` of buffer `input`, at `at` layers into the kept copy.
-    fn keep_rows(
+    /// Where halo layers `rows` (buffer rows) lie in a buffer and, `at` layers in, in the
+    /// kept copy.
+    fn spans(&self, rows: &Range<usize>, at: usize) -> (Range<usize>, Range<usize>) {
+        let layer = super::layer_len(&self.p);
+        let n = rows.len() * layer;
+        (
+            rows.start * layer..rows.end * layer,
+            at * layer..at * layer + n,
+        )
+    }
+
+    /// Keep the input halo layers `rows` of the pass beginning at `step` (in buffer 0) at
+    /// `at` layers into the kept copy, unless the run failed before that pass.
+    fn keep_halo(
         &mut self,
         stream: &Arc<CudaStream>,
-        input: usize,
         rows: Range<usize>,
         at: usize,
         step: u64,
-        back: bool,
     ) -> Result<()> {
-        let layer = super::layer_len(&self.p);
-        let n = rows.len() * layer;
-        if n == 0 {
+        let (field, kept) = self.spans(&rows, at);
+        if field.is_empty() {
             return Ok(());
         }
-        let field = rows.start * layer..rows.end * layer;
-        let kept = at * layer..at * layer + n;
-        if back {
-            let src = self.kept.slice(kept);
-            stream.memcpy_dtod(&src, &mut self.buf[input].slice_mut(field))?;
-            return Ok(());
-        }
-        let (src, mut dst) = (self.buf[input].slice(field), self.kept.slice_mut(kept));
-        let n = n as u64;
+        let n = field.len() as u64;
+        let (src, mut dst) = (self.buf[0].slice(field), self.kept.slice_mut(kept));
         let mut l = stream.launch_builder(&self.keep);
         l.arg(&src).arg(&mut dst).arg(&n).arg(&step).arg(&self.bad);
         let cfg = LaunchConfig {
@@ -121,6 +122,24 @@ impl<T: Real> CudaHeatSlab<T> {
         };
         // SAFETY: both views hold n values; the kernel copies n values.
         unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Put the kept halo layers `rows` (`at` layers into the copy) back into buffer
+    /// `input`.
+    fn restore_halo(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        input: usize,
+        rows: Range<usize>,
+        at: usize,
+    ) -> Result<()> {
+        let (field, kept) = self.spans(&rows, at);
+        if field.is_empty() {
+            return Ok(());
+        }
+        let src = self.kept.slice(kept);
+        stream.memcpy_dtod(&src, &mut self.buf[input].slice_mut(field))?;
         Ok(())
     }
 
@@ -138,7 +157,7 @@ impl<T: Real> CudaHeatSlab<T> {
         self.gpu.ctx.synchronize()?;
         let stream = self.gpu.stream.clone();
         for (rows, at) in self.halos() {
-            self.keep_rows(&stream, input, rows, at, start, true)?;
+            self.restore_halo(&stream, input, rows, at)?;
         }
         stream.memcpy_htod(&[NONE], &mut self.bad)?;
         let levels = self.steps_per_exchange();
@@ -282,10 +301,10 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
             // The layers next to a halo are computed only once it arrived: keep it then.
             let [below, above] = self.halos();
             if rows.start == self.window.own.start {
-                self.keep_rows(stream, 0, below.0, below.1, self.steps, false)?;
+                self.keep_halo(stream, below.0, below.1, self.steps)?;
             }
             if rows.end == self.window.own.end {
-                self.keep_rows(stream, 0, above.0, above.1, self.steps, false)?;
+                self.keep_halo(stream, above.0, above.1, self.steps)?;
             }
         }
         let [src, dst] = &mut self.buf;

@@ -328,12 +328,10 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
 #define TB3_BOX 1
 #endif
 // The gap between x's exponent field and all ones: zero exactly when x is not finite.
-// Integer work, so the probe keeps off the f64 pipe the update is bound by.
+// Integer work, so the f64 probe keeps off the f64 pipe the update is bound by (f32 passes
+// probe with FMAs instead).
 __device__ __forceinline__ unsigned exponent_gap(double x) {
     return ~(unsigned)__double2hiint(x) & 0x7ff00000u;
-}
-__device__ __forceinline__ unsigned exponent_gap(float x) {
-    return ~__float_as_uint(x) & 0x7f800000u;
 }
 
 template <bool B>

@@ -58,11 +58,23 @@ fn forces_match_the_cpu_direct_sum_within_the_f32_bound() {
         ] {
             let (acc, phi) = cpu::accelerations(&p, grav, true);
             for accurate in [false, true] {
+                // Each pair once (nbody_mutual: tiles in pairs, N padded to an even
+                // count of tiles) at these sizes too.
                 for shape in [
                     ForceShape::default(),
                     ForceShape {
                         threads: 64,
                         ipt: 3,
+                        mutual: Some(false),
+                    },
+                    ForceShape {
+                        mutual: Some(true),
+                        ..ForceShape::default()
+                    },
+                    ForceShape {
+                        threads: 64,
+                        ipt: 3,
+                        mutual: Some(true),
                     },
                 ] {
                     let mut e = CudaNbody::with_shape(
@@ -112,14 +124,27 @@ fn unsoftened_pairs_and_padding_give_finite_forces_and_runs_repeat() {
     let a = e.accelerations().unwrap();
     assert!(a.iter().flatten().all(|v| v.is_finite()));
     assert!(worst_relative(&a, &acc) < 1e-3);
-    // Two runs of 20 steps: the same bits (splits added in order, no atomics).
-    let run = || {
-        let mut e = CudaNbody::new(std::slice::from_ref(&gpu), grav, 0.001, &p, 0, false).unwrap();
-        e.advance(20).unwrap();
-        e.snapshot().unwrap().data
-    };
-    let (x, y) = (run(), run());
-    assert!(common::same_bits(&x, &y));
+    // Two runs of 20 steps: the same bits (splits added in order, no atomics), with
+    // each pair evaluated once or twice.
+    for mutual in [false, true] {
+        let shape = ForceShape {
+            threads: 32,
+            ipt: 2,
+            mutual: Some(mutual),
+        };
+        let run = || {
+            let mut e =
+                CudaNbody::with_shape(std::slice::from_ref(&gpu), grav, 0.001, &p, 0, false, shape)
+                    .unwrap();
+            let a = e.accelerations().unwrap();
+            assert!(a.iter().flatten().all(|v| v.is_finite()), "{shape:?}");
+            assert!(worst_relative(&a, &acc) < 1e-3, "{shape:?}");
+            e.advance(20).unwrap();
+            e.snapshot().unwrap().data
+        };
+        let (x, y) = (run(), run());
+        assert!(common::same_bits(&x, &y), "{shape:?}");
+    }
 }
 
 #[test]

@@ -9,7 +9,10 @@
 //! FADD, 3 FFMA (r² chained from ε²), 1 MUFU rsqrt, 3 FMUL (m/r³; 2 when every mass is
 //! equal) and 3 FFMA — 13 (12) instructions, one per clock per SM sub-partition — so
 //! the issue ceiling is the measured FFMA instruction rate (FMA FLOP rate / 2) over 13
-//! (12); one shared-memory load per j serves `ipt` interactions and adds 1/ipt.
+//! (12); one shared-memory load per j serves `ipt` interactions and adds 1/ipt. Where
+//! the engine evaluates each pair once (nbody_mutual, one device at large N), N² still
+//! counts the interactions (each pair gives two) and the ceiling uses that kernel's
+//! instructions per interaction ([`per_interaction`]).
 
 use clap::FromArgMatches;
 use serde::Serialize;
@@ -52,8 +55,13 @@ pub struct NbodyCase {
     pub ipt: usize,
     /// GPUs sharing the particles.
     pub devices: usize,
-    /// Blocks per i-block the j-sum is split over on the first device (0 on the CPU).
+    /// Blocks per i-block the j-sum is split over on the first device (0 on the CPU);
+    /// with `mutual`, the rounds each launch runs side by side.
     pub splits: usize,
+    /// Each pair of tiles evaluated once (nbody_mutual), not each interaction.
+    pub mutual: bool,
+    /// Issued instructions per interaction the issue ceiling assumes (GPU, not accurate).
+    pub instructions: Option<f64>,
     /// Median seconds of one force evaluation (positions packed to f32, copied to the
     /// other devices, then forces).
     pub seconds: f64,
@@ -103,6 +111,7 @@ fn shape_of(t: &str) -> Option<ForceShape> {
     let s = ForceShape {
         threads: a.parse().ok()?,
         ipt: b.parse().ok()?,
+        mutual: None,
     };
     let ok = [32, 64, 128, 256, 512].contains(&s.threads) && (1..=16).contains(&s.ipt);
     ok.then_some(s)
@@ -213,6 +222,8 @@ fn run_on(
                         ),
                     };
                     let rate = (n as f64).powi(2) / seconds;
+                    let mutual = e.mutual();
+                    let k = instructions.map(|k| per_interaction(k, mutual, shape.ipt));
                     let sample = 0..n.min(256);
                     let exact = cpu::accelerations_of(&p, grav, false, sample.clone()).0;
                     let got = &e.accelerations()?[sample];
@@ -222,13 +233,14 @@ fn run_on(
                         ipt: shape.ipt,
                         devices: gpus.len(),
                         splits: e.splits()[0],
+                        mutual,
+                        instructions: k,
                         seconds,
                         speedup: one_device.map(|t| t / seconds),
                         interactions_per_s: rate,
                         tflops: rate * FLOP * 1e-12,
                         fraction_of_fma: rate * FLOP / fma,
-                        fraction_of_issue: instructions
-                            .map(|k| rate / (fma / 2.0 / (k + 1.0 / shape.ipt as f64))),
+                        fraction_of_issue: k.map(|k| rate / (fma / 2.0 / k)),
                         baseline_interactions_per_s: baseline,
                         force_error: Some(worst_relative(got, &exact)),
                     });
@@ -250,6 +262,8 @@ fn run_on(
                     ipt: 1,
                     devices: 1,
                     splits: 0,
+                    mutual: false,
+                    instructions: None,
                     seconds,
                     speedup: None,
                     interactions_per_s: rate,
@@ -330,7 +344,14 @@ fn human(b: &NbodyBench) -> String {
                 } else {
                     String::new()
                 };
-                format!(" ({}x{}, {} splits{on})", c.threads, c.ipt, c.splits)
+                if c.mutual {
+                    format!(
+                        " ({}x{}, each pair once, {} rounds per launch{on})",
+                        c.threads, c.ipt, c.splits
+                    )
+                } else {
+                    format!(" ({}x{}, {} splits{on})", c.threads, c.ipt, c.splits)
+                }
             } else {
                 format!(" ({} threads)", c.threads)
             },
@@ -344,8 +365,11 @@ fn human(b: &NbodyBench) -> String {
                 "multiply-add rate"
             }
         );
-        if let Some(f) = c.fraction_of_issue {
-            r += &format!(", {:.1} % of the issue ceiling", 100.0 * f);
+        if let (Some(f), Some(k)) = (c.fraction_of_issue, c.instructions) {
+            r += &format!(
+                ", {:.1} % of the issue ceiling ({k:.2} instructions per interaction)",
+                100.0 * f
+            );
         }
         if let Some(x) = c.speedup {
             r += &format!(", {x:.2}× the first GPU alone");
@@ -364,6 +388,22 @@ fn human(b: &NbodyBench) -> String {
         r += "\n";
     }
     r
+}
+
+/// Instructions issued per interaction: nbody_forces' `k` per interaction (12 with equal
+/// masses, 13 without) and one shared load per j for `ipt` i-particles. nbody_mutual's per
+/// pair of interactions: 15 with equal masses (3 FFMA more for j), 17 without (and the
+/// second mass product), plus per j and warp the instructions of its shuffles, shared
+/// load and store and loop: 33 and 34.5 (the SASS of its 2-j loop on sm_90 at ipt 8: 306
+/// and 341 instructions).
+pub fn per_interaction(k: f64, mutual: bool, ipt: usize) -> f64 {
+    let ipt = ipt as f64;
+    let equal = k < 12.5;
+    match (mutual, equal) {
+        (false, _) => k + 1.0 / ipt,
+        (true, true) => (15.0 * ipt + 33.0) / (2.0 * ipt),
+        (true, false) => (17.0 * ipt + 34.5) / (2.0 * ipt),
+    }
 }
 
 /// Three significant digits (1234.5 → "1235", 0.2634 → "0.263").

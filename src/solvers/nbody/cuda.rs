@@ -3,6 +3,10 @@
 //! with their terms summed in f64: the accurate mode). The j-sum is split over blocks
 //! so the grid fills whole waves of the device (small N: every SM works; large N: no
 //! half-empty last wave); the splits are added in order, so runs repeat bit for bit.
+//! On one device in one process at N ≥ 2^16 (H100) each pair of tiles is evaluated once
+//! instead (nbody_mutual: Newton's third law, 9.6 instead of 12.1 instructions per
+//! interaction), the circle method's rounds giving every tile to one block per round, so
+//! again every sum is added in a fixed order.
 //! The potential for the diagnostics is an f64 direct sum on the device ([`potential`]).
 
 use std::ops::Range;
@@ -28,6 +32,10 @@ pub const KERNELS: KernelSource = KernelSource {
 pub struct ForceShape {
     pub threads: usize,
     pub ipt: usize,
+    /// Each pair of tiles once (nbody_mutual) on one device in one process: Some(choice),
+    /// or None for the default (where a round fills the device; KEISAN_NBODY_MUTUAL=0|1
+    /// overrides it).
+    pub mutual: Option<bool>,
 }
 
 impl Default for ForceShape {
@@ -35,6 +43,7 @@ impl Default for ForceShape {
         Self {
             threads: 128,
             ipt: 8,
+            mutual: None,
         }
     }
 }
@@ -69,6 +78,27 @@ pub fn tiles_per_split(i_blocks: usize, tiles: usize, sms: usize) -> usize {
     best.1
 }
 
+/// nbody_mutual is used where its pairs of tiles (one block each) come to at least this
+/// many blocks per multiprocessor (two waves at 6 blocks per SM): on the H100 it beat
+/// nbody_forces from N = 2^16 (2016 pairs: 2573 against 2243 G interactions/s) and lost
+/// at 2^15 (496 pairs: 1856 against 2129; docs/PERFORMANCE.md).
+const MUTUAL_MIN_BLOCKS_PER_SM: usize = 12;
+
+/// Waves of resident blocks each nbody_mutual launch aims for, by running that many
+/// rounds side by side, each into its own split (one round has only tiles/2 blocks): on
+/// the H100 at N = 2^20, 1 / 2 / 4 / 6 rounds per launch gave 2592 / 2729 / 2868 / 2916 G
+/// interactions/s (docs/PERFORMANCE.md).
+const MUTUAL_WAVES: usize = 4;
+
+/// A whole-number tuning knob from the environment, else `default`.
+fn tuning_number(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&v| v >= 1)
+        .unwrap_or(default)
+}
+
 /// One device's share: its particles (a contiguous i-range of n, kicked and drifted
 /// here), every particle's packed f32 position (its own segment packed here, the
 /// others' copied from their devices each step), and the splits of its force sums.
@@ -96,6 +126,8 @@ struct Part {
     splits: usize,
     pack: CudaFunction,
     forces: CudaFunction,
+    /// `forces` is nbody_mutual (each pair of tiles once; one split).
+    mutual: bool,
     kick: CudaFunction,
     drift: CudaFunction,
 }
@@ -198,6 +230,26 @@ impl CudaNbody {
         }
         let count = world.map_or(gpus.len(), |w| w.size);
         let bp = shape.block_particles();
+        // One device in one process: each pair of tiles once (nbody_mutual) where its
+        // pairs of tiles fill the device a few times over (KEISAN_NBODY_MUTUAL=0|1 forces
+        // the choice).
+        let mutual = world.is_none()
+            && gpus.len() == 1
+            && !accurate
+            && match (
+                shape.mutual,
+                std::env::var("KEISAN_NBODY_MUTUAL").as_deref(),
+            ) {
+                (Some(choice), _) => choice,
+                (None, Ok("0")) => false,
+                (None, Ok("1")) => true,
+                _ => {
+                    let tiles = 2 * n.div_ceil(2 * bp);
+                    tiles * (tiles - 1) / 2 >= MUTUAL_MIN_BLOCKS_PER_SM * gpus[0].multiprocessors
+                }
+            };
+        // nbody_mutual pairs tiles of bp particles: an even count.
+        let unit = if mutual { 2 * bp } else { bp };
         let bounds: Vec<usize> = match world {
             Some(w) => (0..=count)
                 .map(|r| {
@@ -218,7 +270,7 @@ impl CudaNbody {
         let seg_pad: Vec<usize> = (0..count)
             .map(|d| match world {
                 Some(_) => widest.div_ceil(bp).max(1) * bp,
-                None => (bounds[d + 1] - bounds[d]).div_ceil(bp).max(1) * bp,
+                None => (bounds[d + 1] - bounds[d]).div_ceil(unit).max(1) * unit,
             })
             .collect();
         let seg_off: Vec<usize> = (0..count).map(|d| seg_pad[..d].iter().sum()).collect();
@@ -228,7 +280,14 @@ impl CudaNbody {
         // Tuned on the H100 (docs/PERFORMANCE.md): unroll 2 (2297 against 2245 G/s at 4);
         // 5 blocks per SM for the equal-mass kernel (102 registers: 2284 against 2190 G/s
         // at 3), 3 for the general one (2118 against 2086 at 5).
-        let minb = if equal_mass { "5" } else { "3" };
+        // nbody_mutual: 6 blocks per SM with equal masses (85 registers, no spill: 2916
+        // against 2663 G/s at 5), 5 with unequal ones (2363; 6: 2151).
+        let minb = match (mutual, equal_mass) {
+            (false, true) => "5",
+            (false, false) => "3",
+            (true, true) => "6",
+            (true, false) => "5",
+        };
         let defines = [
             ("NB_UNROLL", tuning("KEISAN_NBODY_UNROLL", "2")),
             ("NB_MINB", tuning("KEISAN_NBODY_MINB", minb)),
@@ -247,8 +306,26 @@ impl CudaNbody {
             let (first, own) = (bounds[d], bounds[d + 1] - bounds[d]);
             let i_blocks = seg_pad[d] / bp;
             let mut segments = Vec::with_capacity(count);
+            let f = |name| gpu.function(&KERNELS, Precision::F64, &defines, name);
+            let forces = f(if mutual {
+                "nbody_mutual"
+            } else {
+                "nbody_forces"
+            })?;
+            // nbody_mutual: rounds side by side, one split each, for MUTUAL_WAVES waves of
+            // blocks per launch (KEISAN_NBODY_SLOTS overrides).
             let mut splits = 0;
-            for e in 0..count {
+            if mutual {
+                let per_sm = forces.occupancy_max_active_blocks_per_multiprocessor(
+                    shape.threads as u32,
+                    0,
+                    None,
+                )? as usize;
+                let (resident, round) = (gpu.multiprocessors * per_sm.max(1), seg_pad[d] / bp / 2);
+                let slots = (MUTUAL_WAVES * resident).div_ceil(round);
+                splits = tuning_number("KEISAN_NBODY_SLOTS", slots).clamp(1, 2 * round - 1);
+            }
+            for e in (0..count).filter(|_| !mutual) {
                 let (t0, tiles) = (seg_off[e] / shape.threads, seg_pad[e] / shape.threads);
                 let tps = tiles_per_split(i_blocks, tiles, gpu.multiprocessors);
                 segments.push((t0 as i32, (t0 + tiles) as i32, tps as i32, splits as i32));
@@ -258,7 +335,6 @@ impl CudaNbody {
                 (own * 7 * 8 + total * 16 + seg_pad[d] * 16 * splits) as u128,
                 "the particles and their forces",
             )?;
-            let f = |name| gpu.function(&KERNELS, Precision::F64, &defines, name);
             let s = &gpu.stream;
             let range = first..first + own;
             let xs: Vec<f64> = p.pos[range.clone()].iter().flatten().copied().collect();
@@ -286,7 +362,8 @@ impl CudaNbody {
                 segments,
                 splits,
                 pack: f("nbody_pack")?,
-                forces: f("nbody_forces")?,
+                forces,
+                mutual,
                 kick: f("nbody_kick")?,
                 drift: f("nbody_drift")?,
                 gpu: gpu.clone(),
@@ -341,6 +418,10 @@ impl CudaNbody {
             let part = &mut self.parts[d];
             pack(part, own)?;
             part.packed.record(&part.gpu.stream)?;
+            if part.mutual {
+                launch_mutual(part, self.shape, own.1, eps2)?;
+                continue;
+            }
             launch_forces(part, self.shape, own, d, eps2)?;
         }
         if count == 1 {
@@ -550,6 +631,11 @@ impl CudaNbody {
     }
 
     /// Splits of the force sums per device.
+    /// Whether each pair of tiles is evaluated once (nbody_mutual).
+    pub fn mutual(&self) -> bool {
+        self.parts.iter().any(|p| p.mutual)
+    }
+
     pub fn splits(&self) -> Vec<usize> {
         self.parts.iter().map(|p| p.splits).collect()
     }
@@ -681,6 +767,41 @@ fn launch_forces(
     // SAFETY: the grid covers the segment's pad i-particles (ipt per thread) and the
     // j-tiles t0..t1 of xm; parts holds (base + splits) · pad float4s at least.
     unsafe { l.launch(cfg) }?;
+    Ok(())
+}
+
+/// Every pair of tiles of `part`'s `pad` particles once (nbody_mutual: the tiles against
+/// themselves into split 0, then the circle method's rounds, one per split side by side in
+/// each launch, round r adding into split r mod splits).
+fn launch_mutual(part: &mut Part, shape: ForceShape, pad: usize, eps2: f32) -> Result<()> {
+    if part.n == 0 {
+        return Ok(());
+    }
+    let tiles = (pad / shape.block_particles()) as i32;
+    let s = part.gpu.stream.clone();
+    let slots = part.splits;
+    s.memset_zeros(&mut part.parts.slice_mut(4 * pad..))?;
+    let n_pad = pad as i32;
+    let mut round = -1;
+    while round < tiles - 1 {
+        let grid_dim = match round {
+            -1 => (tiles as u32, 1, 1),
+            _ => ((tiles / 2) as u32, slots as u32, 1),
+        };
+        let cfg = LaunchConfig {
+            grid_dim,
+            block_dim: (shape.threads as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut l = s.launch_builder(&part.forces);
+        l.arg(&part.xm).arg(&mut part.parts).arg(&tiles).arg(&round);
+        l.arg(&n_pad).arg(&eps2);
+        // SAFETY: xm holds `tiles` (even) tiles of block_particles float4s and parts
+        // `slots` such runs; the launches of one stream run in order, and the blocks
+        // of a launch touch disjoint (tile, slot) ranges.
+        unsafe { l.launch(cfg) }?;
+        round += if round < 0 { 1 } else { slots as i32 };
+    }
     Ok(())
 }
 

@@ -120,6 +120,131 @@ nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int i_base
         o[k * NB_THREADS] = make_float4((float)ax[k], (float)ay[k], (float)az[k], 0.f);
 }
 
+// Each pair of particles once (Newton's third law): tiles of S = NB_THREADS·NB_IPT
+// particles, tile I's in registers (NB_IPT per thread, as nbody_forces holds them) against
+// tile J's through shared memory; a pair's term d/r^3 adds to i and, negated, to j. A
+// thread's terms for one j are summed over its NB_IPT i-particles, over the warp by
+// shuffles and over the warps in warp order, so the force on j is a fixed sum. Per pair:
+// nbody_forces' 12 instructions and 3 FFMA more for j (15 for two interactions), plus 18
+// per j and warp for the shuffles (per 32·NB_IPT pairs).
+//
+// round < 0: every tile against itself (blockIdx.x = I = J, i-side only), written to acc;
+// else rounds round + blockIdx.y (< tiles - 1) of the circle method, tiles - 1 fixed and
+// the others rotating, so that every tile is in exactly one pair of a round and every pair
+// of tiles in exactly one round; each pair adds its sums to slot blockIdx.y of acc
+// (slots n_pad apart). The rounds a launch runs side by side (more warps per SM than one
+// round's tiles/2 blocks give) write distinct slots and no two blocks of a round touch
+// the same tile, so every particle's sum in a slot is added in round order: the same bits
+// on every run. Padding particles are far and massless: their terms are zero.
+template <bool MUTUAL>
+__device__ __forceinline__ void nbody_tile_pair(const float4* __restrict__ xm, float4* acc,
+                                                int I, int J, float eps2) {
+    __shared__ float4 tile[NB_THREADS];
+    __shared__ float warp_sums[NB_THREADS / 32][NB_THREADS][3];
+    constexpr int S = NB_THREADS * NB_IPT;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Lanes 0, 1, 2 store the warp's x, y, z sums of each j here.
+    float* const warp_out = &warp_sums[warp][0][min(lane, 2)];
+    float px[NB_IPT], py[NB_IPT], pz[NB_IPT], ax[NB_IPT], ay[NB_IPT], az[NB_IPT];
+#if !NB_EQUAL_MASS
+    float pm[NB_IPT];
+#endif
+#pragma unroll
+    for (int k = 0; k < NB_IPT; ++k) {
+        const float4 p = xm[I * S + k * NB_THREADS + threadIdx.x];
+        px[k] = p.x; py[k] = p.y; pz[k] = p.z;
+#if !NB_EQUAL_MASS
+        pm[k] = p.w;
+#endif
+        ax[k] = 0.f; ay[k] = 0.f; az[k] = 0.f;
+    }
+    for (int c = 0; c < NB_IPT; ++c) {
+        __syncthreads();
+        tile[threadIdx.x] = xm[J * S + c * NB_THREADS + threadIdx.x];
+        __syncthreads();
+        NB_UNROLL_PRAGMA(NB_UNROLL)
+        for (int j = 0; j < NB_THREADS; ++j) {
+            const float4 o = tile[j];
+            float qx = 0.f, qy = 0.f, qz = 0.f;
+#pragma unroll
+            for (int k = 0; k < NB_IPT; ++k) {
+                const float dx = o.x - px[k], dy = o.y - py[k], dz = o.z - pz[k];
+                const float r2 = fmaf(dz, dz, fmaf(dy, dy, fmaf(dx, dx, eps2)));
+                const float inv = nb_rsqrt(r2);
+                const float t = inv * inv * inv;
+#if NB_EQUAL_MASS
+                const float s = t, u = t;
+#else
+                const float s = o.w * t, u = pm[k] * t;
+#endif
+                ax[k] = fmaf(s, dx, ax[k]);
+                ay[k] = fmaf(s, dy, ay[k]);
+                az[k] = fmaf(s, dz, az[k]);
+                if (MUTUAL) {
+                    qx = fmaf(-u, dx, qx);
+                    qy = fmaf(-u, dy, qy);
+                    qz = fmaf(-u, dz, qz);
+                }
+            }
+            if (MUTUAL) {
+                // The three sums over the warp in 8 shuffles (GROMACS' j-force reduction):
+                // pairs leave x in even lanes and y in odd ones, quads z in lane 2 of
+                // each four, then one value per lane halves down to lanes 0, 1, 2.
+                qx += __shfl_down_sync(0xffffffffu, qx, 1);
+                qy += __shfl_up_sync(0xffffffffu, qy, 1);
+                qz += __shfl_down_sync(0xffffffffu, qz, 1);
+                if (lane & 1) qx = qy;
+                qx += __shfl_down_sync(0xffffffffu, qx, 2);
+                qz += __shfl_up_sync(0xffffffffu, qz, 2);
+                if (lane & 2) qx = qz;
+                qx += __shfl_down_sync(0xffffffffu, qx, 4);
+                qx += __shfl_down_sync(0xffffffffu, qx, 8);
+                qx += __shfl_down_sync(0xffffffffu, qx, 16);
+                if (lane < 3) warp_out[3 * j] = qx;
+            }
+        }
+        if (MUTUAL) {
+            __syncthreads();
+            // The chunk's sums into J's particle c·NB_THREADS + threadIdx.x: this
+            // thread's alone in the round.
+            float4& a = acc[J * S + c * NB_THREADS + threadIdx.x];
+            float4 b = a;
+#pragma unroll
+            for (int w = 0; w < NB_THREADS / 32; ++w) {
+                const float* v = warp_sums[w][threadIdx.x];
+                b.x += v[0]; b.y += v[1]; b.z += v[2];
+            }
+            a = b;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NB_IPT; ++k) {
+        float4& a = acc[I * S + k * NB_THREADS + threadIdx.x];
+        if (MUTUAL) {
+            const float4 o = a;
+            a = make_float4(o.x + ax[k], o.y + ay[k], o.z + az[k], 0.f);
+        } else {
+            a = make_float4(ax[k], ay[k], az[k], 0.f);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NB_THREADS, NB_MINB)
+nbody_mutual(const float4* __restrict__ xm, float4* __restrict__ acc, int tiles, int round,
+             int n_pad, float eps2) {
+    if (round < 0) {
+        nbody_tile_pair<false>(xm, acc, blockIdx.x, blockIdx.x, eps2);
+        return;
+    }
+    round += blockIdx.y;
+    acc += (size_t)blockIdx.y * n_pad;
+    if (round >= tiles - 1) return;
+    const int m = tiles - 1, q = blockIdx.x;
+    const int I = q == 0 ? m : (round + q) % m;
+    const int J = q == 0 ? round : (round - q + m) % m;
+    nbody_tile_pair<true>(xm, acc, I, J, eps2);
+}
+
 // Sum the splits of each particle in split order (deterministic) and kick:
 // v += scale * a * h (f64), scale = G (or G*m with NB_EQUAL_MASS).
 extern "C" __global__ void nbody_kick(const float4* __restrict__ parts, int splits, int n_pad,

@@ -72,6 +72,7 @@ impl Fit {
         ForceShape {
             threads: self.threads,
             ipt: self.ipt,
+            mutual: Some(false),
         }
     }
 

@@ -193,22 +193,46 @@ fn shares_over_several_devices_agree_with_one_and_repeat() {
         ] {
             let (acc, _) = cpu::accelerations(&p, grav, false);
             for (what, gpus) in &placements {
-                let mut e = CudaNbody::new(gpus, grav, 0.01, &p, 0, false).unwrap();
-                let err = worst_relative(&e.accelerations().unwrap(), &acc);
-                eprintln!("{what}, n {n}: {err:e} (splits {:?})", e.splits());
-                assert!(err < 1e-4, "{what}, n {n}: {err:e}");
+                // Each interaction, or each pair of tiles once with every device taking
+                // every count-th round and gathering its share's sums from all (small
+                // tiles: several rounds per device even at these N).
+                for shape in [
+                    ForceShape::default(),
+                    ForceShape {
+                        threads: 32,
+                        ipt: 2,
+                        mutual: Some(true),
+                    },
+                ] {
+                    let mut e =
+                        CudaNbody::with_shape(gpus, grav, 0.01, &p, 0, false, shape).unwrap();
+                    let err = worst_relative(&e.accelerations().unwrap(), &acc);
+                    eprintln!(
+                        "{what}, n {n}, {shape:?}: {err:e} (splits {:?})",
+                        e.splits()
+                    );
+                    assert!(err < 1e-4, "{what}, n {n}, {shape:?}: {err:e}");
+                }
             }
         }
     }
-    // A run on 3 shares repeats bit for bit, and keeps its particles in order.
+    // A run on 3 shares repeats bit for bit (both kernels), and keeps its particles in
+    // order.
     let p = presets::plummer(3000, 1.0, presets::PLUMMER_A, 4);
-    let run = || {
-        let mut e = CudaNbody::new(&placements[1].1, grav, 0.01, &p, 0, false).unwrap();
+    let run = |mutual| {
+        let shape = ForceShape {
+            mutual: Some(mutual),
+            ..ForceShape::default()
+        };
+        let mut e =
+            CudaNbody::with_shape(&placements[1].1, grav, 0.01, &p, 0, false, shape).unwrap();
         e.advance(10).unwrap();
         e.snapshot().unwrap().data
     };
-    let (x, y) = (run(), run());
+    let (x, y) = (run(false), run(false));
     assert!(common::same_bits(&x, &y));
+    let (xm, ym) = (run(true), run(true));
+    assert!(common::same_bits(&xm, &ym), "pairs once on 3 shares");
     let one = {
         let mut e = CudaNbody::new(std::slice::from_ref(gpu), grav, 0.01, &p, 0, false).unwrap();
         e.advance(10).unwrap();
@@ -223,4 +247,13 @@ fn shares_over_several_devices_agree_with_one_and_repeat() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0, f64::max);
     assert!(worst < 1e-6, "positions after 10 steps differ by {worst:e}");
+    let worst = xm
+        .iter()
+        .zip(&one)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(
+        worst < 1e-6,
+        "pairs once: positions after 10 steps differ by {worst:e}"
+    );
 }

@@ -232,7 +232,11 @@ fn run_on(
                         threads: shape.threads,
                         ipt: shape.ipt,
                         devices: gpus.len(),
-                        splits: e.splits()[0],
+                        splits: if mutual {
+                            e.rounds_per_launch()
+                        } else {
+                            e.splits()[0]
+                        },
                         mutual,
                         instructions: k,
                         seconds,

@@ -3,10 +3,11 @@
 //! with their terms summed in f64: the accurate mode). The j-sum is split over blocks
 //! so the grid fills whole waves of the device (small N: every SM works; large N: no
 //! half-empty last wave); the splits are added in order, so runs repeat bit for bit.
-//! On one device in one process at N ≥ 2^16 (H100) each pair of tiles is evaluated once
+//! On the devices of one process at N ≥ 2^16 (H100) each pair of tiles is evaluated once
 //! instead (nbody_mutual: Newton's third law, 9.6 instead of 12.1 instructions per
-//! interaction), the circle method's rounds giving every tile to one block per round, so
-//! again every sum is added in a fixed order.
+//! interaction), the circle method's rounds giving every tile to one block per round
+//! (several devices: every count-th round each, then each gathers its share's sums from
+//! all), so again every sum is added in a fixed order.
 //! The potential for the diagnostics is an f64 direct sum on the device ([`potential`]).
 
 use std::ops::Range;
@@ -113,6 +114,9 @@ struct Part {
     copied: cudarc::driver::CudaEvent,
     /// Recorded after the forces that read the copied segments.
     forces_done: cudarc::driver::CudaEvent,
+    /// nbody_mutual over several devices: recorded after this device's share of every
+    /// device's sums arrived in `parts`.
+    gathered: cudarc::driver::CudaEvent,
     n: usize,
     x: CudaSlice<f64>,
     v: CudaSlice<f64>,
@@ -121,12 +125,17 @@ struct Part {
     xm: CudaSlice<f32>,
     /// Per split, the kernel's (ax, ay, az, 0) of this share's (padded) particles.
     parts: CudaSlice<f32>,
+    /// nbody_mutual over several devices: this device's rounds' sums for every particle,
+    /// `slots` runs of all of them (a placeholder otherwise: one device sums into parts).
+    sums: CudaSlice<f32>,
+    /// nbody_mutual's rounds per launch.
+    slots: usize,
     /// Per j-segment: (first tile, end tile, tiles per split, first split).
     segments: Vec<(i32, i32, i32, i32)>,
     splits: usize,
     pack: CudaFunction,
     forces: CudaFunction,
-    /// `forces` is nbody_mutual (each pair of tiles once; one split).
+    /// `forces` is nbody_mutual (each pair of tiles once).
     mutual: bool,
     kick: CudaFunction,
     drift: CudaFunction,
@@ -230,11 +239,10 @@ impl CudaNbody {
         }
         let count = world.map_or(gpus.len(), |w| w.size);
         let bp = shape.block_particles();
-        // One device in one process: each pair of tiles once (nbody_mutual) where its
-        // pairs of tiles fill the device a few times over (KEISAN_NBODY_MUTUAL=0|1 forces
-        // the choice).
+        // Devices of one process: each pair of tiles once (nbody_mutual) where its pairs
+        // of tiles fill the devices a few times over (KEISAN_NBODY_MUTUAL=0|1 forces the
+        // choice).
         let mutual = world.is_none()
-            && gpus.len() == 1
             && !accurate
             && match (
                 shape.mutual,
@@ -245,7 +253,8 @@ impl CudaNbody {
                 (None, Ok("1")) => true,
                 _ => {
                     let tiles = 2 * n.div_ceil(2 * bp);
-                    tiles * (tiles - 1) / 2 >= MUTUAL_MIN_BLOCKS_PER_SM * gpus[0].multiprocessors
+                    let sms: usize = gpus.iter().map(|g| g.multiprocessors).sum();
+                    tiles * (tiles - 1) / 2 >= MUTUAL_MIN_BLOCKS_PER_SM * sms
                 }
             };
         // nbody_mutual pairs tiles of bp particles: an even count.
@@ -312,18 +321,25 @@ impl CudaNbody {
             } else {
                 "nbody_forces"
             })?;
-            // nbody_mutual: rounds side by side, one split each, for MUTUAL_WAVES waves of
-            // blocks per launch (KEISAN_NBODY_SLOTS overrides).
-            let mut splits = 0;
+            // nbody_mutual: rounds side by side, one sum buffer each, for MUTUAL_WAVES
+            // waves of blocks per launch (KEISAN_NBODY_SLOTS overrides); over several
+            // devices each takes every count-th round and its forces for all particles,
+            // and every device gathers its share's from all: count·slots splits.
+            let (mut splits, mut slots) = (0, 0);
             if mutual {
                 let per_sm = forces.occupancy_max_active_blocks_per_multiprocessor(
                     shape.threads as u32,
                     0,
                     None,
                 )? as usize;
-                let (resident, round) = (gpu.multiprocessors * per_sm.max(1), seg_pad[d] / bp / 2);
-                let slots = (MUTUAL_WAVES * resident).div_ceil(round);
-                splits = tuning_number("KEISAN_NBODY_SLOTS", slots).clamp(1, 2 * round - 1);
+                let (resident, round) = (gpu.multiprocessors * per_sm.max(1), total / bp / 2);
+                let most = (2 * round - 1).div_ceil(count);
+                slots = tuning_number(
+                    "KEISAN_NBODY_SLOTS",
+                    (MUTUAL_WAVES * resident).div_ceil(round),
+                )
+                .clamp(1, most);
+                splits = count * slots;
             }
             for e in (0..count).filter(|_| !mutual) {
                 let (t0, tiles) = (seg_off[e] / shape.threads, seg_pad[e] / shape.threads);
@@ -331,8 +347,13 @@ impl CudaNbody {
                 segments.push((t0 as i32, (t0 + tiles) as i32, tps as i32, splits as i32));
                 splits += tiles.div_ceil(tps);
             }
+            let sums = if mutual && count > 1 {
+                slots * total
+            } else {
+                0
+            };
             gpu.ensure_fits(
-                (own * 7 * 8 + total * 16 + seg_pad[d] * 16 * splits) as u128,
+                (own * 7 * 8 + total * 16 + (seg_pad[d] * splits + sums) * 16) as u128,
                 "the particles and their forces",
             )?;
             let s = &gpu.stream;
@@ -353,12 +374,15 @@ impl CudaNbody {
                 packed: gpu.ctx.new_event(None)?,
                 copied: gpu.ctx.new_event(None)?,
                 forces_done: gpu.ctx.new_event(None)?,
+                gathered: gpu.ctx.new_event(None)?,
                 n: own,
                 x: upload(&xs)?,
                 v: upload(&vs)?,
                 m: upload(&p.mass[range])?,
                 xm: s.alloc_zeros::<f32>(4 * total)?,
                 parts: s.alloc_zeros::<f32>(4 * seg_pad[d] * splits)?,
+                sums: s.alloc_zeros::<f32>(4 * sums.max(1))?,
+                slots,
                 segments,
                 splits,
                 pack: f("nbody_pack")?,
@@ -408,18 +432,26 @@ impl CudaNbody {
         }
         let count = self.parts.len();
         let eps2 = (self.grav.softening * self.grav.softening) as f32;
+        let mutual = self.parts[0].mutual;
         for d in 0..count {
             if count > 1 {
                 for e in (0..count).filter(|&e| e != d) {
                     self.parts[d].gpu.stream.wait(&self.parts[e].copied)?;
+                }
+                // nbody_mutual: every device's gather of this one's sums is done.
+                for e in (0..count).filter(|_| mutual) {
+                    self.parts[d].gpu.stream.wait(&self.parts[e].gathered)?;
                 }
             }
             let own = (self.seg_off[d], self.seg_pad[d]);
             let part = &mut self.parts[d];
             pack(part, own)?;
             part.packed.record(&part.gpu.stream)?;
-            if part.mutual {
-                launch_mutual(part, self.shape, own.1, eps2)?;
+            if mutual {
+                // One device: every round, into its splits; several: after the copies.
+                if count == 1 {
+                    launch_mutual(part, self.shape, own.1, eps2, (0, 1))?;
+                }
                 continue;
             }
             launch_forces(part, self.shape, own, d, eps2)?;
@@ -453,14 +485,63 @@ impl CudaNbody {
             }
             self.parts[d].copied.record(&c)?;
         }
+        let total: usize = self.seg_pad.iter().sum();
         for d in 0..count {
             let own = (self.seg_off[d], self.seg_pad[d]);
             let part = &mut self.parts[d];
             part.gpu.stream.wait(&part.copied)?;
-            for e in (0..count).filter(|&e| e != d) {
-                launch_forces(part, self.shape, own, e, eps2)?;
+            if mutual {
+                launch_mutual(part, self.shape, total, eps2, (d, count))?;
+            } else {
+                for e in (0..count).filter(|&e| e != d) {
+                    launch_forces(part, self.shape, own, e, eps2)?;
+                }
             }
             part.forces_done.record(&part.gpu.stream)?;
+        }
+        if mutual {
+            self.gather_sums()?;
+        }
+        Ok(())
+    }
+
+    /// nbody_mutual over several devices: every device's share of every device's sums
+    /// (device e's slot s to split e·slots + s), by peer copies on the copy stream once
+    /// those forces are done; the device's stream (its kick) waits for them.
+    fn gather_sums(&mut self) -> Result<()> {
+        let count = self.parts.len();
+        let total: usize = self.seg_pad.iter().sum();
+        for d in 0..count {
+            let c = self.parts[d].copy.clone();
+            for e in 0..count {
+                c.wait(&self.parts[e].forces_done)?;
+            }
+            let (off, pad, slots) = (self.seg_off[d], self.seg_pad[d], self.parts[d].slots);
+            let dst_part = &self.parts[d];
+            let (dst, _) = dst_part.parts.device_ptr(&dst_part.gpu.stream);
+            dst_part.gpu.ctx.bind_to_thread()?;
+            for e in 0..count {
+                let (src, _) = self.parts[e].sums.device_ptr(&self.parts[e].gpu.stream);
+                for slot in 0..slots {
+                    let from = (slot * total + off) * 16;
+                    let to = ((e * slots + slot) * pad) * 16;
+                    // SAFETY: sums holds slots runs of `total` float4s on every device, parts
+                    // count·slots runs of `pad`; the copy waits for every device's forces,
+                    // and every device's next forces wait for this gather (`gathered`).
+                    unsafe {
+                        cudarc::driver::result::memcpy_peer_async(
+                            dst_part.gpu.ctx.cu_ctx(),
+                            dst + to as u64,
+                            self.parts[e].gpu.ctx.cu_ctx(),
+                            src + from as u64,
+                            pad * 16,
+                            c.cu_stream(),
+                        )?;
+                    }
+                }
+            }
+            self.parts[d].gathered.record(&c)?;
+            self.parts[d].gpu.stream.wait(&self.parts[d].gathered)?;
         }
         Ok(())
     }
@@ -636,6 +717,11 @@ impl CudaNbody {
         self.parts.iter().any(|p| p.mutual)
     }
 
+    /// nbody_mutual's rounds side by side per launch on the first device (0 without it).
+    pub fn rounds_per_launch(&self) -> usize {
+        self.parts[0].slots
+    }
+
     pub fn splits(&self) -> Vec<usize> {
         self.parts.iter().map(|p| p.splits).collect()
     }
@@ -770,37 +856,61 @@ fn launch_forces(
     Ok(())
 }
 
-/// Every pair of tiles of `part`'s `pad` particles once (nbody_mutual: the tiles against
-/// themselves into split 0, then the circle method's rounds, one per split side by side in
-/// each launch, round r adding into split r mod splits).
-fn launch_mutual(part: &mut Part, shape: ForceShape, pad: usize, eps2: f32) -> Result<()> {
-    if part.n == 0 {
-        return Ok(());
-    }
+/// The pairs of tiles of all `pad` particles (every tile's packed position on this
+/// device) that device `first` of `stride` takes, once each (nbody_mutual: its tiles
+/// against themselves, then its rounds of the circle method, `slots` side by side in each
+/// launch, its m-th round adding into slot m mod slots); into `parts` on one device, else
+/// into `sums` (all particles) for the gather.
+fn launch_mutual(
+    part: &mut Part,
+    shape: ForceShape,
+    pad: usize,
+    eps2: f32,
+    (first, stride): (usize, usize),
+) -> Result<()> {
     let tiles = (pad / shape.block_particles()) as i32;
     let s = part.gpu.stream.clone();
-    let slots = part.splits;
-    s.memset_zeros(&mut part.parts.slice_mut(4 * pad..))?;
-    let n_pad = pad as i32;
-    let mut round = -1;
+    let slots = part.slots;
+    let out = if stride == 1 {
+        &mut part.parts
+    } else {
+        &mut part.sums
+    };
+    s.memset_zeros(out)?;
+    let (n_pad, first, stride) = (pad as i32, first as i32, stride as i32);
+    let mut round = first - stride; // the tiles against themselves first
     while round < tiles - 1 {
-        let grid_dim = match round {
-            -1 => (tiles as u32, 1, 1),
-            _ => ((tiles / 2) as u32, slots as u32, 1),
+        let grid_dim = if round < 0 {
+            ((tiles - first + stride - 1).max(0) / stride, 1, 1)
+        } else {
+            (tiles / 2, slots as i32, 1)
         };
+        if grid_dim.0 == 0 {
+            round += stride;
+            continue;
+        }
+        let grid_dim = (grid_dim.0 as u32, grid_dim.1 as u32, 1);
         let cfg = LaunchConfig {
             grid_dim,
             block_dim: (shape.threads as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let kernel_round = round.max(-1);
         let mut l = s.launch_builder(&part.forces);
-        l.arg(&part.xm).arg(&mut part.parts).arg(&tiles).arg(&round);
-        l.arg(&n_pad).arg(&eps2);
-        // SAFETY: xm holds `tiles` (even) tiles of block_particles float4s and parts
+        l.arg(&part.xm)
+            .arg(&mut *out)
+            .arg(&tiles)
+            .arg(&kernel_round);
+        l.arg(&first).arg(&stride).arg(&n_pad).arg(&eps2);
+        // SAFETY: xm holds `tiles` (even) tiles of block_particles float4s and the output
         // `slots` such runs; the launches of one stream run in order, and the blocks
         // of a launch touch disjoint (tile, slot) ranges.
         unsafe { l.launch(cfg) }?;
-        round += if round < 0 { 1 } else { slots as i32 };
+        round += if round < 0 {
+            stride
+        } else {
+            slots as i32 * stride
+        };
     }
     Ok(())
 }

@@ -128,14 +128,16 @@ nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int i_base
 // nbody_forces' 12 instructions and 3 FFMA more for j (15 for two interactions), plus 18
 // per j and warp for the shuffles (per 32·NB_IPT pairs).
 //
-// round < 0: every tile against itself (blockIdx.x = I = J, i-side only), written to acc;
-// else rounds round + blockIdx.y (< tiles - 1) of the circle method, tiles - 1 fixed and
-// the others rotating, so that every tile is in exactly one pair of a round and every pair
-// of tiles in exactly one round; each pair adds its sums to slot blockIdx.y of acc
-// (slots n_pad apart). The rounds a launch runs side by side (more warps per SM than one
-// round's tiles/2 blocks give) write distinct slots and no two blocks of a round touch
-// the same tile, so every particle's sum in a slot is added in round order: the same bits
-// on every run. Padding particles are far and massless: their terms are zero.
+// acc starts at zero. round < 0: tiles first, first + stride, ... against themselves
+// (blockIdx.x-th of them; i-side only), added to slot 0; else rounds round + blockIdx.y ·
+// stride (< tiles - 1) of the circle method, tiles - 1 fixed and the others rotating, so
+// that every tile is in exactly one pair of a round and every pair of tiles in exactly one
+// round; each pair adds its sums to slot blockIdx.y of acc (slots n_pad apart). The rounds
+// a launch runs side by side (more warps per SM than one round's tiles/2 blocks give)
+// write distinct slots and no two blocks of a round touch the same tile, so every
+// particle's sum in a slot is added in round order: the same bits on every run (several
+// devices take every stride-th round and tile, first = the device). Padding particles are
+// far and massless: their terms are zero.
 template <bool MUTUAL>
 __device__ __forceinline__ void nbody_tile_pair(const float4* __restrict__ xm, float4* acc,
                                                 int I, int J, float eps2) {
@@ -220,23 +222,20 @@ __device__ __forceinline__ void nbody_tile_pair(const float4* __restrict__ xm, f
 #pragma unroll
     for (int k = 0; k < NB_IPT; ++k) {
         float4& a = acc[I * S + k * NB_THREADS + threadIdx.x];
-        if (MUTUAL) {
-            const float4 o = a;
-            a = make_float4(o.x + ax[k], o.y + ay[k], o.z + az[k], 0.f);
-        } else {
-            a = make_float4(ax[k], ay[k], az[k], 0.f);
-        }
+        const float4 o = a;
+        a = make_float4(o.x + ax[k], o.y + ay[k], o.z + az[k], 0.f);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(NB_THREADS, NB_MINB)
 nbody_mutual(const float4* __restrict__ xm, float4* __restrict__ acc, int tiles, int round,
-             int n_pad, float eps2) {
+             int first, int stride, int n_pad, float eps2) {
     if (round < 0) {
-        nbody_tile_pair<false>(xm, acc, blockIdx.x, blockIdx.x, eps2);
+        const int t = first + blockIdx.x * stride;
+        if (t < tiles) nbody_tile_pair<false>(xm, acc, t, t, eps2);
         return;
     }
-    round += blockIdx.y;
+    round += blockIdx.y * stride;
     acc += (size_t)blockIdx.y * n_pad;
     if (round >= tiles - 1) return;
     const int m = tiles - 1, q = blockIdx.x;

@@ -317,7 +317,7 @@ mpi_gpu() {
 # the device call carries at most 64 MiB): on a host with two GPUs (nvidia-h200-x2), the
 # figures issue 13 still lacks — weak and strong scaling with the exchange, exposed and
 # hidden, for heat (f32, f64), Jacobi (two-sweep slabs) and electrostatics on devices 0,1,
-# then N-body on two GPU ranks (mpi build). About 6 minutes.
+# then N-body on two GPUs of one process and on two GPU ranks (mpi build). About 7 minutes.
 next() {
   device; mkdir -p "$OUT"
   for prec in f32 f64; do
@@ -337,6 +337,8 @@ next() {
     echo "== bench electrostatics --devices 0,1 --precision $prec"
     timeout 200 $K bench electrostatics --devices 0,1 --precision $prec | tail -6
   done
+  echo "== bench nbody --devices 0,1 (issue 14: >= 1.9x one GPU at 2^20, each pair once on both)"
+  timeout 300 $K bench nbody --devices 0,1 --n 262144,1048576 --repetitions 3 | grep "N ="
   [ -d gpu/tests ] && tests
   nbody_mpi  # needs the mpi build (FEATURES="--features mpi" scripts/gpu.sh build)
 }

@@ -241,19 +241,13 @@ fn shares_over_several_devices_agree_with_one_and_repeat() {
     // Masses are carried, not computed: the same bits; positions agree to f32 forces.
     let masses = |d: &[f64]| d.chunks(7).map(|r| r[6]).collect::<Vec<_>>();
     assert!(common::same_bits(&masses(&x), &masses(&one)));
-    let worst = x
-        .iter()
-        .zip(&one)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    assert!(worst < 1e-6, "positions after 10 steps differ by {worst:e}");
-    let worst = xm
-        .iter()
-        .zip(&one)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-    assert!(
-        worst < 1e-6,
-        "pairs once: positions after 10 steps differ by {worst:e}"
-    );
+    for (what, run) in [("each interaction", &x), ("pairs once", &xm)] {
+        let worst = (run.iter().zip(&one))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst < 1e-6,
+            "{what}: positions after 10 steps differ by {worst:e}"
+        );
+    }
 }

@@ -33,9 +33,9 @@ pub const KERNELS: KernelSource = KernelSource {
 pub struct ForceShape {
     pub threads: usize,
     pub ipt: usize,
-    /// Each pair of tiles once (nbody_mutual) on one device in one process: Some(choice),
-    /// or None for the default (where a round fills the device; KEISAN_NBODY_MUTUAL=0|1
-    /// overrides it).
+    /// Each pair of tiles once (nbody_mutual) on the devices of one process: Some(choice),
+    /// or None for the default (where its pairs of tiles fill the devices a few times
+    /// over; KEISAN_NBODY_MUTUAL=0|1 overrides it). Never under mpirun or in accurate mode.
     pub mutual: Option<bool>,
 }
 

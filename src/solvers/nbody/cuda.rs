@@ -464,24 +464,12 @@ impl CudaNbody {
             c.wait(&self.parts[d].forces_done)?;
             for e in (0..count).filter(|&e| e != d) {
                 c.wait(&self.parts[e].packed)?;
-                let (off, bytes) = (self.seg_off[e], self.seg_pad[e] * 16);
-                let (src, _) = self.parts[e].xm.device_ptr(&self.parts[e].gpu.stream);
-                let dst_part = &self.parts[d];
-                let (dst, _) = dst_part.xm.device_ptr(&dst_part.gpu.stream);
-                dst_part.gpu.ctx.bind_to_thread()?;
+                let (off, bytes) = (self.seg_off[e] * 16, self.seg_pad[e] * 16);
+                let (dst, src) = (&self.parts[d], &self.parts[e]);
                 // SAFETY: both ranges are segment e of live xm buffers of the same length;
                 // the copy stream waits for e's pack and for d's last read of the range,
                 // and e's next pack waits for this copy (`copied`).
-                unsafe {
-                    cudarc::driver::result::memcpy_peer_async(
-                        dst_part.gpu.ctx.cu_ctx(),
-                        dst + (off * 16) as u64,
-                        self.parts[e].gpu.ctx.cu_ctx(),
-                        src + (off * 16) as u64,
-                        bytes,
-                        c.cu_stream(),
-                    )?;
-                }
+                unsafe { peer_copy((dst, &dst.xm, off), (src, &src.xm, off), bytes, &c) }?;
             }
             self.parts[d].copied.record(&c)?;
         }
@@ -517,11 +505,8 @@ impl CudaNbody {
                 c.wait(&self.parts[e].forces_done)?;
             }
             let (off, pad, slots) = (self.seg_off[d], self.seg_pad[d], self.parts[d].slots);
-            let dst_part = &self.parts[d];
-            let (dst, _) = dst_part.parts.device_ptr(&dst_part.gpu.stream);
-            dst_part.gpu.ctx.bind_to_thread()?;
-            for e in 0..count {
-                let (src, _) = self.parts[e].sums.device_ptr(&self.parts[e].gpu.stream);
+            let dst = &self.parts[d];
+            for (e, src) in self.parts.iter().enumerate() {
                 for slot in 0..slots {
                     let from = (slot * total + off) * 16;
                     let to = ((e * slots + slot) * pad) * 16;
@@ -529,15 +514,8 @@ impl CudaNbody {
                     // count·slots runs of `pad`; the copy waits for every device's forces,
                     // and every device's next forces wait for this gather (`gathered`).
                     unsafe {
-                        cudarc::driver::result::memcpy_peer_async(
-                            dst_part.gpu.ctx.cu_ctx(),
-                            dst + to as u64,
-                            self.parts[e].gpu.ctx.cu_ctx(),
-                            src + from as u64,
-                            pad * 16,
-                            c.cu_stream(),
-                        )?;
-                    }
+                        peer_copy((dst, &dst.parts, to), (src, &src.sums, from), pad * 16, &c)
+                    }?;
                 }
             }
             self.parts[d].gathered.record(&c)?;
@@ -711,7 +689,6 @@ impl CudaNbody {
         })
     }
 
-    /// Splits of the force sums per device.
     /// Whether each pair of tiles is evaluated once (nbody_mutual).
     pub fn mutual(&self) -> bool {
         self.parts.iter().any(|p| p.mutual)
@@ -722,6 +699,7 @@ impl CudaNbody {
         self.parts[0].slots
     }
 
+    /// Splits of the force sums per device.
     pub fn splits(&self) -> Vec<usize> {
         self.parts.iter().map(|p| p.splits).collect()
     }
@@ -878,40 +856,59 @@ fn launch_mutual(
     };
     s.memset_zeros(out)?;
     let (n_pad, first, stride) = (pad as i32, first as i32, stride as i32);
-    let mut round = first - stride; // the tiles against themselves first
-    while round < tiles - 1 {
-        let grid_dim = if round < 0 {
-            ((tiles - first + stride - 1).max(0) / stride, 1, 1)
-        } else {
-            (tiles / 2, slots as i32, 1)
-        };
-        if grid_dim.0 == 0 {
-            round += stride;
-            continue;
-        }
-        let grid_dim = (grid_dim.0 as u32, grid_dim.1 as u32, 1);
+    // Round -1: the device's tiles against themselves; then its rounds, slots per launch.
+    let own_tiles = (tiles - first + stride - 1).max(0) / stride;
+    let launches = std::iter::once((-1, (own_tiles, 1)))
+        .chain(
+            (first..tiles - 1)
+                .step_by(slots * stride as usize)
+                .map(|r| (r, (tiles / 2, slots as i32))),
+        )
+        .filter(|&(_, (blocks, _))| blocks > 0);
+    for (round, (blocks, side_by_side)) in launches {
         let cfg = LaunchConfig {
-            grid_dim,
+            grid_dim: (blocks as u32, side_by_side as u32, 1),
             block_dim: (shape.threads as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let kernel_round = round.max(-1);
         let mut l = s.launch_builder(&part.forces);
-        l.arg(&part.xm)
-            .arg(&mut *out)
-            .arg(&tiles)
-            .arg(&kernel_round);
+        l.arg(&part.xm).arg(&mut *out).arg(&tiles).arg(&round);
         l.arg(&first).arg(&stride).arg(&n_pad).arg(&eps2);
         // SAFETY: xm holds `tiles` (even) tiles of block_particles float4s and the output
         // `slots` such runs; the launches of one stream run in order, and the blocks
         // of a launch touch disjoint (tile, slot) ranges.
         unsafe { l.launch(cfg) }?;
-        round += if round < 0 {
-            stride
-        } else {
-            slots as i32 * stride
-        };
     }
+    Ok(())
+}
+
+/// Copies `bytes` bytes from byte `from` of `src` (a buffer of device part `sp`) to byte
+/// `to` of `dst` (of part `dp`) on `stream`: a peer copy, or a plain one where both parts
+/// share a device.
+///
+/// # Safety
+/// Both ranges lie inside their buffers, and `stream` is ordered after the last write of
+/// the source range and the last read of the destination range.
+unsafe fn peer_copy(
+    (dp, dst, to): (&Part, &CudaSlice<f32>, usize),
+    (sp, src, from): (&Part, &CudaSlice<f32>, usize),
+    bytes: usize,
+    stream: &cudarc::driver::CudaStream,
+) -> Result<()> {
+    let (d, _) = dst.device_ptr(&dp.gpu.stream);
+    let (s, _) = src.device_ptr(&sp.gpu.stream);
+    dp.gpu.ctx.bind_to_thread()?;
+    // SAFETY: as the caller promises.
+    unsafe {
+        cudarc::driver::result::memcpy_peer_async(
+            dp.gpu.ctx.cu_ctx(),
+            d + to as u64,
+            sp.gpu.ctx.cu_ctx(),
+            s + from as u64,
+            bytes,
+            stream.cu_stream(),
+        )
+    }?;
     Ok(())
 }
 

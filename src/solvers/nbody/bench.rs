@@ -223,7 +223,8 @@ fn run_on(
                     };
                     let rate = (n as f64).powi(2) / seconds;
                     let mutual = e.mutual();
-                    let k = instructions.map(|k| per_interaction(k, mutual, shape.ipt));
+                    let k = instructions
+                        .map(|k| per_interaction(k, !a.unequal_masses, mutual, shape.ipt));
                     let sample = 0..n.min(256);
                     let exact = cpu::accelerations_of(&p, grav, false, sample.clone()).0;
                     let got = &e.accelerations()?[sample];
@@ -400,10 +401,9 @@ fn human(b: &NbodyBench) -> String {
 /// second mass product), plus per j and warp the instructions of its shuffles, shared
 /// load and store and loop: 33 and 34.5 (the SASS of its 2-j loop on sm_90 at ipt 8: 306
 /// and 341 instructions).
-pub fn per_interaction(k: f64, mutual: bool, ipt: usize) -> f64 {
+pub fn per_interaction(k: f64, equal_masses: bool, mutual: bool, ipt: usize) -> f64 {
     let ipt = ipt as f64;
-    let equal = k < 12.5;
-    match (mutual, equal) {
+    match (mutual, equal_masses) {
         (false, _) => k + 1.0 / ipt,
         (true, true) => (15.0 * ipt + 33.0) / (2.0 * ipt),
         (true, false) => (17.0 * ipt + 34.5) / (2.0 * ipt),

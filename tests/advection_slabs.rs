@@ -55,7 +55,21 @@ fn run<T: Real>(
     source: VelocitySource,
 ) -> Vec<T> {
     let mut e: Box<dyn Engine<Real = T>> = if placement.is_single() {
-        advection::engine(p, placement, None, f0.to_vec()).unwrap()
+        match placement.first() {
+            // The engine of one device with the velocity source of the slabs (presets in
+            // the kernel take the separable form, arrays the general one).
+            keisan::device::Device::Cuda(gpu) => Box::new(
+                advection::cuda::CudaAdvection::with_velocity(
+                    gpu.clone(),
+                    p,
+                    f0.to_vec(),
+                    0,
+                    source,
+                )
+                .unwrap(),
+            ),
+            _ => advection::engine(p, placement, None, f0.to_vec()).unwrap(),
+        }
     } else {
         advection::slabs(p, placement, f0, 0, source).unwrap()
     };

@@ -94,3 +94,41 @@ fn electrostatics_staged_sweep_compiles() {
         assert!(ptx.to_src().contains("es_staged"), "{p}");
     }
 }
+
+/// The advection kernels in the velocity modes, boundaries, steps per pass and columns
+/// per thread the engine compiles (the separable kernels' paired rows need ADV_COLS even).
+#[test]
+fn advection_variants_compile() {
+    use keisan::solvers::advection::cuda::KERNELS;
+    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none()
+        && compile(&KERNELS, Precision::F32, "sm_90", &[]).is_err()
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+        return;
+    }
+    for (mode, periodic, steps, cols, ty) in [
+        (0, 0, 2, 1, 16),
+        (0, 1, 3, 1, 12),
+        (1, 0, 3, 2, 16),
+        (2, 0, 2, 2, 16),
+        (2, 1, 4, 2, 12),
+        (2, 0, 2, 1, 16),
+        (3, 1, 1, 2, 16),
+    ] {
+        for p in [Precision::F32, Precision::F64] {
+            let defines = [
+                ("ADV_MODE", mode.to_string()),
+                ("ADV_PERIODIC", periodic.to_string()),
+                ("ADV_STEPS", steps.to_string()),
+                ("ADV_COLS", cols.to_string()),
+                ("ADV_TY", ty.to_string()),
+            ];
+            let ptx = compile(&KERNELS, p, "sm_90", &defines)
+                .unwrap_or_else(|e| panic!("{p} {defines:?}: {e}"));
+            for kernel in ["adv_step_sep", "adv_pass_sep", "adv_step", "adv_pass"] {
+                assert!(ptx.to_src().contains(kernel), "{p} {defines:?}: {kernel}");
+            }
+        }
+    }
+}

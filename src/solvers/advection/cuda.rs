@@ -59,16 +59,18 @@ fn tile() -> (u32, usize) {
 const PASS_THREADS: usize = 128;
 
 /// Steps per pass and tile rows: the problem's steps per pass, or the fastest measured on
-/// the H100 (contest 5, 2026-11-23): 2 steps over 16-row tiles (f32; 1.79 s against 1.97
-/// single steps) or 12-row tiles (f64; 3.59 against 4.33 s) when du, dv come from arrays;
-/// single steps when the kernel computes the velocity (1.18 s; its passes took 1.28 s at
-/// best: they are bound by instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
-fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool) -> (usize, usize) {
+/// the H100 (contest 5): 2 steps over 16-row tiles (f32) or 12-row tiles (f64) when du, dv
+/// come from arrays (2026-11-23: 1.79 s against 1.97 single steps; f64 3.59 against 4.33)
+/// and for the separable presets in the kernel (2026-11-24: 0.77 s against 1.26, 3 or 4
+/// steps 0.80); single steps for the general form with the velocity in the kernel (1.18 s;
+/// its passes took 1.28 s at best: bound by instructions, not bytes). `passes`: one of the
+/// first two. KEISAN_ADV_PASS=S,TY overrides.
+fn pass_shape<T: Real>(p: &AdvectionProblem, passes: bool) -> (usize, usize) {
     let rows = match T::PRECISION {
         crate::precision::Precision::F32 => 16,
         crate::precision::Precision::F64 => 12,
     };
-    let default = (if arrays { 2 } else { 1 }, rows);
+    let default = (if passes { 2 } else { 1 }, rows);
     let env = std::env::var("KEISAN_ADV_PASS").ok().and_then(|v| {
         let (a, b) = v.split_once(',')?;
         Some((a.parse().ok()?, b.parse().ok()?))
@@ -78,15 +80,43 @@ fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool) -> (usize, usize) {
 }
 
 /// Columns per thread of the pass (1, 2 or 4: each step's grown tile is then a whole
-/// number of them). One is fastest on the H100 (contest 5, 2 steps over 16 rows: 1.79 s;
-/// 2 columns 2.18 s, 4 columns 3.13 s: strided shared-memory rows conflict in banks);
-/// KEISAN_ADV_PASS_COLS overrides it.
-fn pass_cols() -> usize {
+/// number of them). The general form: one is fastest on the H100 (contest 5, 2 steps over
+/// 16 rows: 1.79 s; 2 columns 2.18 s, 4 columns 3.13 s: strided shared-memory rows
+/// conflict in banks). The separable form reads its rows in pairs (no conflicts) and takes
+/// 2. KEISAN_ADV_PASS_COLS overrides it.
+fn pass_cols(separable: bool) -> usize {
     std::env::var("KEISAN_ADV_PASS_COLS")
         .ok()
         .and_then(|v| v.parse().ok())
         .filter(|c| [1, 2, 4].contains(c))
-        .unwrap_or(1)
+        .unwrap_or(if separable { 2 } else { 1 })
+}
+
+/// Threads per block of the pass: 128; KEISAN_ADV_PASS_BX (a multiple of 32) overrides it.
+fn pass_threads() -> usize {
+    std::env::var("KEISAN_ADV_PASS_BX")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&b: &usize| b.is_multiple_of(32) && (32..=1024).contains(&b))
+        .unwrap_or(PASS_THREADS)
+}
+
+/// The kernels' velocity source (kernels.cu: ADV_MODE).
+fn mode_of(d: Displacement) -> u8 {
+    match d {
+        Displacement::Arrays => 0,
+        Displacement::Uniform(_) => 1,
+        Displacement::Rotation(_) => 2,
+        Displacement::Swirl { .. } => 3,
+    }
+}
+
+/// Whether the kernels take the separable form (kernels.cu: adv_step_sep, adv_pass_sep):
+/// for the uniform and rotation presets computed in the kernel (modes 1, 2), whose du
+/// depends on the row only and dv on the column only. It rounds differently from the
+/// general form; KEISAN_ADV_SEPARABLE=0 takes the general form for comparisons.
+fn separable(mode: u8) -> bool {
+    matches!(mode, 1 | 2) && std::env::var("KEISAN_ADV_SEPARABLE").map_or(true, |v| v != "0")
 }
 
 /// The several-steps pass: its kernel, launch and steps.
@@ -159,8 +189,8 @@ impl<T: Real> CudaAdvection<T> {
 
     /// Steps one launch takes (and so one halo exchange of a slab serves) for `source`.
     pub fn steps_per_pass_for(p: &AdvectionProblem, source: VelocitySource) -> u64 {
-        let arrays = Self::displacement(p, source) == Displacement::Arrays;
-        match pass_shape::<T>(p, arrays) {
+        let mode = mode_of(Self::displacement(p, source));
+        match pass_shape::<T>(p, mode == 0 || separable(mode)) {
             (s, _) if s > 1 && !p.velocity.is_time_dependent() => s as u64,
             _ => 1,
         }
@@ -184,22 +214,21 @@ impl<T: Real> CudaAdvection<T> {
             (values * std::mem::size_of::<T>()) as u128,
             "the advection fields (two time layers) and velocities",
         )?;
-        let mode = match displacement {
-            Displacement::Arrays => 0,
-            Displacement::Uniform(_) => 1,
-            Displacement::Rotation(_) => 2,
-            Displacement::Swirl { .. } => 3,
-        };
+        let mode = mode_of(displacement);
         let (block_x, rows) = tile();
         let cols = cols();
-        // Blocks per SM the compiler must fit (12: at most 80 registers; 1, 12, 16, 20
-        // gave 2.12, 1.96, 2.11, 2.96 s on contest 5 with arrays, H100, 08:25 UTC);
-        // KEISAN_ADV_MINB for tuning runs.
+        // Blocks per SM the compiler must fit. f32: 12, at most 80 registers (1, 12, 16, 20
+        // gave 2.12, 1.96, 2.11, 2.96 s on contest 5 with arrays, H100, 2026-11-23). f64: no
+        // cap (at 80 registers the f64 kernel spills 636 B a thread: 4.78 s against 2.34 s
+        // with the velocity in the kernel). KEISAN_ADV_MINB for tuning runs.
         let min_blocks = std::env::var("KEISAN_ADV_MINB")
             .ok()
             .and_then(|v| v.parse::<u32>().ok())
             .filter(|v| (1..=32).contains(v))
-            .unwrap_or(12);
+            .unwrap_or(match T::PRECISION {
+                crate::precision::Precision::F32 => 12,
+                crate::precision::Precision::F64 => 1,
+            });
         let defines = [
             ("ADV_MINB", min_blocks.to_string()),
             ("ADV_BX", block_x.to_string()),
@@ -207,7 +236,13 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
         ];
-        let step_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_step")?;
+        let separable = separable(mode);
+        let step_name = if separable {
+            "adv_step_sep"
+        } else {
+            "adv_step"
+        };
+        let step_fn = gpu.function(&KERNELS, T::PRECISION, &defines, step_name)?;
         let s = &gpu.stream;
         let (du, dv) = if arrays {
             let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
@@ -225,7 +260,7 @@ impl<T: Real> CudaAdvection<T> {
             block_dim: (block_x, 1, 1),
             shared_mem_bytes: 0,
         };
-        let pass = match pass_shape::<T>(p, arrays) {
+        let pass = match pass_shape::<T>(p, arrays || separable) {
             (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
                 Some(Self::pass(&gpu, p, window.own.len(), mode, s, ty)?)
             }
@@ -259,10 +294,14 @@ impl<T: Real> CudaAdvection<T> {
         steps: usize,
         ty: usize,
     ) -> Result<Pass> {
-        let cols = pass_cols();
-        let tx = cols * PASS_THREADS - 4 * (steps - 1);
+        let separable = separable(mode);
+        let (cols, threads) = (pass_cols(separable), pass_threads());
+        let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
-        let shared = 2 * w * r * std::mem::size_of::<T>();
+        // Two field buffers, and the separable kernel's x weights (kernels.cu: Lagrange,
+        // five values aligned to 16 bytes per tile row).
+        let weights = (5 * std::mem::size_of::<T>()).next_multiple_of(16);
+        let shared = 2 * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
         if shared > 227 << 10 || ty == 0 {
             return Err(Error::invalid(
                 "KEISAN_ADV_PASS",
@@ -273,14 +312,19 @@ impl<T: Real> CudaAdvection<T> {
             ));
         }
         let defines = [
-            ("ADV_BX", PASS_THREADS.to_string()),
+            ("ADV_BX", threads.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
             ("ADV_STEPS", steps.to_string()),
             ("ADV_COLS", cols.to_string()),
             ("ADV_TY", ty.to_string()),
         ];
-        let function = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_pass")?;
+        let name = if separable {
+            "adv_pass_sep"
+        } else {
+            "adv_pass"
+        };
+        let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
         if shared > 48 << 10 {
             use cudarc::driver::sys::CUfunction_attribute_enum as A;
             function.set_attribute(
@@ -292,7 +336,7 @@ impl<T: Real> CudaAdvection<T> {
             function,
             cfg: LaunchConfig {
                 grid_dim: (p.nx.div_ceil(tx) as u32, rows.div_ceil(ty) as u32, 1),
-                block_dim: (PASS_THREADS as u32, 1, 1),
+                block_dim: (threads as u32, 1, 1),
                 shared_mem_bytes: shared as u32,
             },
             steps: steps as u64,

@@ -196,26 +196,24 @@ typedef Vec2<real>::type real2;
 
 // A pass's tile with its halo into shared memory, the block's threads over consecutive
 // cells (rows run into each other, so no thread idles at a row's end). Tiles clear of the
-// grid's sides on an even nx copy pairs (x0 and the row lengths are even, the buffers 2
-// values past an aligned start); the others wrap or clamp each column, one value at a
-// time. Pairs made the separable pass 25 % faster (contest 5: 0.77 against 1.03 s) and
-// the general one 5 % (1.85 against 1.95 s, the same H100 run).
+// grid's sides on an even nx, whose rows all lie in the buffer, copy pairs by pointer
+// steps (x0 and the row lengths are even, the buffers 2 values past an aligned start);
+// the others wrap or clamp each column and row, one value at a time. Pairs made the
+// separable pass 25 % faster (contest 5: 0.77 against 1.03 s) and the general one 5 %
+// (1.85 against 1.95 s, the same H100 run).
 __device__ __forceinline__ void load_tile(real* buf, const real* f, int x0, int y0, int nx,
                                           int ny, int base, int nbuf) {
-    if ((nx & 1) == 0 && x0 >= 0 && x0 + ADV_W <= nx) {
-        // The body's MP pairs a row (a power of two when ADV_BX is: shifts, not divisions),
-        // then the 2 pairs past it.
-        constexpr int MP = (ADV_W - 4) / 2;
+    const int l0 = y0 - base;
+    if ((nx & 1) == 0 && x0 >= 0 && x0 + ADV_W <= nx && l0 >= 0 && l0 + ADV_R <= nbuf) {
+        // Every row in the buffer: row r starts r·nx after the tile's first. Unsigned
+        // indices by compile-time constants: a pair costs a dozen instructions, not 27.
+        constexpr unsigned P = ADV_W / 2;
+        const real2* f0 = (const real2*)(f + (size_t)l0 * nx + x0);
+        const unsigned n2 = (unsigned)nx / 2;
 #pragma unroll 4
-        for (int t = threadIdx.x; t < ADV_R * MP; t += ADV_BX) {
-            const int r = t / MP, c = t % MP;
-            const real* fr = f + (size_t)buffer_row(y0 + r, base, nbuf, ny) * nx + x0;
-            ((real2*)(buf + r * ADV_W))[c] = ((const real2*)fr)[c];
-        }
-        for (int t = threadIdx.x; t < ADV_R * 2; t += ADV_BX) {
-            const int r = t >> 1, c = MP + (t & 1);
-            const real* fr = f + (size_t)buffer_row(y0 + r, base, nbuf, ny) * nx + x0;
-            ((real2*)(buf + r * ADV_W))[c] = ((const real2*)fr)[c];
+        for (unsigned t = threadIdx.x; t < ADV_R * P; t += ADV_BX) {
+            const unsigned r = t / P, c = t % P;
+            ((real2*)buf)[t] = f0[(size_t)r * n2 + c];
         }
         return;
     }
@@ -232,13 +230,14 @@ __device__ __forceinline__ void store_tile(real* g, const real* buf, int x0, int
                                            int base, int jw1) {
     const int rows = min(ADV_TY, jw1 - (y0 + ADV_H));
     if ((nx & 1) == 0) {
-        constexpr int P = ADV_TX / 2;
+        constexpr unsigned P = ADV_TX / 2;
+        real2* g0 = (real2*)(g + (size_t)(y0 + ADV_H - base) * nx + x0 + ADV_H);
+        const unsigned n2 = (unsigned)nx / 2, cmax = (unsigned)(nx - x0 - ADV_H) / 2;
+        const real2* b0 = (const real2*)(buf + ADV_H * ADV_W + ADV_H);
 #pragma unroll 4
-        for (int t = threadIdx.x; t < rows * P; t += ADV_BX) {
-            const int r = ADV_H + t / P, c = t % P;
-            if (x0 + ADV_H + 2 * c < nx)
-                ((real2*)(g + (size_t)(y0 + r - base) * nx + x0 + ADV_H))[c] =
-                    ((const real2*)(buf + r * ADV_W + ADV_H))[c];
+        for (unsigned t = threadIdx.x; t < rows * P; t += ADV_BX) {
+            const unsigned r = t / P, c = t % P;
+            if (c < cmax) g0[(size_t)r * n2 + c] = b0[r * (ADV_W / 2) + c];
         }
         return;
     }

@@ -11,51 +11,12 @@ fn run(p: &AdvectionProblem, f0: &[f64]) -> Vec<f64> {
     common::advection_run::<f64>(p, &common::cpu(), f0)
 }
 
-/// f shifted by (sx, sy) cells with wrap-around: g[j][i] = f[j − sy][i − sx].
-fn rolled(f: &[f64], nx: usize, ny: usize, sx: isize, sy: isize) -> Vec<f64> {
-    let w = |a: isize, n: usize| a.rem_euclid(n as isize) as usize;
-    (0..nx * ny)
-        .map(|n| {
-            let (i, j) = ((n % nx) as isize, (n / nx) as isize);
-            f[w(j - sy, ny) * nx + w(i - sx, nx)]
-        })
-        .collect()
-}
-
 #[test]
 fn unit_courant_numbers_shift_the_field_one_cell_per_step() {
-    let mut rng = common::rng();
-    let (nx, ny, steps) = (37usize, 23usize, 9u64);
-    for (u, v) in [
-        (1.0, 1.0),
-        (-1.0, 1.0),
-        (1.0, -1.0),
-        (-1.0, -1.0),
-        (1.0, 0.0),
-    ] {
-        // Δx = 1/nx, Δt = Δx: du = −u, dv = −v·Δt/Δy.
-        let dt = 1.0 / nx as f64;
-        // dv = −vy·Δt/Δy = −vy·ny/nx.
-        let vy = v * nx as f64 / ny as f64;
-        let p = common::advection(&format!(
-            "nx = {nx}\nny = {ny}\nsteps = {steps}\ndt = {dt}\nboundary = \"periodic\"\n\
-             velocity = {{ kind = \"uniform\", u = {u}, v = {vy} }}\n\
-             initial = {{ preset = \"sine\" }}\n"
-        ));
-        let f0 = common::random_field(nx * ny, &mut rng);
-        let f = run(&p, &f0);
-        let s = steps as isize;
-        let want = rolled(&f0, nx, ny, u as isize * s, v as isize * s);
+    for (case, p, f0, want) in common::unit_shifts() {
         // Each step rounds the cubic's coefficients; the shift itself is exact.
-        let d = f
-            .iter()
-            .zip(&want)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f64::max);
-        assert!(
-            d < 1e-14 * steps as f64,
-            "u = {u}, v = {v}: max error {d:e}"
-        );
+        let d = common::max_abs_diff(&run(&p, &f0), &want);
+        assert!(d < 1e-14 * p.steps as f64, "{case}: max error {d:e}");
     }
 }
 

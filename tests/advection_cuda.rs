@@ -50,23 +50,6 @@ fn cuda_matches_cpu_on_random_fields() {
     }
 }
 
-fn cuda_run<T: keisan::precision::Real>(
-    gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
-    p: &AdvectionProblem,
-    f0: &[f64],
-    source: VelocitySource,
-) -> Vec<f64> {
-    let f0: Vec<T> = f0.iter().map(|&v| T::lit(v)).collect();
-    let mut e = CudaAdvection::<T>::with_velocity(gpu.clone(), p, f0, 0, source).unwrap();
-    e.advance(p.steps).unwrap();
-    e.snapshot()
-        .unwrap()
-        .data
-        .iter()
-        .map(|v| v.as_f64())
-        .collect()
-}
-
 /// The rotation preset computed in the kernel takes the separable form (Lagrange weights
 /// per row and column); from arrays it takes the study's general form. Both against the
 /// CPU reference, and against each other.
@@ -81,8 +64,9 @@ fn the_separable_and_the_general_form_agree() {
             let p = problem(boundary, velocity, 25);
             let f0 = common::random_field(p.cells(), &mut rng);
             let cpu = common::advection_run::<f64>(&p, &common::cpu(), &f0);
-            let general = cuda_run::<f64>(&gpu, &p, &f0, VelocitySource::Arrays);
-            let separable = cuda_run::<f64>(&gpu, &p, &f0, VelocitySource::Kernel);
+            let general = common::advection_cuda_run::<f64>(&gpu, &p, &f0, VelocitySource::Arrays);
+            let separable =
+                common::advection_cuda_run::<f64>(&gpu, &p, &f0, VelocitySource::Kernel);
             for (name, d) in [
                 ("general - cpu", common::rel_max_diff(&general, &cpu)),
                 ("separable - cpu", common::rel_max_diff(&separable, &cpu)),
@@ -94,8 +78,9 @@ fn the_separable_and_the_general_form_agree() {
                 eprintln!("f64 {boundary} {velocity} {name}: {d:.2e}");
                 assert!(d < 1e-12, "f64 {boundary} {velocity} {name}: {d:e}");
             }
-            let general = cuda_run::<f32>(&gpu, &p, &f0, VelocitySource::Arrays);
-            let separable = cuda_run::<f32>(&gpu, &p, &f0, VelocitySource::Kernel);
+            let general = common::advection_cuda_run::<f32>(&gpu, &p, &f0, VelocitySource::Arrays);
+            let separable =
+                common::advection_cuda_run::<f32>(&gpu, &p, &f0, VelocitySource::Kernel);
             let d = common::rel_max_diff(&separable, &general);
             eprintln!("f32 {boundary} {velocity} separable - general: {d:.2e}");
             // 25 steps of a few ulps each in either form.
@@ -110,43 +95,16 @@ fn unit_courant_numbers_shift_the_field_exactly() {
     let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection exact shift") else {
         return;
     };
-    let mut rng = common::rng();
-    let (nx, ny, steps) = (37usize, 23usize, 9u64);
-    for (u, v) in [
-        (1.0, 1.0),
-        (-1.0, 1.0),
-        (1.0, -1.0),
-        (-1.0, -1.0),
-        (0.0, 1.0),
-    ] {
-        // Δx = 1/nx, Δt = Δx: du = −u, dv = −v·Δt/Δy.
-        let vy = v * nx as f64 / ny as f64;
-        let p = common::advection(&format!(
-            "nx = {nx}\nny = {ny}\nsteps = {steps}\ndt = {}\nboundary = \"periodic\"\n\
-             velocity = {{ kind = \"uniform\", u = {u}, v = {vy} }}\n\
-             initial = {{ preset = \"sine\" }}\n",
-            1.0 / nx as f64
-        ));
-        let f0 = common::random_field(nx * ny, &mut rng);
-        let (sx, sy) = (u as isize * steps as isize, v as isize * steps as isize);
-        let w = |a: isize, n: usize| a.rem_euclid(n as isize) as usize;
-        let want: Vec<f64> = (0..nx * ny)
-            .map(|n| {
-                let (i, j) = ((n % nx) as isize, (n / nx) as isize);
-                f0[w(j - sy, ny) * nx + w(i - sx, nx)]
-            })
-            .collect();
+    for (case, p, f0, want) in common::unit_shifts() {
         for source in [VelocitySource::Arrays, VelocitySource::Kernel] {
-            let f = cuda_run::<f64>(&gpu, &p, &f0, source);
-            let d = f
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0, f64::max);
+            let f = common::advection_cuda_run::<f64>(&gpu, &p, &f0, source);
             // dv is 1 to within an ulp of Δt/Δy; each step rounds (the general form its
             // coefficients, the separable one its weights) on values of order 1.
-            let bound = 1e-14 * steps as f64;
-            assert!(d <= bound, "u = {u}, v = {v}, {source:?}: max error {d:e}");
+            let d = common::max_abs_diff(&f, &want);
+            assert!(
+                d <= 1e-14 * p.steps as f64,
+                "{case}, {source:?}: max error {d:e}"
+            );
         }
     }
 }

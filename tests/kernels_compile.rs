@@ -7,6 +7,18 @@ use keisan::precision::Precision;
 use keisan::solvers::heat::step_kernel;
 use keisan::solvers::kernel_sources as all_kernel_sources;
 
+/// True (after saying so) when NVRTC cannot compile `src` and CI has not required it.
+fn nvrtc_missing(src: &keisan::device::cuda::KernelSource) -> bool {
+    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_some()
+        || compile(src, Precision::F32, "sm_90", &[]).is_ok()
+    {
+        return false;
+    }
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+    true
+}
+
 #[test]
 fn every_kernel_compiles_for_sm_90() {
     let required = std::env::var_os("KEISAN_REQUIRE_NVRTC").is_some();
@@ -34,11 +46,7 @@ fn every_kernel_compiles_for_sm_90() {
 /// is compiled here.
 #[test]
 fn heat_temporal_blocking_variants_compile() {
-    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none()
-        && compile(&step_kernel::KERNELS, Precision::F32, "sm_90", &[]).is_err()
-    {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+    if nvrtc_missing(&step_kernel::KERNELS) {
         return;
     }
     for (p, defines, kernel) in step_kernel::tb_variants() {
@@ -81,11 +89,7 @@ fn nbody_force_variants_compile() {
 #[test]
 fn electrostatics_staged_sweep_compiles() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
-    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none()
-        && compile(&KERNELS, Precision::F32, "sm_90", &[]).is_err()
-    {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+    if nvrtc_missing(&KERNELS) {
         return;
     }
     for (p, by) in [(Precision::F32, "8"), (Precision::F64, "4")] {
@@ -100,11 +104,7 @@ fn electrostatics_staged_sweep_compiles() {
 #[test]
 fn advection_variants_compile() {
     use keisan::solvers::advection::cuda::KERNELS;
-    if std::env::var_os("KEISAN_REQUIRE_NVRTC").is_none()
-        && compile(&KERNELS, Precision::F32, "sm_90", &[]).is_err()
-    {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipped: NVRTC not available");
+    if nvrtc_missing(&KERNELS) {
         return;
     }
     for (mode, periodic, steps, cols, ty) in [

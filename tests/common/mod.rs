@@ -145,21 +145,59 @@ pub fn advection_run<T: keisan::precision::Real>(
     device: &Device,
     f0: &[f64],
 ) -> Vec<f64> {
-    let f0: Vec<T> = f0.iter().map(|v| T::lit(*v)).collect();
-    let mut e: Box<dyn keisan::run::Engine<Real = T>> = match device {
+    use keisan::solvers::advection::cuda::VelocitySource;
+    match device {
         Device::Cpu { .. } => {
-            Box::new(keisan::solvers::advection::cpu::CpuAdvection::new(p, f0, 0).unwrap())
+            let f0: Vec<T> = f0.iter().map(|v| T::lit(*v)).collect();
+            advection_finish(
+                Box::new(keisan::solvers::advection::cpu::CpuAdvection::new(p, f0, 0).unwrap()),
+                p.steps,
+            )
         }
-        Device::Cuda(gpu) => Box::new(
-            keisan::solvers::advection::cuda::CudaAdvection::new(gpu.clone(), p, f0, 0).unwrap(),
-        ),
-    };
-    keisan::run::drive(e.as_mut(), p.steps, &keisan::run::progress_bar(0, true)).unwrap();
+        Device::Cuda(gpu) => advection_cuda_run::<T>(gpu, p, f0, VelocitySource::Kernel),
+    }
+}
+
+/// The CUDA engine with the velocity from `source`, run from `f0` for the problem's steps.
+pub fn advection_cuda_run<T: keisan::precision::Real>(
+    gpu: &std::sync::Arc<Gpu>,
+    p: &keisan::solvers::advection::AdvectionProblem,
+    f0: &[f64],
+    source: keisan::solvers::advection::cuda::VelocitySource,
+) -> Vec<f64> {
+    let f0: Vec<T> = f0.iter().map(|v| T::lit(*v)).collect();
+    let e = keisan::solvers::advection::cuda::CudaAdvection::with_velocity(
+        gpu.clone(),
+        p,
+        f0,
+        0,
+        source,
+    )
+    .unwrap();
+    advection_finish(Box::new(e), p.steps)
+}
+
+fn advection_finish<T: keisan::precision::Real>(
+    mut e: Box<dyn keisan::run::Engine<Real = T>>,
+    steps: u64,
+) -> Vec<f64> {
+    keisan::run::drive(e.as_mut(), steps, &keisan::run::progress_bar(0, true)).unwrap();
     e.snapshot()
         .unwrap()
         .data
         .iter()
         .map(|v| v.as_f64())
+        .collect()
+}
+
+/// f shifted by (sx, sy) cells with wrap-around: g[j][i] = f[j − sy][i − sx].
+pub fn rolled(f: &[f64], nx: usize, ny: usize, sx: isize, sy: isize) -> Vec<f64> {
+    let w = |a: isize, n: usize| a.rem_euclid(n as isize) as usize;
+    (0..nx * ny)
+        .map(|n| {
+            let (i, j) = ((n % nx) as isize, (n / nx) as isize);
+            f[w(j - sy, ny) * nx + w(i - sx, nx)]
+        })
         .collect()
 }
 
@@ -196,4 +234,41 @@ pub fn wait_for(path: &std::path::Path, secs: u64) {
     while !path.exists() && t.elapsed().as_secs() < secs {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+}
+
+/// The whole-cell shifts of the advection tests: a periodic 37 × 23 grid, 9 steps of
+/// Δt = Δx under a uniform velocity of (u, v) cells per step, each case with a random
+/// field and its exact answer: (label, problem, f0, the field shifted).
+pub fn unit_shifts() -> Vec<(
+    String,
+    keisan::solvers::advection::AdvectionProblem,
+    Vec<f64>,
+    Vec<f64>,
+)> {
+    let mut rng = rng();
+    let (nx, ny, steps) = (37usize, 23usize, 9isize);
+    [(1, 1), (-1, 1), (1, -1), (-1, -1), (1, 0), (0, 1)]
+        .into_iter()
+        .map(|(u, v)| {
+            // Δx = 1/nx, Δt = Δx: du = −u; dv = −vy·Δt/Δy = −vy·ny/nx.
+            let vy = v as f64 * nx as f64 / ny as f64;
+            let p = advection(&format!(
+                "nx = {nx}\nny = {ny}\nsteps = {steps}\ndt = {}\nboundary = \"periodic\"\n\
+                 velocity = {{ kind = \"uniform\", u = {u}, v = {vy} }}\n\
+                 initial = {{ preset = \"sine\" }}\n",
+                1.0 / nx as f64
+            ));
+            let f0 = random_field(nx * ny, &mut rng);
+            let want = rolled(&f0, nx, ny, u * steps, v * steps);
+            (format!("u = {u}, v = {v}"), p, f0, want)
+        })
+        .collect()
+}
+
+/// The largest |a − b| over two fields.
+pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
 }

@@ -104,55 +104,82 @@ __device__ __forceinline__ int grid_row(int r, int ny) {
 #define ADV_COLS 2
 #endif
 
+// The parameters of every kernel here (cuda.rs launches them alike): the padded fields,
+// du and dv (arrays mode), the velocity coefficients, the grid, the buffer's rows
+// (base, nbuf), the rows to write (jw0 .. jw1) and the rows per tile.
+#define ADV_PARAMS                                                                            \
+    const real *__restrict__ f_pad, real *__restrict__ g_pad, const real *__restrict__ du,   \
+        const real *__restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,      \
+        int base, int nbuf, int jw0, int jw1, int rows
+
 // Coefficients of one row for a thread's ADV_COLS columns.
 struct RowCoef { Coef c[ADV_COLS]; };
 
+// A thread's ADV_COLS columns of the single-step tiles: the first, which ones are computed
+// (the contest holds its outer two), and the periodic columns i0-2 .. i0+C+1, wrapped.
+struct StepColumns {
+    int i0;
+    int cx[ADV_COLS + 4];
+    bool col[ADV_COLS];
+};
+
+__device__ __forceinline__ StepColumns step_columns(int nx) {
+    StepColumns s;
+    s.i0 = ADV_COLS * (blockIdx.x * ADV_BX + threadIdx.x);
+    for (int o = 0; o < ADV_COLS + 4; ++o) s.cx[o] = ADV_PERIODIC ? (s.i0 + o - 2 + 2 * nx) % nx : 0;
+    for (int c = 0; c < ADV_COLS; ++c) {
+        const int i = s.i0 + c;
+        s.col[c] = i < nx && (ADV_PERIODIC || (i >= 2 && i < nx - 2));
+    }
+    return s;
+}
+
+// Row r's values at the thread's columns i0-2 .. i0+C+1. Rows outside the grid: wrapped,
+// or clamped (they then serve only cells the contest boundary holds, which copy f).
+// Contest boundary: the columns at fixed offsets from one pointer; the buffers are padded
+// (2 values before, 8 after: cuda.rs) so the boundary columns' reads, up to C+1 past the
+// row, stay inside.
+struct RowVals { real v[ADV_COLS + 4]; };
+
+__device__ __forceinline__ RowVals step_row(const real* f, const StepColumns& s, int r, int base,
+                                            int nbuf, int nx, int ny) {
+    const real* fr = f + (size_t)buffer_row(r, base, nbuf, ny) * nx;
+    RowVals k;
+    if (ADV_PERIODIC) {
+        for (int o = 0; o < ADV_COLS + 4; ++o) k.v[o] = fr[s.cx[o]];
+    } else {
+        const real* q = fr + s.i0;
+        for (int o = 0; o < ADV_COLS + 4; ++o) k.v[o] = q[o - 2];
+    }
+    return k;
+}
+
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
-adv_step(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
-         const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
-         int base, int nbuf, int jw0, int jw1, int rows) {
+adv_step(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
-    const bool periodic = ADV_PERIODIC;
     const real* f = f_pad + 2;
     real* g = g_pad + 2;
-    const int i0 = C * (blockIdx.x * ADV_BX + threadIdx.x);
+    const StepColumns sc = step_columns(nx);
+    const int i0 = sc.i0;
     if (i0 >= nx) return;
     const int j0 = jw0 + blockIdx.y * rows, j1 = min(j0 + rows, jw1);
     const Velocity vel = {du, dv, a0, a1, a2, a3};
-    // Periodic columns i0-2 .. i0+C+1, wrapped.
-    int cx[C + 4];
-    for (int o = 0; o < C + 4; ++o) cx[o] = periodic ? (i0 + o - 2 + 2 * nx) % nx : 0;
-    bool col[C];
-    for (int c = 0; c < C; ++c) {
-        const int i = i0 + c;
-        col[c] = i < nx && (periodic || (i >= 2 && i < nx - 2));
-    }
-    // Rows outside the grid: wrapped, or clamped (their coefficients then serve only
-    // cells the contest boundary holds, which copy f). Contest boundary: the columns at
-    // fixed offsets from one pointer; the buffers are padded (2 values before, 8 after:
-    // cuda.rs) so the boundary columns' reads, up to C+1 past the row, stay inside.
     auto row_coef = [&](int r) {
-        const real* fr = f + (size_t)buffer_row(r, base, nbuf, ny) * nx;
-        real v[C + 4];
-        if (periodic) {
-            for (int o = 0; o < C + 4; ++o) v[o] = fr[cx[o]];
-        } else {
-            const real* q = fr + i0;
-            for (int o = 0; o < C + 4; ++o) v[o] = q[o - 2];
-        }
+        const RowVals v = step_row(f, sc, r, base, nbuf, nx, ny);
         RowCoef k;
-        for (int c = 0; c < C; ++c) k.c[c] = coef(v[c], v[c + 1], v[c + 2], v[c + 3], v[c + 4]);
+        for (int c = 0; c < C; ++c)
+            k.c[c] = coef(v.v[c], v.v[c + 1], v.v[c + 2], v.v[c + 3], v.v[c + 4]);
         return k;
     };
     RowCoef k0 = row_coef(j0 - 2), k1 = row_coef(j0 - 1), k2 = row_coef(j0), k3 = row_coef(j0 + 1);
 #pragma unroll 5
     for (int j = j0; j < j1; ++j) {
         const RowCoef k4 = row_coef(j + 2);
-        const bool row = periodic || (j >= 2 && j < ny - 2);
+        const bool row = ADV_PERIODIC || (j >= 2 && j < ny - 2);
         for (int c = 0; c < C; ++c) {
             const int i = i0 + c;
             const size_t n = (size_t)(j - base) * nx + i;
-            if (col[c] && row) {
+            if (sc.col[c] && row) {
                 real a, b;
                 displacement(vel, i, j, nx, ny, n, a, b);
                 const Offset x = offset(a), y = offset(b);
@@ -248,9 +275,7 @@ __device__ __forceinline__ void store_tile(real* g, const real* buf, int x0, int
 }
 
 extern "C" __global__ void __launch_bounds__(ADV_BX)
-adv_pass(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
-         const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
-         int base, int nbuf, int jw0, int jw1, int rows) {
+adv_pass(ADV_PARAMS) {
     // rows: the tile's, ADV_TY (adv_step's argument list, so one launch serves both).
     extern __shared__ unsigned char adv_smem[];
     real* buf0 = (real*)adv_smem;
@@ -357,8 +382,6 @@ __device__ __forceinline__ real dv_of_col(const Velocity& v, int i) {
 // A thread's ADV_COLS cells of one output row from the five rows' values (k[r].v[0 ..
 // C+3]: columns i0-2 .. i0+C+1): x on each row with the row's weights, then y with each
 // column's.
-struct RowVals { real v[ADV_COLS + 4]; };
-
 __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange* y,
                                               const RowVals* k, real* out) {
     for (int m = 0; m < ADV_COLS; ++m) {
@@ -372,48 +395,29 @@ __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange*
 // five-row window instead of coefficients, y weights once per column, x weights once per
 // row.
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
-adv_step_sep(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
-             const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
-             int base, int nbuf, int jw0, int jw1, int rows) {
+adv_step_sep(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
-    const bool periodic = ADV_PERIODIC;
     const real* f = f_pad + 2;
     real* g = g_pad + 2;
-    const int i0 = C * (blockIdx.x * ADV_BX + threadIdx.x);
+    const StepColumns sc = step_columns(nx);
+    const int i0 = sc.i0;
     if (i0 >= nx) return;
     const int j0 = jw0 + blockIdx.y * rows, j1 = min(j0 + rows, jw1);
     const Velocity vel = {du, dv, a0, a1, a2, a3};
-    int cx[C + 4];
-    for (int o = 0; o < C + 4; ++o) cx[o] = periodic ? (i0 + o - 2 + 2 * nx) % nx : 0;
-    bool col[C];
     Lagrange wy[C];
-    for (int c = 0; c < C; ++c) {
-        const int i = i0 + c;
-        col[c] = i < nx && (periodic || (i >= 2 && i < nx - 2));
-        wy[c] = lagrange(dv_of_col(vel, i));
-    }
-    auto row_vals = [&](int r) {
-        const real* fr = f + (size_t)buffer_row(r, base, nbuf, ny) * nx;
-        RowVals k;
-        if (periodic) {
-            for (int o = 0; o < C + 4; ++o) k.v[o] = fr[cx[o]];
-        } else {
-            const real* q = fr + i0;
-            for (int o = 0; o < C + 4; ++o) k.v[o] = q[o - 2];
-        }
-        return k;
-    };
+    for (int c = 0; c < C; ++c) wy[c] = lagrange(dv_of_col(vel, i0 + c));
+    auto row_vals = [&](int r) { return step_row(f, sc, r, base, nbuf, nx, ny); };
     RowVals k[5] = {row_vals(j0 - 2), row_vals(j0 - 1), row_vals(j0), row_vals(j0 + 1)};
 #pragma unroll 5
     for (int j = j0; j < j1; ++j) {
         k[4] = row_vals(j + 2);
-        const bool row = periodic || (j >= 2 && j < ny - 2);
+        const bool row = ADV_PERIODIC || (j >= 2 && j < ny - 2);
         real out[C];
         separable_row(lagrange(du_of_row(vel, j)), wy, k, out);
         for (int c = 0; c < C; ++c) {
             const int i = i0 + c;
             const size_t n = (size_t)(j - base) * nx + i;
-            if (col[c] && row) g[n] = out[c];
+            if (sc.col[c] && row) g[n] = out[c];
             else if (i < nx) g[n] = k[2].v[c + 2];
         }
         for (int r = 0; r < 4; ++r) k[r] = k[r + 1];
@@ -496,9 +500,7 @@ __device__ __forceinline__ real* separable_steps(real* src, real* dst, const Lag
 // renaming, not copies, and the code stays small enough for the instruction cache (whole
 // unrolled steps ran 2.4× slower at 32-row tiles).
 extern "C" __global__ void __launch_bounds__(ADV_BX)
-adv_pass_sep(const real* __restrict__ f_pad, real* __restrict__ g_pad, const real* __restrict__ du,
-             const real* __restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,
-             int base, int nbuf, int jw0, int jw1, int rows) {
+adv_pass_sep(ADV_PARAMS) {
     extern __shared__ __align__(16) unsigned char adv_smem[];
     real* buf0 = (real*)adv_smem;
     real* buf1 = buf0 + ADV_W * ADV_R;

@@ -193,3 +193,31 @@ fn bad_input_is_refused_by_name() {
         &["advection", "blob"],
     );
 }
+
+/// A run with an output schedule writes f.gif: one frame per field of the schedule (steps
+/// 0, 4, 8) and the end (step 10), averaged down to at most 320 pixels a side.
+#[test]
+fn a_run_on_a_schedule_writes_an_animation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("p.toml"),
+        "solver = \"advection\"\n[advection]\nnx = 700\nny = 40\nsteps = 10\ncfl = 0.9\n\
+         velocity = { kind = \"rotation\" }\ninitial = { preset = \"zalesak\" }\n\
+         [output]\nevery = 4\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(common::keisan_bin())
+        .current_dir(d)
+        .args(["run", "p.toml", "-q", "--backend", "cpu", "--out", "res"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let gif = std::fs::read(d.join("res/f.gif")).unwrap();
+    assert!(gif.starts_with(b"GIF89a"));
+    // The logical screen: 700 x 40 averaged in blocks of 3 is 234 x 14.
+    assert_eq!(u16::from_le_bytes([gif[6], gif[7]]), 234);
+    assert_eq!(u16::from_le_bytes([gif[8], gif[9]]), 14);
+    let frames = gif.windows(2).filter(|w| w == &[0x21, 0xF9]).count();
+    assert_eq!(frames, 4, "steps 0, 4, 8 and the end");
+}

@@ -8,6 +8,8 @@ use crate::device::cuda::KernelSource;
 use crate::device::{Device, Placement};
 use crate::error::Result;
 use crate::execute::{Case, Execution, run_case};
+use crate::output::OutputSet;
+use crate::output::gif::Animation;
 use crate::parallel::world;
 use crate::precision::{Precision, Real};
 use crate::problem::Source;
@@ -73,6 +75,7 @@ fn run<T: Real>(p: &AdvectionProblem, cx: &Execution) -> Result<Summary> {
             p,
             engine: super::engine::<T>(p, cx.placement, restart, f0)?,
             mass0,
+            animation: Animation::new(ANIMATION_SIDE, ANIMATION_FRAMES),
         })
     })
 }
@@ -116,6 +119,8 @@ struct AdvectionCase<'a, T: Real> {
     p: &'a AdvectionProblem,
     engine: Box<dyn Engine<Real = T>>,
     mass0: f64,
+    /// The output schedule's fields, for f.gif.
+    animation: Animation,
 }
 
 /// Mass, its drift, min/max, and the L1/L2/L∞ errors where the exact field is known.
@@ -189,4 +194,18 @@ impl<T: Real> Case for AdvectionCase<'_, T> {
     fn needs_final_field(&self) -> bool {
         true
     }
+    fn series_extras(&mut self, _: u64, _: &str, u: &Field<T>, _: &mut OutputSet) -> Result<()> {
+        self.animation.push(self.p.ny, self.p.nx, &as_f64(u));
+        Ok(())
+    }
+    fn extra_outputs(&mut self, u: &Field<T>, set: &mut OutputSet) -> Result<()> {
+        self.animation.push_last(self.p.ny, self.p.nx, &as_f64(u));
+        self.animation.write(&set.file("f.gif"), 10)?;
+        Ok(())
+    }
 }
+
+/// The animation's frames: at most 320 pixels on the long side, at most 200 frames
+/// (≤ 164 MB of f64 on a square grid, half that on the contest's 1:2 grids).
+const ANIMATION_SIDE: usize = 320;
+const ANIMATION_FRAMES: usize = 200;

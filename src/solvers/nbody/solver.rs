@@ -7,7 +7,8 @@ use crate::device::Device;
 use crate::device::cuda::KernelSource;
 use crate::error::{Error, Result};
 use crate::execute::{Case, Execution, run_case};
-use crate::output::{OutputSet, gif, png, pvd, vtp};
+use crate::output::gif::Animation;
+use crate::output::{OutputSet, png, pvd, vtp};
 use crate::problem::Source;
 use crate::run::{Engine, Field, LoopOutcome};
 use crate::solver::{Report, Solver, SolverProblem};
@@ -141,7 +142,7 @@ impl SolverProblem for NbodyProblem {
                 start,
                 potential: &potential,
                 half,
-                frames: Vec::new(),
+                frames: Animation::new(usize::MAX, 200),
                 series: Vec::new(),
             })
         })
@@ -158,7 +159,7 @@ struct NbodyCase<'a> {
     /// Half-width of every picture of the run.
     half: f64,
     /// The pictures of the series so far (this process's run), for the animation.
-    frames: Vec<Field<f64>>,
+    frames: Animation,
     /// (time, .vtp file) of the series so far, for particles.pvd.
     series: Vec<(f64, String)>,
 }
@@ -242,7 +243,8 @@ impl Case for NbodyCase<'_> {
     ) -> Result<()> {
         let picture = projection::density_xy(&cpu::particles_of(&u.data), self.half);
         png::write(&set.file(&format!("{stem}.png")), &picture)?;
-        self.frames.push(picture);
+        self.frames
+            .push(picture.shape[0], picture.shape[1], &picture.data);
         let file = format!("{stem}.vtp");
         write_vtp(&set.file(&file), u)?;
         self.series.retain(|(_, f)| f != &file);
@@ -254,14 +256,9 @@ impl Case for NbodyCase<'_> {
         png::write(&set.file("particles.png"), &last)?;
         write_vtp(&set.file("particles.vtp"), u)?;
         // The series' frames, then the end if the series did not stop there.
-        if self.frames.last().is_none_or(|f| f.data != last.data) {
-            self.frames.push(last);
-        }
-        if self.frames.len() >= 2 {
-            let [ny, nx] = [self.frames[0].shape[0], self.frames[0].shape[1]];
-            let data: Vec<Vec<f64>> = self.frames.iter().map(|f| f.data.clone()).collect();
-            gif::write(&set.file("particles.gif"), ny, nx, &data, 10)?;
-        }
+        self.frames
+            .push_last(last.shape[0], last.shape[1], &last.data);
+        self.frames.write(&set.file("particles.gif"), 10)?;
         Ok(())
     }
 }

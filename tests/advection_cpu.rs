@@ -207,11 +207,10 @@ fn a_run_on_a_schedule_writes_an_animation() {
          [output]\nevery = 4\n",
     )
     .unwrap();
-    let o = std::process::Command::new(common::keisan_bin())
-        .current_dir(d)
-        .args(["run", "p.toml", "-q", "--backend", "cpu", "--out", "res"])
-        .output()
-        .unwrap();
+    let o = common::keisan_in(
+        d,
+        &["run", "p.toml", "-q", "--backend", "cpu", "--out", "res"],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let gif = std::fs::read(d.join("res/f.gif")).unwrap();
     assert!(gif.starts_with(b"GIF89a"));

@@ -190,16 +190,6 @@ fn cuda_slabs_on_two_devices_equal_one_device_bit_for_bit() {
     cuda_slabs_equal_the_whole_grid::<f32>(std::slice::from_ref(&two), &one);
 }
 
-fn keisan(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
-    let o = std::process::Command::new(common::keisan_bin())
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(!String::from_utf8_lossy(&o.stderr).contains("panicked"));
-    o
-}
-
 #[test]
 fn the_cli_runs_slabs_and_writes_the_same_field() {
     let dir = tempfile::tempdir().unwrap();
@@ -211,7 +201,7 @@ fn the_cli_runs_slabs_and_writes_the_same_field() {
     )
     .unwrap();
     for (out, n) in [("one", "1"), ("three", "3")] {
-        let o = keisan(
+        let o = common::keisan_in(
             d,
             &[
                 "run",
@@ -252,7 +242,7 @@ fn placements_a_run_cannot_take_are_refused_by_name() {
     for (args, needle) in cases {
         let mut a = vec!["run", "-q", "--out", "res"];
         a.extend_from_slice(args);
-        let o = keisan(d, &a);
+        let o = common::keisan_in(d, &a);
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?} lacks `{needle}`: {err}");

@@ -10,14 +10,7 @@ use std::process::{Command, Output};
 use common::keisan_bin;
 
 fn keisan(dir: &Path, args: &[&str]) -> Output {
-    let o = Command::new(keisan_bin())
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!err.contains("panicked"), "panic: {err}");
-    o
+    common::keisan_in(dir, args)
 }
 
 fn ok(dir: &Path, args: &[&str]) {

@@ -117,13 +117,19 @@ impl Animation {
         self.frames.len()
     }
 
-    /// Write the GIF when there are two frames or more (one frame is the PNG's picture).
-    pub fn write(&self, path: &Path, delay_cs: u16) -> Result<bool> {
+    /// Write the GIF as `name` of `set` when there are two frames or more (one frame is
+    /// the PNG's picture, and a set lists only files it holds).
+    pub fn write(&self, set: &mut super::OutputSet, name: &str, delay_cs: u16) -> Result<()> {
         if self.frames.len() < 2 {
-            return Ok(false);
+            return Ok(());
         }
-        write(path, self.shape[0], self.shape[1], &self.frames, delay_cs)?;
-        Ok(true)
+        write(
+            &set.file(name),
+            self.shape[0],
+            self.shape[1],
+            &self.frames,
+            delay_cs,
+        )
     }
 }
 

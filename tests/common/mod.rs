@@ -13,6 +13,18 @@ pub fn keisan_bin() -> std::path::PathBuf {
         .unwrap_or_else(|| env!("CARGO_BIN_EXE_keisan").into())
 }
 
+/// Run the keisan binary in `dir`; a panic in its stderr fails the test.
+pub fn keisan_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let o = std::process::Command::new(keisan_bin())
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "panic: {err}");
+    o
+}
+
 /// The first CUDA device, or None after printing why the test is skipped.
 pub fn gpu_or_skip(test: &str) -> Option<Device> {
     match Gpu::open(0) {

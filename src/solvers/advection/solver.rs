@@ -200,7 +200,7 @@ impl<T: Real> Case for AdvectionCase<'_, T> {
     }
     fn extra_outputs(&mut self, u: &Field<T>, set: &mut OutputSet) -> Result<()> {
         self.animation.push_last(self.p.ny, self.p.nx, &as_f64(u));
-        self.animation.write(&set.file("f.gif"), 10)?;
+        self.animation.write(set, "f.gif", 10)?;
         Ok(())
     }
 }

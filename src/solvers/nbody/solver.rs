@@ -258,7 +258,7 @@ impl Case for NbodyCase<'_> {
         // The series' frames, then the end if the series did not stop there.
         self.frames
             .push_last(last.shape[0], last.shape[1], &last.data);
-        self.frames.write(&set.file("particles.gif"), 10)?;
+        self.frames.write(set, "particles.gif", 10)?;
         Ok(())
     }
 }

@@ -61,8 +61,8 @@ const PASS_THREADS: usize = 128;
 /// Steps per pass and tile rows: the problem's steps per pass, or the fastest measured on
 /// the H100 (contest 5): 2 steps over 16-row tiles (f32) or 12-row tiles (f64) when du, dv
 /// come from arrays (2026-11-23: 1.79 s against 1.97 single steps; f64 3.59 against 4.33)
-/// and for the separable presets in the kernel (2026-11-24: 0.77 s against 1.26, 3 or 4
-/// steps 0.80); single steps for the general form with the velocity in the kernel (1.18 s;
+/// and for the separable presets in the kernel (2026-11-24: 0.75 s against 1.26, 3 or 4
+/// steps 0.78–0.80); single steps for the general form with the velocity in the kernel (1.18 s;
 /// its passes took 1.28 s at best: bound by instructions, not bytes). `passes`: one of the
 /// first two. KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(p: &AdvectionProblem, passes: bool) -> (usize, usize) {

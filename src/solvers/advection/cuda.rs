@@ -60,16 +60,17 @@ const PASS_THREADS: usize = 128;
 
 /// Steps per pass and tile rows: the problem's steps per pass, or the fastest measured on
 /// the H100 (contest 5): 2 steps over 16-row tiles (f32) or 12-row tiles (f64) when du, dv
-/// come from arrays (2026-11-23: 1.79 s against 1.97 single steps; f64 3.59 against 4.33)
-/// and for the separable presets in the kernel (2026-11-24: 0.75 s against 1.26, 3 or 4
-/// steps 0.78–0.80); single steps for the general form with the velocity in the kernel (1.18 s;
-/// its passes took 1.28 s at best: bound by instructions, not bytes). `passes`: one of the
-/// first two. KEISAN_ADV_PASS=S,TY overrides.
-fn pass_shape<T: Real>(p: &AdvectionProblem, passes: bool) -> (usize, usize) {
+/// come from arrays (2026-11-23: 1.79 s against 1.97 single steps; f64 3.59 against 4.33);
+/// 2 steps over 12-row tiles for the separable presets in the kernel (2026-11-24, 19:54
+/// UTC: 0.711 s; 16 rows 0.749, single steps 1.26, 3 or 4 steps 0.78–0.80); single steps
+/// for the general form with the velocity in the kernel (1.18 s; its passes took 1.28 s at
+/// best: bound by instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
+fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool, separable: bool) -> (usize, usize) {
     let rows = match T::PRECISION {
-        crate::precision::Precision::F32 => 16,
-        crate::precision::Precision::F64 => 12,
+        crate::precision::Precision::F32 if !separable => 16,
+        _ => 12,
     };
+    let passes = arrays || separable;
     let default = (if passes { 2 } else { 1 }, rows);
     let env = std::env::var("KEISAN_ADV_PASS").ok().and_then(|v| {
         let (a, b) = v.split_once(',')?;
@@ -190,7 +191,7 @@ impl<T: Real> CudaAdvection<T> {
     /// Steps one launch takes (and so one halo exchange of a slab serves) for `source`.
     pub fn steps_per_pass_for(p: &AdvectionProblem, source: VelocitySource) -> u64 {
         let mode = mode_of(Self::displacement(p, source));
-        match pass_shape::<T>(p, mode == 0 || separable(mode)) {
+        match pass_shape::<T>(p, mode == 0, separable(mode)) {
             (s, _) if s > 1 && !p.velocity.is_time_dependent() => s as u64,
             _ => 1,
         }
@@ -260,7 +261,7 @@ impl<T: Real> CudaAdvection<T> {
             block_dim: (block_x, 1, 1),
             shared_mem_bytes: 0,
         };
-        let pass = match pass_shape::<T>(p, arrays || separable) {
+        let pass = match pass_shape::<T>(p, arrays, separable) {
             (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
                 Some(Self::pass(&gpu, p, window.own.len(), mode, s, ty)?)
             }
@@ -299,8 +300,8 @@ impl<T: Real> CudaAdvection<T> {
         let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
         // Two field buffers, and the separable kernel's x weights (kernels.cu: Lagrange,
-        // five values aligned to 16 bytes per tile row).
-        let weights = (5 * std::mem::size_of::<T>()).next_multiple_of(16);
+        // six values aligned to 16 bytes per tile row).
+        let weights = (6 * std::mem::size_of::<T>()).next_multiple_of(16);
         let shared = 2 * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
         if shared > 227 << 10 || ty == 0 {
             return Err(Error::invalid(

@@ -339,13 +339,13 @@ adv_pass(ADV_PARAMS) {
 // on the column only, so the interpolation weights of a row (x) and of a column (y) serve
 // every cell that shares them. The cubic through the study's four upwind points (d <= 0:
 // i-2 .. i+1; d > 0: i-1 .. i+2) is the same polynomial as its Horner form above, written
-// as Lagrange weights of the five values i-2 .. i+2, the unused end one 0. A cell then
-// costs 5 × 5 + 5 multiply-adds on raw values instead of a row's coefficients, six Horner
-// evaluations and the y coefficients (≈ 64 operations). (Four weights behind a branch on
-// the row's stencil, uniform over a warp, measured slower: 0.70 against 0.68 s.) The
-// weights are exact at d = -1, 0, 1, so whole-cell shifts stay exact. Every separable
+// as Lagrange weights of the five values i-2 .. i+2, the unused end one 0, and s, the
+// stencil's start (0: i-2, 1: i-1). A cell then costs 5 × 4 + 5 multiply-adds on raw
+// values instead of a row's coefficients, six Horner evaluations and the y coefficients
+// (≈ 64 operations). The weights are exact at d = -1, 0, 1, so whole-cell shifts stay
+// exact. Every separable
 // kernel uses these functions in the same order: a pass equals single steps bit for bit.
-struct __align__(16) Lagrange { real w[5]; };
+struct __align__(16) Lagrange { real w[5]; real s; };
 
 __device__ __forceinline__ Lagrange lagrange(real d) {
     const real s6 = (real)(1.0 / 6.0), h = (real)0.5;
@@ -364,7 +364,15 @@ __device__ __forceinline__ Lagrange lagrange(real d) {
     l.w[2] = m ? b : c;
     l.w[3] = m ? c : e;
     l.w[4] = m ? e : (real)0;
+    l.s = m ? (real)1 : (real)0;
     return l;
+}
+
+// x on one row: the four weights of the row's stencil (S: its start, 0 or 1) on the
+// values there. Every separable kernel takes x this way, so they round alike.
+template <int S>
+__device__ __forceinline__ real apply4(const Lagrange& l, const real* v) {
+    return fma(l.w[S + 3], v[S + 3], fma(l.w[S + 2], v[S + 2], fma(l.w[S + 1], v[S + 1], l.w[S] * v[S])));
 }
 
 __device__ __forceinline__ real apply(const Lagrange& l, const real* v) {
@@ -381,12 +389,19 @@ __device__ __forceinline__ real dv_of_col(const Velocity& v, int i) {
 
 // A thread's ADV_COLS cells of one output row from the five rows' values (k[r].v[0 ..
 // C+3]: columns i0-2 .. i0+C+1): x on each row with the row's weights, then y with each
-// column's.
+// column's (five weights: a warp's columns may start their stencils differently). XS: the
+// row's stencil start when the caller knows it (0, 1), else 2: a branch on it, uniform
+// over the warp (every thread is on the same row).
+template <int XS>
 __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange* y,
                                               const RowVals* k, real* out) {
     for (int m = 0; m < ADV_COLS; ++m) {
         real r[5];
-        for (int j = 0; j < 5; ++j) r[j] = apply(x, k[j].v + m);
+        if (XS == 0 || (XS == 2 && x.s == (real)0)) {
+            for (int j = 0; j < 5; ++j) r[j] = apply4<0>(x, k[j].v + m);
+        } else {
+            for (int j = 0; j < 5; ++j) r[j] = apply4<1>(x, k[j].v + m);
+        }
         out[m] = apply(y[m], r);
     }
 }
@@ -413,7 +428,7 @@ adv_step_sep(ADV_PARAMS) {
         k[4] = row_vals(j + 2);
         const bool row = ADV_PERIODIC || (j >= 2 && j < ny - 2);
         real out[C];
-        separable_row(lagrange(du_of_row(vel, j)), wy, k, out);
+        separable_row<2>(lagrange(du_of_row(vel, j)), wy, k, out);
         for (int c = 0; c < C; ++c) {
             const int i = i0 + c;
             const size_t n = (size_t)(j - base) * nx + i;
@@ -427,7 +442,7 @@ adv_step_sep(ADV_PARAMS) {
 // The steps of a separable pass over the tile in src (the result ends in the buffer
 // returned). CHECK: the tile touches the contest's held cells, so each cell asks; tiles
 // clear of them (almost all) skip the test.
-template <bool CHECK>
+template <bool CHECK, int XS>
 __device__ __forceinline__ real* separable_steps(real* src, real* dst, const Lagrange* wxs,
                                                  const Velocity& vel, int x0, int y0, int nx,
                                                  int ny) {
@@ -468,7 +483,7 @@ __device__ __forceinline__ real* separable_steps(real* src, real* dst, const Lag
             for (int r = r0; r < r1; ++r) {
                 k[4] = row_vals(r + 2);
                 real out[C];
-                separable_row(wxs[r], wy, k, out);
+                separable_row<XS>(wxs[r], wy, k, out);
                 if (CHECK) {
                     const int y = y0 + r;
                     const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
@@ -510,11 +525,23 @@ adv_pass_sep(ADV_PARAMS) {
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
     load_tile(buf0, f, x0, y0, nx, ny, base, nbuf);
-    for (int r = threadIdx.x; r < ADV_R; r += ADV_BX) wxs[r] = lagrange(du_of_row(vel, grid_row(y0 + r, ny)));
-    __syncthreads();
+    // The x weights of the tile's rows, and whether their stencils all start alike (all
+    // but the tiles that hold the rotation's centre row, or a periodic wrap): then x
+    // needs no branch.
+    const bool up = du_of_row(vel, grid_row(y0, ny)) > (real)0;
+    bool alike = true;
+    for (int r = threadIdx.x; r < ADV_R; r += ADV_BX) {
+        const Lagrange l = lagrange(du_of_row(vel, grid_row(y0 + r, ny)));
+        wxs[r] = l;
+        alike = alike && (l.s != (real)0) == up;
+    }
+    alike = __syncthreads_and(alike);
     // Every cell a step computes lies 2 or more cells inside the buffer.
     const bool clear = ADV_PERIODIC || (x0 >= 0 && x0 + ADV_W <= nx && y0 >= 0 && y0 + ADV_R <= ny);
-    const real* out = clear ? separable_steps<false>(buf0, buf1, wxs, vel, x0, y0, nx, ny)
-                            : separable_steps<true>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
+    real* out;
+    if (!clear) out = separable_steps<true, 2>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
+    else if (!alike) out = separable_steps<false, 2>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
+    else if (!up) out = separable_steps<false, 0>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
+    else out = separable_steps<false, 1>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
     store_tile(g, out, x0, y0, nx, base, jw1);
 }

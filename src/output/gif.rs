@@ -7,6 +7,7 @@ use std::io::BufWriter;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::precision::Real;
 
 /// Write `frames` (each `ny` rows of `nx` values, row 0 at the bottom) as a looping GIF,
 /// `delay_cs` hundredths of a second per frame; values map linearly from the smallest
@@ -76,7 +77,7 @@ impl Animation {
     }
 
     /// Offer the field `data` (`ny` rows of `nx`, row 0 at the bottom) as the next frame.
-    pub fn push(&mut self, ny: usize, nx: usize, data: &[f64]) {
+    pub fn push<T: Real>(&mut self, ny: usize, nx: usize, data: &[T]) {
         let k = self.offered;
         self.offered += 1;
         if self.frames.len() == self.cap && k.is_multiple_of(self.every) {
@@ -89,7 +90,7 @@ impl Animation {
 
     /// Add the last field unless it is the frame already last (the final step on the
     /// output schedule).
-    pub fn push_last(&mut self, ny: usize, nx: usize, data: &[f64]) {
+    pub fn push_last<T: Real>(&mut self, ny: usize, nx: usize, data: &[T]) {
         let frame = block_average(ny, nx, data, self.side);
         if self.frames.last() != Some(&frame.0) {
             if self.frames.len() == self.cap {
@@ -113,10 +114,6 @@ impl Animation {
         self.frames.push(frame);
     }
 
-    pub fn frames(&self) -> usize {
-        self.frames.len()
-    }
-
     /// Write the GIF as `name` of `set` when there are two frames or more (one frame is
     /// the PNG's picture, and a set lists only files it holds).
     pub fn write(&self, set: &mut super::OutputSet, name: &str, delay_cs: u16) -> Result<()> {
@@ -133,9 +130,10 @@ impl Animation {
     }
 }
 
-/// `data` (`ny` × `nx`) averaged over square blocks so that its long side is at most
-/// `side`; non-finite values are left out of their block's mean.
-fn block_average(ny: usize, nx: usize, data: &[f64], side: usize) -> (Vec<f64>, [usize; 2]) {
+/// `data` (`ny` × `nx`, in either precision: no f64 copy of a whole field) averaged over
+/// square blocks so that its long side is at most `side`; non-finite values are left out
+/// of their block's mean.
+fn block_average<T: Real>(ny: usize, nx: usize, data: &[T], side: usize) -> (Vec<f64>, [usize; 2]) {
     let b = ny.max(nx).div_ceil(side).max(1);
     let (h, w) = (ny.div_ceil(b), nx.div_ceil(b));
     let mut out = vec![0.0; h * w];
@@ -143,7 +141,8 @@ fn block_average(ny: usize, nx: usize, data: &[f64], side: usize) -> (Vec<f64>, 
         for (c, v) in line.iter_mut().enumerate() {
             let (mut s, mut n) = (0.0, 0usize);
             for j in r * b..((r + 1) * b).min(ny) {
-                for &x in &data[j * nx + c * b..(j * nx + ((c + 1) * b).min(nx))] {
+                for x in &data[j * nx + c * b..(j * nx + ((c + 1) * b).min(nx))] {
+                    let x = x.as_f64();
                     if x.is_finite() {
                         s += x;
                         n += 1;
@@ -182,7 +181,7 @@ mod tests {
         for k in 0..20 {
             a.push(1, 1, &[k as f64]);
         }
-        assert!(a.frames() <= 4, "{}", a.frames());
+        assert!(a.frames.len() <= 4, "{}", a.frames.len());
         // The first frame and frames from the whole run, in order.
         let firsts: Vec<f64> = a.frames.iter().map(|f| f[0]).collect();
         assert_eq!(firsts[0], 0.0);
@@ -190,8 +189,12 @@ mod tests {
         assert!(*firsts.last().unwrap() >= 8.0, "{firsts:?}");
         a.push_last(1, 1, &[19.0]);
         assert_eq!(a.frames.last().unwrap()[0], 19.0);
-        let before = a.frames();
+        let before = a.frames.len();
         a.push_last(1, 1, &[19.0]);
-        assert_eq!(a.frames(), before, "the same last frame is not added twice");
+        assert_eq!(
+            a.frames.len(),
+            before,
+            "the same last frame is not added twice"
+        );
     }
 }

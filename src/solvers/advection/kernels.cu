@@ -80,18 +80,16 @@ __device__ __forceinline__ void displacement(const Velocity& v, int i, int j, in
 // writes the rows jw0 .. jw1 − 1. The buffer row of grid row r: r − base where the buffer
 // has it, else r wrapped (periodic: the whole grid is in the buffer) or clamped (the
 // contest's held rows, whose values only feed cells that copy f).
-__device__ __forceinline__ int buffer_row(int r, int base, int nbuf, int ny) {
-    int l = r - base;
-    if (l < 0 || l >= nbuf) {
-        r = ADV_PERIODIC ? (r % ny + ny) % ny : min(max(r, 0), ny - 1);
-        l = r - base;
-    }
-    return l;
+// The grid row or column (0 .. n − 1) that index k stands for, wrapped (periodic) or
+// clamped (the contest's held cells): the velocity's and the boundary's j or i.
+__device__ __forceinline__ int grid_index(int k, int n) {
+    return ADV_PERIODIC ? (k % n + n) % n : min(max(k, 0), n - 1);
 }
 
-// The grid row (0 .. ny − 1) that row r stands for: the velocity's and the boundary's j.
-__device__ __forceinline__ int grid_row(int r, int ny) {
-    return ADV_PERIODIC ? (r % ny + ny) % ny : min(max(r, 0), ny - 1);
+__device__ __forceinline__ int buffer_row(int r, int base, int nbuf, int ny) {
+    int l = r - base;
+    if (l < 0 || l >= nbuf) l = grid_index(r, ny) - base;
+    return l;
 }
 
 // Blocks per SM the compiler must fit (caps registers per thread).
@@ -246,7 +244,7 @@ __device__ __forceinline__ void load_tile(real* buf, const real* f, int x0, int 
     }
     for (int t = threadIdx.x; t < ADV_R * ADV_W; t += ADV_BX) {
         const int r = t / ADV_W, c = t - r * ADV_W, x = x0 + c;
-        const int i = ADV_PERIODIC ? (x % nx + nx) % nx : min(max(x, 0), nx - 1);
+        const int i = grid_index(x, nx);
         buf[t] = f[(size_t)buffer_row(y0 + r, base, nbuf, ny) * nx + i];
     }
 }
@@ -286,7 +284,7 @@ adv_pass(ADV_PARAMS) {
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     // Grid position of buffer cell (0, 0).
     const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
-    auto gx = [&](int c) { const int x = x0 + c; return periodic ? (x % nx + nx) % nx : min(max(x, 0), nx - 1); };
+    auto gx = [&](int c) { return grid_index(x0 + c, nx); };
     auto by = [&](int r) { return buffer_row(y0 + r, base, nbuf, ny); };
     load_tile(buf0, f, x0, y0, nx, ny, base, nbuf);
     __syncthreads();
@@ -316,7 +314,7 @@ adv_pass(ADV_PARAMS) {
                     const int x = x0 + c + m;
                     real out = k2.c[m].c0;
                     if (row && (periodic || (x >= 2 && x < nx - 2))) {
-                        const int i = gx(c + m), j = grid_row(y, ny);
+                        const int i = gx(c + m), j = grid_index(y, ny);
                         real a, b;
                         displacement(vel, i, j, nx, ny, (size_t)by(r) * nx + i, a, b);
                         const Offset ox = offset(a), oy = offset(b);
@@ -343,8 +341,8 @@ adv_pass(ADV_PARAMS) {
 // stencil's start (0: i-2, 1: i-1). A cell then costs 5 × 4 + 5 multiply-adds on raw
 // values instead of a row's coefficients, six Horner evaluations and the y coefficients
 // (≈ 64 operations). The weights are exact at d = -1, 0, 1, so whole-cell shifts stay
-// exact. Every separable
-// kernel uses these functions in the same order: a pass equals single steps bit for bit.
+// exact. Every separable kernel uses these functions in the same order: a pass equals
+// single steps bit for bit.
 struct __align__(16) Lagrange { real w[5]; real s; };
 
 __device__ __forceinline__ Lagrange lagrange(real d) {
@@ -475,7 +473,7 @@ __device__ __forceinline__ real* separable_steps(real* src, real* dst, const Lag
             for (int m = 0; m < C; ++m) {
                 const int x = x0 + c + m;
                 col[m] = !CHECK || ADV_PERIODIC || (x >= 2 && x < nx - 2);
-                const int i = ADV_PERIODIC ? (x % nx + nx) % nx : min(max(x, 0), nx - 1);
+                const int i = grid_index(x, nx);
                 wy[m] = lagrange(dv_of_col(vel, i));
             }
             RowVals k[5] = {row_vals(r0 - 2), row_vals(r0 - 1), row_vals(r0), row_vals(r0 + 1)};
@@ -512,8 +510,7 @@ __device__ __forceinline__ real* separable_steps(real* src, real* dst, const Lag
 // field buffers (one set per tile row, the same every step: the velocity is steady), y
 // weights once per column and step, raw values in the five-row window. The steps are
 // unrolled and the rows by 5 (compile-time bounds), so the window moves by register
-// renaming, not copies, and the code stays small enough for the instruction cache (whole
-// unrolled steps ran 2.4× slower at 32-row tiles).
+// renaming, not copies (rows fully unrolled instead: 0.825 against 0.699 s on contest 5).
 extern "C" __global__ void __launch_bounds__(ADV_BX)
 adv_pass_sep(ADV_PARAMS) {
     extern __shared__ __align__(16) unsigned char adv_smem[];
@@ -528,10 +525,10 @@ adv_pass_sep(ADV_PARAMS) {
     // The x weights of the tile's rows, and whether their stencils all start alike (all
     // but the tiles that hold the rotation's centre row, or a periodic wrap): then x
     // needs no branch.
-    const bool up = du_of_row(vel, grid_row(y0, ny)) > (real)0;
+    const bool up = du_of_row(vel, grid_index(y0, ny)) > (real)0;
     bool alike = true;
     for (int r = threadIdx.x; r < ADV_R; r += ADV_BX) {
-        const Lagrange l = lagrange(du_of_row(vel, grid_row(y0 + r, ny)));
+        const Lagrange l = lagrange(du_of_row(vel, grid_index(y0 + r, ny)));
         wxs[r] = l;
         alike = alike && (l.s != (real)0) == up;
     }

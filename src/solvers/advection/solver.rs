@@ -195,11 +195,11 @@ impl<T: Real> Case for AdvectionCase<'_, T> {
         true
     }
     fn series_extras(&mut self, _: u64, _: &str, u: &Field<T>, _: &mut OutputSet) -> Result<()> {
-        self.animation.push(self.p.ny, self.p.nx, &as_f64(u));
+        self.animation.push(self.p.ny, self.p.nx, &u.data);
         Ok(())
     }
     fn extra_outputs(&mut self, u: &Field<T>, set: &mut OutputSet) -> Result<()> {
-        self.animation.push_last(self.p.ny, self.p.nx, &as_f64(u));
+        self.animation.push_last(self.p.ny, self.p.nx, &u.data);
         self.animation.write(set, "f.gif", 10)?;
         Ok(())
     }

@@ -299,10 +299,12 @@ impl<T: Real> CudaAdvection<T> {
         let (cols, threads) = (pass_cols(separable), pass_threads());
         let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
-        // Two field buffers, and the separable kernel's x weights (kernels.cu: Lagrange,
-        // six values aligned to 16 bytes per tile row).
+        // Two field buffers; the separable kernel's: one at 2 steps (its first step reads
+        // f, its last writes g), and its x weights (kernels.cu: Lagrange, six values
+        // aligned to 16 bytes per tile row).
+        let buffers = if separable && steps == 2 { 1 } else { 2 };
         let weights = (6 * std::mem::size_of::<T>()).next_multiple_of(16);
-        let shared = 2 * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
+        let shared = buffers * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
         if shared > 227 << 10 || ty == 0 {
             return Err(Error::invalid(
                 "KEISAN_ADV_PASS",

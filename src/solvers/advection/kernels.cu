@@ -437,91 +437,146 @@ adv_step_sep(ADV_PARAMS) {
     }
 }
 
-// The steps of a separable pass over the tile in src (the result ends in the buffer
-// returned). CHECK: the tile touches the contest's held cells, so each cell asks; tiles
-// clear of them (almost all) skip the test.
-template <bool CHECK, int XS>
-__device__ __forceinline__ real* separable_steps(real* src, real* dst, const Lagrange* wxs,
-                                                 const Velocity& vel, int x0, int y0, int nx,
-                                                 int ny) {
+// One step of a separable pass: the rows and columns of the tile grown by h (step s of
+// ADV_STEPS: h = 2·(ADV_STEPS − s)), each thread ADV_COLS columns walked down the rows.
+// load(c, r): the RowVals of tile row r at columns c−2 .. c+C+1; store(c, r, out): the
+// thread's results of row r. CHECK: the tile touches the contest's held cells, so each
+// cell asks; tiles clear of them (almost all) skip the test.
+template <bool CHECK, int XS, class Load, class Store>
+__device__ __forceinline__ void separable_step(int h, const Lagrange* wxs, const Velocity& vel,
+                                               int x0, int y0, int nx, int ny, Load load,
+                                               Store store) {
     constexpr int C = ADV_COLS;
+    const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
+    const int c = c0 + C * threadIdx.x;
+    if (c >= c1) return;
+    bool col[C];
+    Lagrange wy[C];
+    for (int m = 0; m < C; ++m) {
+        const int x = x0 + c + m;
+        col[m] = !CHECK || ADV_PERIODIC || (x >= 2 && x < nx - 2);
+        wy[m] = lagrange(dv_of_col(vel, grid_index(x, nx)));
+    }
+    RowVals k[5] = {load(c, r0 - 2), load(c, r0 - 1), load(c, r0), load(c, r0 + 1)};
+#pragma unroll 5
+    for (int r = r0; r < r1; ++r) {
+        k[4] = load(c, r + 2);
+        real out[C];
+        separable_row<XS>(wxs[r], wy, k, out);
+        if (CHECK) {
+            const int y = y0 + r;
+            const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
+            for (int m = 0; m < C; ++m) out[m] = row && col[m] ? out[m] : k[2].v[m + 2];
+        }
+        store(c, r, out);
+        for (int j = 0; j < 4; ++j) k[j] = k[j + 1];
+    }
+}
+
+// C + 4 values from q, in pairs where C is even (q then lies at an even offset).
+__device__ __forceinline__ RowVals row_pairs(const real* q) {
+    RowVals k;
+    if (ADV_COLS % 2 == 0) {
+        for (int o = 0; o < (ADV_COLS + 4) / 2; ++o) {
+            const real2 u = ((const real2*)q)[o];
+            k.v[2 * o] = u.x;
+            k.v[2 * o + 1] = u.y;
+        }
+    } else {
+        for (int o = 0; o < ADV_COLS + 4; ++o) k.v[o] = q[o];
+    }
+    return k;
+}
+
+__device__ __forceinline__ void store_pairs(real* q, const real* out) {
+    if (ADV_COLS % 2 == 0) {
+        for (int m = 0; m < ADV_COLS; m += 2) {
+            real2 u;
+            u.x = out[m];
+            u.y = out[m + 1];
+            *(real2*)(q + m) = u;
+        }
+    } else {
+        for (int m = 0; m < ADV_COLS; ++m) q[m] = out[m];
+    }
+}
+
+// The steps of a separable pass: the first reads f where it lies (through L1: a thread's
+// row values overlap its neighbours'), the middle ones go from buffer to buffer in shared
+// memory, the last writes g. DIRECT: the tile lies inside the grid's columns and the
+// buffer's rows, on an even nx, so the first step reads pairs at fixed offsets from one
+// pointer; the other tiles wrap or clamp each value. Against a tile copied to shared
+// memory first and copied out at the end (until 2026-11-25), this saves both copies and
+// one of the two buffers (twice the blocks per SM at 2 steps).
+template <bool CHECK, int XS, bool DIRECT>
+__device__ __forceinline__ void separable_pass(real* buf0, real* buf1, const Lagrange* wxs,
+                                               const Velocity& vel, const real* f, real* g,
+                                               int x0, int y0, int nx, int ny, int base,
+                                               int nbuf, int jw1) {
+    constexpr int C = ADV_COLS;
+    const real* f0 = f + (size_t)(y0 - base) * nx + x0 - 2;
+    auto from_f = [&](int c, int r) {
+        if (DIRECT) return row_pairs(f0 + (size_t)r * nx + c);
+        const real* fr = f + (size_t)buffer_row(y0 + r, base, nbuf, ny) * nx;
+        RowVals k;
+        for (int o = 0; o < C + 4; ++o) k.v[o] = fr[grid_index(x0 + c - 2 + o, nx)];
+        return k;
+    };
+    // Rows below jw1 and columns below nx (pairs on an even nx lie wholly inside or out).
+    auto to_g = [&](int c, int r, const real* out) {
+        const int y = y0 + r, x = x0 + c;
+        if (y >= jw1) return;
+        real* q = g + (size_t)(y - base) * nx + x;
+        if (C % 2 == 0 && (nx & 1) == 0) {
+            if (x < nx) store_pairs(q, out);
+        } else {
+            for (int m = 0; m < C; ++m)
+                if (x + m < nx) q[m] = out[m];
+        }
+    };
+    real* src = buf0;
+    real* dst = buf1;
 #pragma unroll
     for (int s = 1; s <= ADV_STEPS; ++s) {
         const int h = 2 * (ADV_STEPS - s);
-        const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
-        const int c = c0 + C * threadIdx.x;
-        if (c < c1) {
-            const real* q0 = src + c - 2;
-            real* d0 = dst + c;
-            // C + 4 values from an even offset (c0 and the row length are even): pairs.
-            auto row_vals = [&](int r) {
-                RowVals k;
-                if (C % 2 == 0) {
-                    const real2* q = (const real2*)(q0 + r * ADV_W);
-                    for (int o = 0; o < (C + 4) / 2; ++o) {
-                        const real2 u = q[o];
-                        k.v[2 * o] = u.x;
-                        k.v[2 * o + 1] = u.y;
-                    }
-                } else {
-                    for (int o = 0; o < C + 4; ++o) k.v[o] = q0[r * ADV_W + o];
-                }
-                return k;
-            };
-            bool col[C];
-            Lagrange wy[C];
-            for (int m = 0; m < C; ++m) {
-                const int x = x0 + c + m;
-                col[m] = !CHECK || ADV_PERIODIC || (x >= 2 && x < nx - 2);
-                const int i = grid_index(x, nx);
-                wy[m] = lagrange(dv_of_col(vel, i));
-            }
-            RowVals k[5] = {row_vals(r0 - 2), row_vals(r0 - 1), row_vals(r0), row_vals(r0 + 1)};
-#pragma unroll 5
-            for (int r = r0; r < r1; ++r) {
-                k[4] = row_vals(r + 2);
-                real out[C];
-                separable_row<XS>(wxs[r], wy, k, out);
-                if (CHECK) {
-                    const int y = y0 + r;
-                    const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
-                    for (int m = 0; m < C; ++m) out[m] = row && col[m] ? out[m] : k[2].v[m + 2];
-                }
-                if (C % 2 == 0) {
-                    for (int m = 0; m < C; m += 2) {
-                        real2 u;
-                        u.x = out[m];
-                        u.y = out[m + 1];
-                        *(real2*)(d0 + r * ADV_W + m) = u;
-                    }
-                } else {
-                    for (int m = 0; m < C; ++m) d0[r * ADV_W + m] = out[m];
-                }
-                for (int j = 0; j < 4; ++j) k[j] = k[j + 1];
-            }
+        auto from_buf = [&](int c, int r) { return row_pairs(src + r * ADV_W + c - 2); };
+        auto to_buf = [&](int c, int r, const real* out) { store_pairs(dst + r * ADV_W + c, out); };
+        if (s == 1) {
+            auto to_first = [&](int c, int r, const real* out) { store_pairs(buf0 + r * ADV_W + c, out); };
+            if (s == ADV_STEPS) separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_f, to_g);
+            else separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_f, to_first);
+        } else if (s == ADV_STEPS) {
+            separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_buf, to_g);
+        } else {
+            separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_buf, to_buf);
         }
-        __syncthreads();
-        real* tmp = src; src = dst; dst = tmp;
+        if (s < ADV_STEPS) __syncthreads();
+        if (s > 1) {
+            real* tmp = src; src = dst; dst = tmp;
+        }
     }
-    return src;
 }
 
-// adv_pass for the separable presets: the tile's x weights in shared memory after the two
+// adv_pass for the separable presets: the tile's x weights in shared memory after the
 // field buffers (one set per tile row, the same every step: the velocity is steady), y
 // weights once per column and step, raw values in the five-row window. The steps are
 // unrolled and the rows by 5 (compile-time bounds), so the window moves by register
 // renaming, not copies (rows fully unrolled instead: 0.825 against 0.699 s on contest 5).
-extern "C" __global__ void __launch_bounds__(ADV_BX)
+// Buffers: one at 2 steps per pass, two (ping-pong) from 3.
+#ifndef ADV_PASS_MINB
+#define ADV_PASS_MINB 1
+#endif
+extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
 adv_pass_sep(ADV_PARAMS) {
     extern __shared__ __align__(16) unsigned char adv_smem[];
+    constexpr int NBUF = ADV_STEPS > 2 ? 2 : 1;
     real* buf0 = (real*)adv_smem;
-    real* buf1 = buf0 + ADV_W * ADV_R;
-    Lagrange* wxs = (Lagrange*)(buf1 + ADV_W * ADV_R);
+    real* buf1 = buf0 + (NBUF - 1) * ADV_W * ADV_R;
+    Lagrange* wxs = (Lagrange*)(buf0 + NBUF * ADV_W * ADV_R);
     const real* f = f_pad + 2;
     real* g = g_pad + 2;
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
-    load_tile(buf0, f, x0, y0, nx, ny, base, nbuf);
     // The x weights of the tile's rows, and whether their stencils all start alike (all
     // but the tiles that hold the rotation's centre row, or a periodic wrap): then x
     // needs no branch.
@@ -533,12 +588,16 @@ adv_pass_sep(ADV_PARAMS) {
         alike = alike && (l.s != (real)0) == up;
     }
     alike = __syncthreads_and(alike);
-    // Every cell a step computes lies 2 or more cells inside the buffer.
+    const int l0 = y0 - base;
+    const bool direct = (nx & 1) == 0 && x0 >= 0 && x0 + ADV_W <= nx && l0 >= 0 && l0 + ADV_R <= nbuf;
+    // Every cell a step computes lies 2 or more cells inside the grid.
     const bool clear = ADV_PERIODIC || (x0 >= 0 && x0 + ADV_W <= nx && y0 >= 0 && y0 + ADV_R <= ny);
-    real* out;
-    if (!clear) out = separable_steps<true, 2>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
-    else if (!alike) out = separable_steps<false, 2>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
-    else if (!up) out = separable_steps<false, 0>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
-    else out = separable_steps<false, 1>(buf0, buf1, wxs, vel, x0, y0, nx, ny);
-    store_tile(g, out, x0, y0, nx, base, jw1);
+#define ADV_SEP_PASS(CHECK, XS, DIRECT) \
+    separable_pass<CHECK, XS, DIRECT>(buf0, buf1, wxs, vel, f, g, x0, y0, nx, ny, base, nbuf, jw1)
+    if (!direct) ADV_SEP_PASS(!ADV_PERIODIC, 2, false);
+    else if (!clear) ADV_SEP_PASS(true, 2, true);
+    else if (!alike) ADV_SEP_PASS(false, 2, true);
+    else if (!up) ADV_SEP_PASS(false, 0, true);
+    else ADV_SEP_PASS(false, 1, true);
+#undef ADV_SEP_PASS
 }

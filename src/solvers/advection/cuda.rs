@@ -59,16 +59,20 @@ fn tile() -> (u32, usize) {
 const PASS_THREADS: usize = 128;
 
 /// Steps per pass and tile rows: the problem's steps per pass, or the fastest measured on
-/// the H100 (contest 5): 2 steps over 16-row tiles (f32) or 12-row tiles (f64) when du, dv
-/// come from arrays (2026-11-23: 1.79 s against 1.97 single steps; f64 3.59 against 4.33);
-/// 2 steps over 12-row tiles for the separable presets in the kernel (2026-11-24, 19:54
-/// UTC: 0.711 s; 16 rows 0.749, single steps 1.26, 3 or 4 steps 0.78–0.80); single steps
-/// for the general form with the velocity in the kernel (1.18 s; its passes took 1.28 s at
-/// best: bound by instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
+/// the H100 (contest 5; every pass reads f in its first step and writes g in its last):
+/// 2 steps over 16-row tiles when du, dv come from arrays (2026-11-24, 21:43 UTC: 1.71 s
+/// f32, against 1.86 s with the tile copied in and out; f64 3.44 s, 12 rows 3.53 s, 8 rows
+/// 3.93 s); 2 steps over 32-row (f32) or 24-row (f64) tiles for the separable presets in
+/// the kernel (0.575 s: 28 rows 0.580, 24 rows 0.606, 12 rows 0.620, 36–48 rows 0.64–0.76,
+/// 3 steps 0.65; f64 1.09 s, 32 rows 1.36 s); single steps for the general form with the
+/// velocity in the kernel (1.18 s on 2026-11-23; its passes took 1.28 s at best: bound by
+/// instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool, separable: bool) -> (usize, usize) {
-    let rows = match T::PRECISION {
-        crate::precision::Precision::F32 if !separable => 16,
-        _ => 12,
+    use crate::precision::Precision::{F32, F64};
+    let rows = match (T::PRECISION, separable) {
+        (_, false) => 16,
+        (F32, true) => 32,
+        (F64, true) => 24,
     };
     let passes = arrays || separable;
     let default = (if passes { 2 } else { 1 }, rows);
@@ -81,10 +85,10 @@ fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool, separable: bool) -> (
 }
 
 /// Columns per thread of the pass (1, 2 or 4: each step's grown tile is then a whole
-/// number of them). The general form: one is fastest on the H100 (contest 5, 2 steps over
-/// 16 rows: 1.79 s; 2 columns 2.18 s, 4 columns 3.13 s: strided shared-memory rows
-/// conflict in banks). The separable form reads its rows in pairs (no conflicts) and takes
-/// 2. KEISAN_ADV_PASS_COLS overrides it.
+/// number of them). The general form: one is fastest on the H100 (contest 5 with arrays,
+/// 2026-11-24: 1.72 s; 2 columns 1.81 s at 6 blocks per SM, 2.12 s at 8; on 2026-11-23,
+/// with the tile copied to shared memory, 2.18 s against 1.79). The separable form reads
+/// its rows in pairs and takes 2. KEISAN_ADV_PASS_COLS overrides it.
 fn pass_cols(separable: bool) -> usize {
     std::env::var("KEISAN_ADV_PASS_COLS")
         .ok()
@@ -299,10 +303,10 @@ impl<T: Real> CudaAdvection<T> {
         let (cols, threads) = (pass_cols(separable), pass_threads());
         let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
-        // Two field buffers; the separable kernel's: one at 2 steps (its first step reads
-        // f, its last writes g), and its x weights (kernels.cu: Lagrange, six values
-        // aligned to 16 bytes per tile row).
-        let buffers = if separable && steps == 2 { 1 } else { 2 };
+        // Field buffers (kernels.cu: ADV_NBUF): one at 2 steps (the first step reads f, the
+        // last writes g), two from 3; and the separable kernel's x weights (Lagrange, six
+        // values aligned to 16 bytes per tile row).
+        let buffers = if steps == 2 { 1 } else { 2 };
         let weights = (6 * std::mem::size_of::<T>()).next_multiple_of(16);
         let shared = buffers * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
         if shared > 227 << 10 || ty == 0 {
@@ -314,7 +318,15 @@ impl<T: Real> CudaAdvection<T> {
                 ),
             ));
         }
+        // Blocks per SM the compiler must fit: 8 for the general f32 pass (64 registers;
+        // contest 5 with arrays: 1.72 s against 2.32 s uncapped, 2026-11-24); the others
+        // gain nothing from a cap.
+        let min_blocks = match (T::PRECISION, separable) {
+            (crate::precision::Precision::F32, false) => 8,
+            _ => 1,
+        };
         let defines = [
+            ("ADV_PASS_MINB", min_blocks.to_string()),
             ("ADV_BX", threads.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),

@@ -192,14 +192,10 @@ adv_step(ADV_PARAMS) {
     }
 }
 
-// Several steps per pass (temporal blocking): a block loads its tile of f with a halo of
-// 2·ADV_STEPS cells into shared memory, takes ADV_STEPS steps there (step s updates the
-// tile grown by 2·(ADV_STEPS − s) cells, so each step's stencil reads only what the step
-// before wrote), and writes the tile. DRAM moves f in and out once per pass; du, dv come
-// through L1/L2 each step (the same lines every step). Each cell's arithmetic is
-// adv_step's (coef, eval, offset: the same fma), so a pass equals single steps bit for
-// bit. Threads own ADV_COLS adjacent columns of the grown tile and walk down them, reusing
-// each row's coefficients for five outputs. Steady velocities only (arrays, uniform, rotation).
+// Several steps per pass (temporal blocking; adv_pass and adv_pass_sep below): a block
+// computes a tile of ADV_TY rows by ADV_TX columns, ADV_STEPS steps at once, from the tile
+// grown by a halo of ADV_H = 2·ADV_STEPS cells (buffer cell (0, 0) at grid column x0, row
+// y0).
 #ifndef ADV_STEPS
 #define ADV_STEPS 2
 #endif
@@ -218,120 +214,6 @@ template <typename T> struct Vec2;
 template <> struct Vec2<float> { typedef float2 type; };
 template <> struct Vec2<double> { typedef double2 type; };
 typedef Vec2<real>::type real2;
-
-// A pass's tile with its halo into shared memory, the block's threads over consecutive
-// cells (rows run into each other, so no thread idles at a row's end). Tiles clear of the
-// grid's sides on an even nx, whose rows all lie in the buffer, copy pairs by pointer
-// steps (x0 and the row lengths are even, the buffers 2 values past an aligned start);
-// the others wrap or clamp each column and row, one value at a time. Pairs made the
-// separable pass 25 % faster (contest 5: 0.77 against 1.03 s) and the general one 5 %
-// (1.85 against 1.95 s, the same H100 run).
-__device__ __forceinline__ void load_tile(real* buf, const real* f, int x0, int y0, int nx,
-                                          int ny, int base, int nbuf) {
-    const int l0 = y0 - base;
-    if ((nx & 1) == 0 && x0 >= 0 && x0 + ADV_W <= nx && l0 >= 0 && l0 + ADV_R <= nbuf) {
-        // Every row in the buffer: row r starts r·nx after the tile's first. Unsigned
-        // indices by compile-time constants: a pair costs a dozen instructions, not 27.
-        constexpr unsigned P = ADV_W / 2;
-        const real2* f0 = (const real2*)(f + (size_t)l0 * nx + x0);
-        const unsigned n2 = (unsigned)nx / 2;
-#pragma unroll 4
-        for (unsigned t = threadIdx.x; t < ADV_R * P; t += ADV_BX) {
-            const unsigned r = t / P, c = t % P;
-            ((real2*)buf)[t] = f0[(size_t)r * n2 + c];
-        }
-        return;
-    }
-    for (int t = threadIdx.x; t < ADV_R * ADV_W; t += ADV_BX) {
-        const int r = t / ADV_W, c = t - r * ADV_W, x = x0 + c;
-        const int i = grid_index(x, nx);
-        buf[t] = f[(size_t)buffer_row(y0 + r, base, nbuf, ny) * nx + i];
-    }
-}
-
-// The tile's own cells (no halo) from shared memory to g: rows below jw1, columns below
-// nx; in pairs on an even nx (a pair then lies wholly inside or outside the grid).
-__device__ __forceinline__ void store_tile(real* g, const real* buf, int x0, int y0, int nx,
-                                           int base, int jw1) {
-    const int rows = min(ADV_TY, jw1 - (y0 + ADV_H));
-    if ((nx & 1) == 0) {
-        constexpr unsigned P = ADV_TX / 2;
-        real2* g0 = (real2*)(g + (size_t)(y0 + ADV_H - base) * nx + x0 + ADV_H);
-        const unsigned n2 = (unsigned)nx / 2, cmax = (unsigned)(nx - x0 - ADV_H) / 2;
-        const real2* b0 = (const real2*)(buf + ADV_H * ADV_W + ADV_H);
-#pragma unroll 4
-        for (unsigned t = threadIdx.x; t < rows * P; t += ADV_BX) {
-            const unsigned r = t / P, c = t % P;
-            if (c < cmax) g0[(size_t)r * n2 + c] = b0[r * (ADV_W / 2) + c];
-        }
-        return;
-    }
-    for (int t = threadIdx.x; t < rows * ADV_TX; t += ADV_BX) {
-        const int r = ADV_H + t / ADV_TX, c = ADV_H + t % ADV_TX;
-        if (x0 + c < nx) g[(size_t)(y0 + r - base) * nx + x0 + c] = buf[r * ADV_W + c];
-    }
-}
-
-extern "C" __global__ void __launch_bounds__(ADV_BX)
-adv_pass(ADV_PARAMS) {
-    // rows: the tile's, ADV_TY (adv_step's argument list, so one launch serves both).
-    extern __shared__ unsigned char adv_smem[];
-    real* buf0 = (real*)adv_smem;
-    real* buf1 = buf0 + ADV_W * ADV_R;
-    const bool periodic = ADV_PERIODIC;
-    const real* f = f_pad + 2;
-    real* g = g_pad + 2;
-    const Velocity vel = {du, dv, a0, a1, a2, a3};
-    // Grid position of buffer cell (0, 0).
-    const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
-    auto gx = [&](int c) { return grid_index(x0 + c, nx); };
-    auto by = [&](int r) { return buffer_row(y0 + r, base, nbuf, ny); };
-    load_tile(buf0, f, x0, y0, nx, ny, base, nbuf);
-    __syncthreads();
-    real* src = buf0;
-    real* dst = buf1;
-    for (int s = 1; s <= ADV_STEPS; ++s) {
-        const int h = 2 * (ADV_STEPS - s);
-        const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
-        constexpr int C = ADV_COLS;
-        for (int c = c0 + C * threadIdx.x; c < c1; c += C * ADV_BX) {
-            auto row_coef = [&](int r) {
-                const real* q = src + r * ADV_W + c;
-                real v[C + 4];
-                for (int o = 0; o < C + 4; ++o) v[o] = q[o - 2];
-                RowCoef k;
-                for (int m = 0; m < C; ++m) k.c[m] = coef(v[m], v[m + 1], v[m + 2], v[m + 3], v[m + 4]);
-                return k;
-            };
-            RowCoef k0 = row_coef(r0 - 2), k1 = row_coef(r0 - 1), k2 = row_coef(r0),
-                    k3 = row_coef(r0 + 1);
-#pragma unroll 5
-            for (int r = r0; r < r1; ++r) {
-                const RowCoef k4 = row_coef(r + 2);
-                const int y = y0 + r;
-                const bool row = periodic || (y >= 2 && y < ny - 2);
-                for (int m = 0; m < C; ++m) {
-                    const int x = x0 + c + m;
-                    real out = k2.c[m].c0;
-                    if (row && (periodic || (x >= 2 && x < nx - 2))) {
-                        const int i = gx(c + m), j = grid_index(y, ny);
-                        real a, b;
-                        displacement(vel, i, j, nx, ny, (size_t)by(r) * nx + i, a, b);
-                        const Offset ox = offset(a), oy = offset(b);
-                        const Coef cy = coef(eval(k0.c[m], ox), eval(k1.c[m], ox), eval(k2.c[m], ox),
-                                             eval(k3.c[m], ox), eval(k4.c[m], ox));
-                        out = eval(cy, oy);
-                    }
-                    dst[r * ADV_W + c + m] = out;
-                }
-                k0 = k1; k1 = k2; k2 = k3; k3 = k4;
-            }
-        }
-        __syncthreads();
-        real* tmp = src; src = dst; dst = tmp;
-    }
-    store_tile(g, src, x0, y0, nx, base, jw1);
-}
 
 // Separable presets (uniform, rotation: ADV_MODE 1, 2): du depends on the row only and dv
 // on the column only, so the interpolation weights of a row (x) and of a column (y) serve
@@ -501,18 +383,19 @@ __device__ __forceinline__ void store_pairs(real* q, const real* out) {
     }
 }
 
-// The steps of a separable pass: the first reads f where it lies (through L1: a thread's
-// row values overlap its neighbours'), the middle ones go from buffer to buffer in shared
+// The steps of a pass: step(h, load, store) computes the tile grown by h (load and store as
+// in separable_step). The first step reads f where it lies (through L1: a thread's row
+// values overlap its neighbours'), the middle ones go from buffer to buffer in shared
 // memory, the last writes g. DIRECT: the tile lies inside the grid's columns and the
-// buffer's rows, on an even nx, so the first step reads pairs at fixed offsets from one
-// pointer; the other tiles wrap or clamp each value. Against a tile copied to shared
-// memory first and copied out at the end (until 2026-11-25), this saves both copies and
-// one of the two buffers (twice the blocks per SM at 2 steps).
-template <bool CHECK, int XS, bool DIRECT>
-__device__ __forceinline__ void separable_pass(real* buf0, real* buf1, const Lagrange* wxs,
-                                               const Velocity& vel, const real* f, real* g,
-                                               int x0, int y0, int nx, int ny, int base,
-                                               int nbuf, int jw1) {
+// buffer's rows (on an even nx where rows are read in pairs), so the first step reads at
+// fixed offsets from one pointer; the other tiles wrap or clamp each value. Against a tile
+// copied to shared memory first and out at the end (until 2026-11-25), this saves both
+// copies and one of the two buffers at 2 steps (contest 5, velocity in the kernel: 0.609
+// against 0.711 s).
+template <bool DIRECT, class Step>
+__device__ __forceinline__ void tile_pass(real* buf0, real* buf1, const real* f, real* g, int x0,
+                                          int y0, int nx, int ny, int base, int nbuf, int jw1,
+                                          Step step) {
     constexpr int C = ADV_COLS;
     const real* f0 = f + (size_t)(y0 - base) * nx + x0 - 2;
     auto from_f = [&](int c, int r) {
@@ -534,6 +417,7 @@ __device__ __forceinline__ void separable_pass(real* buf0, real* buf1, const Lag
                 if (x + m < nx) q[m] = out[m];
         }
     };
+    auto to_first = [&](int c, int r, const real* out) { store_pairs(buf0 + r * ADV_W + c, out); };
     real* src = buf0;
     real* dst = buf1;
 #pragma unroll
@@ -541,15 +425,10 @@ __device__ __forceinline__ void separable_pass(real* buf0, real* buf1, const Lag
         const int h = 2 * (ADV_STEPS - s);
         auto from_buf = [&](int c, int r) { return row_pairs(src + r * ADV_W + c - 2); };
         auto to_buf = [&](int c, int r, const real* out) { store_pairs(dst + r * ADV_W + c, out); };
-        if (s == 1) {
-            auto to_first = [&](int c, int r, const real* out) { store_pairs(buf0 + r * ADV_W + c, out); };
-            if (s == ADV_STEPS) separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_f, to_g);
-            else separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_f, to_first);
-        } else if (s == ADV_STEPS) {
-            separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_buf, to_g);
-        } else {
-            separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, from_buf, to_buf);
-        }
+        if (s == 1 && s == ADV_STEPS) step(h, from_f, to_g);
+        else if (s == 1) step(h, from_f, to_first);
+        else if (s == ADV_STEPS) step(h, from_buf, to_g);
+        else step(h, from_buf, to_buf);
         if (s < ADV_STEPS) __syncthreads();
         if (s > 1) {
             real* tmp = src; src = dst; dst = tmp;
@@ -557,22 +436,96 @@ __device__ __forceinline__ void separable_pass(real* buf0, real* buf1, const Lag
     }
 }
 
+// Whether a tile (buffer cell (0, 0) at grid column x0, row y0) lies inside the grid's
+// columns and the buffer's rows, on an even nx where its rows are read in pairs.
+__device__ __forceinline__ bool tile_direct(int x0, int y0, int nx, int base, int nbuf) {
+    const int l0 = y0 - base;
+    return (ADV_COLS % 2 == 1 || (nx & 1) == 0) && x0 >= 0 && x0 + ADV_W <= nx && l0 >= 0 &&
+           l0 + ADV_R <= nbuf;
+}
+
+// Field buffers of a pass in shared memory: one at 2 steps, two (ping-pong) from 3.
+#define ADV_NBUF (ADV_STEPS > 2 ? 2 : 1)
+#ifndef ADV_PASS_MINB
+#define ADV_PASS_MINB 1
+#endif
+
+// Several steps per pass (temporal blocking), the general form: step s updates the tile
+// grown by 2·(ADV_STEPS − s) cells, so each step's stencil reads only what the step
+// before wrote; DRAM moves f in and out once per pass, du and dv come through L1/L2 each
+// step (the same lines every step). Each cell's arithmetic is adv_step's (coef, eval,
+// offset: the same fma), so a pass equals single steps bit for bit. Threads own ADV_COLS
+// adjacent columns of the grown tile and walk down them, reusing each row's coefficients
+// for five outputs. Steady velocities only (arrays, uniform, rotation).
+template <class Load, class Store>
+__device__ __forceinline__ void general_step(int h, const Velocity& vel, int x0, int y0, int nx,
+                                             int ny, int base, int nbuf, Load load, Store store) {
+    constexpr int C = ADV_COLS;
+    const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
+    const int c = c0 + C * threadIdx.x;
+    if (c >= c1) return;
+    auto row_coef = [&](int r) {
+        const RowVals v = load(c, r);
+        RowCoef k;
+        for (int m = 0; m < C; ++m) k.c[m] = coef(v.v[m], v.v[m + 1], v.v[m + 2], v.v[m + 3], v.v[m + 4]);
+        return k;
+    };
+    RowCoef k0 = row_coef(r0 - 2), k1 = row_coef(r0 - 1), k2 = row_coef(r0), k3 = row_coef(r0 + 1);
+#pragma unroll 5
+    for (int r = r0; r < r1; ++r) {
+        const RowCoef k4 = row_coef(r + 2);
+        const int y = y0 + r;
+        const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
+        real out[C];
+        for (int m = 0; m < C; ++m) {
+            const int x = x0 + c + m;
+            out[m] = k2.c[m].c0;
+            if (row && (ADV_PERIODIC || (x >= 2 && x < nx - 2))) {
+                const int i = grid_index(x, nx), j = grid_index(y, ny);
+                real a, b;
+                displacement(vel, i, j, nx, ny, (size_t)buffer_row(y, base, nbuf, ny) * nx + i, a, b);
+                const Offset ox = offset(a), oy = offset(b);
+                const Coef cy = coef(eval(k0.c[m], ox), eval(k1.c[m], ox), eval(k2.c[m], ox),
+                                     eval(k3.c[m], ox), eval(k4.c[m], ox));
+                out[m] = eval(cy, oy);
+            }
+        }
+        store(c, r, out);
+        k0 = k1; k1 = k2; k2 = k3; k3 = k4;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
+adv_pass(ADV_PARAMS) {
+    // rows: the tile's, ADV_TY (adv_step's argument list, so one launch serves both).
+    extern __shared__ __align__(16) unsigned char adv_smem[];
+    real* buf0 = (real*)adv_smem;
+    real* buf1 = buf0 + (ADV_NBUF - 1) * ADV_W * ADV_R;
+    const real* f = f_pad + 2;
+    real* g = g_pad + 2;
+    const Velocity vel = {du, dv, a0, a1, a2, a3};
+    // Grid position of buffer cell (0, 0).
+    const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
+    auto step = [&](int h, auto load, auto store) {
+        general_step(h, vel, x0, y0, nx, ny, base, nbuf, load, store);
+    };
+    if (tile_direct(x0, y0, nx, base, nbuf))
+        tile_pass<true>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
+    else
+        tile_pass<false>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
+}
+
 // adv_pass for the separable presets: the tile's x weights in shared memory after the
 // field buffers (one set per tile row, the same every step: the velocity is steady), y
 // weights once per column and step, raw values in the five-row window. The steps are
 // unrolled and the rows by 5 (compile-time bounds), so the window moves by register
 // renaming, not copies (rows fully unrolled instead: 0.825 against 0.699 s on contest 5).
-// Buffers: one at 2 steps per pass, two (ping-pong) from 3.
-#ifndef ADV_PASS_MINB
-#define ADV_PASS_MINB 1
-#endif
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
 adv_pass_sep(ADV_PARAMS) {
     extern __shared__ __align__(16) unsigned char adv_smem[];
-    constexpr int NBUF = ADV_STEPS > 2 ? 2 : 1;
     real* buf0 = (real*)adv_smem;
-    real* buf1 = buf0 + (NBUF - 1) * ADV_W * ADV_R;
-    Lagrange* wxs = (Lagrange*)(buf0 + NBUF * ADV_W * ADV_R);
+    real* buf1 = buf0 + (ADV_NBUF - 1) * ADV_W * ADV_R;
+    Lagrange* wxs = (Lagrange*)(buf0 + ADV_NBUF * ADV_W * ADV_R);
     const real* f = f_pad + 2;
     real* g = g_pad + 2;
     const Velocity vel = {du, dv, a0, a1, a2, a3};
@@ -588,12 +541,14 @@ adv_pass_sep(ADV_PARAMS) {
         alike = alike && (l.s != (real)0) == up;
     }
     alike = __syncthreads_and(alike);
-    const int l0 = y0 - base;
-    const bool direct = (nx & 1) == 0 && x0 >= 0 && x0 + ADV_W <= nx && l0 >= 0 && l0 + ADV_R <= nbuf;
+    const bool direct = tile_direct(x0, y0, nx, base, nbuf);
     // Every cell a step computes lies 2 or more cells inside the grid.
     const bool clear = ADV_PERIODIC || (x0 >= 0 && x0 + ADV_W <= nx && y0 >= 0 && y0 + ADV_R <= ny);
-#define ADV_SEP_PASS(CHECK, XS, DIRECT) \
-    separable_pass<CHECK, XS, DIRECT>(buf0, buf1, wxs, vel, f, g, x0, y0, nx, ny, base, nbuf, jw1)
+#define ADV_SEP_PASS(CHECK, XS, DIRECT)                                                     \
+    tile_pass<DIRECT>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1,                     \
+                      [&](int h, auto load, auto store) {                                    \
+                          separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, load, store); \
+                      })
     if (!direct) ADV_SEP_PASS(!ADV_PERIODIC, 2, false);
     else if (!clear) ADV_SEP_PASS(true, 2, true);
     else if (!alike) ADV_SEP_PASS(false, 2, true);

@@ -20,6 +20,7 @@ pub mod signals;
 pub mod solver;
 pub mod solvers;
 pub mod summary;
+pub mod tuning;
 pub mod units;
 
 pub use error::{Error, Result};

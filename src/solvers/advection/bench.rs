@@ -312,7 +312,9 @@ fn case<T: Real>(
         _ if !placement.is_single() => (
             super::slabs(p, placement, &f0, 0, velocity)?,
             match device {
-                Device::Cuda(_) => super::cuda::CudaAdvection::<T>::steps_per_pass_for(p, velocity),
+                Device::Cuda(_) => {
+                    super::cuda::CudaAdvection::<T>::steps_per_pass_for(p, velocity)?
+                }
                 Device::Cpu { .. } => 1,
             },
         ),

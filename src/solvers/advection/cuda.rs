@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
+use crate::tuning;
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "advection/kernels.cu",
@@ -29,12 +30,8 @@ const PAD_AFTER: usize = 8;
 /// Columns per thread (kernels.cu: ADV_COLS); KEISAN_ADV_COLS overrides it.
 const COLS: usize = 2;
 
-fn cols() -> usize {
-    std::env::var("KEISAN_ADV_COLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|c| (1..=PAD_AFTER - 1).contains(c))
-        .unwrap_or(COLS)
+fn cols() -> Result<usize> {
+    Ok(tuning::number("KEISAN_ADV_COLS", 1..=PAD_AFTER - 1)?.unwrap_or(COLS))
 }
 
 /// Threads per block and rows per block: 64 threads of 2 columns by 64 rows (fastest of
@@ -43,15 +40,10 @@ fn cols() -> usize {
 const BLOCK_X: u32 = 64;
 const ROWS: usize = 64;
 
-fn tile() -> (u32, usize) {
-    std::env::var("KEISAN_ADV_TILE")
-        .ok()
-        .and_then(|v| {
-            let (a, b) = v.split_once('x')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        })
-        .filter(|&(x, r): &(u32, usize)| x.is_multiple_of(32) && (32..=1024).contains(&x) && r >= 1)
-        .unwrap_or((BLOCK_X, ROWS))
+fn tile() -> Result<(u32, usize)> {
+    let valid = |&x: &u32, &r: &usize| x.is_multiple_of(32) && (32..=1024).contains(&x) && r >= 1;
+    let expect = "THREADSxROWS, THREADS a multiple of 32 up to 1024, e.g. 64x64";
+    Ok(tuning::pair("KEISAN_ADV_TILE", 'x', expect, valid)?.unwrap_or((BLOCK_X, ROWS)))
 }
 
 /// Threads per block of the several-steps pass (kernels.cu: adv_pass; one column each of
@@ -67,7 +59,11 @@ const PASS_THREADS: usize = 128;
 /// 3 steps 0.65; f64 1.09 s, 32 rows 1.36 s); single steps for the general form with the
 /// velocity in the kernel (1.18 s on 2026-11-23; its passes took 1.28 s at best: bound by
 /// instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
-fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool, separable: bool) -> (usize, usize) {
+fn pass_shape<T: Real>(
+    p: &AdvectionProblem,
+    arrays: bool,
+    separable: bool,
+) -> Result<(usize, usize)> {
     use crate::precision::Precision::{F32, F64};
     let rows = match (T::PRECISION, separable) {
         (_, false) => 16,
@@ -76,12 +72,10 @@ fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool, separable: bool) -> (
     };
     let passes = arrays || separable;
     let default = (if passes { 2 } else { 1 }, rows);
-    let env = std::env::var("KEISAN_ADV_PASS").ok().and_then(|v| {
-        let (a, b) = v.split_once(',')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
-    });
+    let expect = "STEPS,ROWS (steps per pass, tile rows), both at least 1, e.g. 2,16";
+    let env = tuning::pair("KEISAN_ADV_PASS", ',', expect, |&s, &ty| s >= 1 && ty >= 1)?;
     let (s, ty) = env.unwrap_or(default);
-    (p.steps_per_pass.unwrap_or(s), ty)
+    Ok((p.steps_per_pass.unwrap_or(s), ty))
 }
 
 /// Columns per thread of the pass (1, 2 or 4: each step's grown tile is then a whole
@@ -89,21 +83,21 @@ fn pass_shape<T: Real>(p: &AdvectionProblem, arrays: bool, separable: bool) -> (
 /// 2026-11-24: 1.72 s; 2 columns 1.81 s at 6 blocks per SM, 2.12 s at 8; on 2026-11-23,
 /// with the tile copied to shared memory, 2.18 s against 1.79). The separable form reads
 /// its rows in pairs and takes 2. KEISAN_ADV_PASS_COLS overrides it.
-fn pass_cols(separable: bool) -> usize {
-    std::env::var("KEISAN_ADV_PASS_COLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|c| [1, 2, 4].contains(c))
-        .unwrap_or(if separable { 2 } else { 1 })
+fn pass_cols(separable: bool) -> Result<usize> {
+    let env = tuning::knob("KEISAN_ADV_PASS_COLS", "1, 2 or 4", |v| {
+        v.parse().ok().filter(|c| [1, 2, 4].contains(c))
+    })?;
+    Ok(env.unwrap_or(if separable { 2 } else { 1 }))
 }
 
 /// Threads per block of the pass: 128; KEISAN_ADV_PASS_BX (a multiple of 32) overrides it.
-fn pass_threads() -> usize {
-    std::env::var("KEISAN_ADV_PASS_BX")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&b: &usize| b.is_multiple_of(32) && (32..=1024).contains(&b))
-        .unwrap_or(PASS_THREADS)
+fn pass_threads() -> Result<usize> {
+    let env = tuning::knob("KEISAN_ADV_PASS_BX", "a multiple of 32 up to 1024", |v| {
+        v.parse()
+            .ok()
+            .filter(|&b: &usize| b.is_multiple_of(32) && (32..=1024).contains(&b))
+    })?;
+    Ok(env.unwrap_or(PASS_THREADS))
 }
 
 /// The kernels' velocity source (kernels.cu: ADV_MODE).
@@ -120,8 +114,8 @@ fn mode_of(d: Displacement) -> u8 {
 /// for the uniform and rotation presets computed in the kernel (modes 1, 2), whose du
 /// depends on the row only and dv on the column only. It rounds differently from the
 /// general form; KEISAN_ADV_SEPARABLE=0 takes the general form for comparisons.
-fn separable(mode: u8) -> bool {
-    matches!(mode, 1 | 2) && std::env::var("KEISAN_ADV_SEPARABLE").map_or(true, |v| v != "0")
+fn separable(mode: u8) -> Result<bool> {
+    Ok(matches!(mode, 1 | 2) && tuning::switch("KEISAN_ADV_SEPARABLE")?.unwrap_or(true))
 }
 
 /// The several-steps pass: its kernel, launch and steps.
@@ -193,12 +187,12 @@ impl<T: Real> CudaAdvection<T> {
     }
 
     /// Steps one launch takes (and so one halo exchange of a slab serves) for `source`.
-    pub fn steps_per_pass_for(p: &AdvectionProblem, source: VelocitySource) -> u64 {
+    pub fn steps_per_pass_for(p: &AdvectionProblem, source: VelocitySource) -> Result<u64> {
         let mode = mode_of(Self::displacement(p, source));
-        match pass_shape::<T>(p, mode == 0, separable(mode)) {
+        Ok(match pass_shape::<T>(p, mode == 0, separable(mode)?)? {
             (s, _) if s > 1 && !p.velocity.is_time_dependent() => s as u64,
             _ => 1,
-        }
+        })
     }
 
     /// An engine for the rows `window` owns; `full`: the whole field after `step0` steps
@@ -220,17 +214,14 @@ impl<T: Real> CudaAdvection<T> {
             "the advection fields (two time layers) and velocities",
         )?;
         let mode = mode_of(displacement);
-        let (block_x, rows) = tile();
-        let cols = cols();
+        let (block_x, rows) = tile()?;
+        let cols = cols()?;
         // Blocks per SM the compiler must fit. f32: 12, at most 80 registers (1, 12, 16, 20
         // gave 2.12, 1.96, 2.11, 2.96 s on contest 5 with arrays, H100, 2026-11-23). f64: no
         // cap (at 80 registers the f64 kernel spills 636 B a thread: 4.78 s against 2.34 s
         // with the velocity in the kernel). KEISAN_ADV_MINB for tuning runs.
-        let min_blocks = std::env::var("KEISAN_ADV_MINB")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-            .filter(|v| (1..=32).contains(v))
-            .unwrap_or(match T::PRECISION {
+        let min_blocks =
+            tuning::number("KEISAN_ADV_MINB", 1..=32u32)?.unwrap_or(match T::PRECISION {
                 crate::precision::Precision::F32 => 12,
                 crate::precision::Precision::F64 => 1,
             });
@@ -241,7 +232,7 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
         ];
-        let separable = separable(mode);
+        let separable = separable(mode)?;
         let step_name = if separable {
             "adv_step_sep"
         } else {
@@ -265,7 +256,7 @@ impl<T: Real> CudaAdvection<T> {
             block_dim: (block_x, 1, 1),
             shared_mem_bytes: 0,
         };
-        let pass = match pass_shape::<T>(p, arrays, separable) {
+        let pass = match pass_shape::<T>(p, arrays, separable)? {
             (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
                 Some(Self::pass(&gpu, p, window.own.len(), mode, s, ty)?)
             }
@@ -299,8 +290,8 @@ impl<T: Real> CudaAdvection<T> {
         steps: usize,
         ty: usize,
     ) -> Result<Pass> {
-        let separable = separable(mode);
-        let (cols, threads) = (pass_cols(separable), pass_threads());
+        let separable = separable(mode)?;
+        let (cols, threads) = (pass_cols(separable)?, pass_threads()?);
         let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
         // Field buffers (kernels.cu: ADV_NBUF): one at 2 steps (the first step reads f, the

@@ -297,7 +297,7 @@ pub(crate) fn slab_windows<T: Real>(
 ) -> Result<Vec<Window>> {
     let steps = match placement.gpus()? {
         None => 1,
-        Some(_) => cuda::CudaAdvection::<T>::steps_per_pass_for(p, source) as usize,
+        Some(_) => cuda::CudaAdvection::<T>::steps_per_pass_for(p, source)? as usize,
     };
     windows(
         p.ny,

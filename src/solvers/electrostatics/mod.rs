@@ -136,36 +136,16 @@ impl Launch {
     /// KEISAN_ES_PERSISTENT_BLOCKS=B and KEISAN_ES_KERNEL=per-colour|persistent|fused|staged
     /// for tuning runs; a value that does not parse is an error naming its variable.
     pub fn from_env() -> Result<Self> {
-        fn knob<T>(
-            name: &str,
-            expect: &str,
-            parse: impl Fn(&str) -> Option<T>,
-        ) -> Result<Option<T>> {
-            match std::env::var(name) {
-                Err(_) => Ok(None),
-                Ok(v) => parse(&v)
-                    .map(Some)
-                    .ok_or_else(|| Error::invalid(name, &v, expect)),
-            }
-        }
-        let block = knob(
+        use crate::tuning::{at_least, knob, number, pair};
+        let block = pair(
             "KEISAN_ES_BLOCK",
+            'x',
             "BXxBY with BX a multiple of 32 and at most 1024 threads, e.g. 32x8",
-            |v| {
-                let (a, b) = v.split_once('x')?;
-                let (x, y): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                (x.is_multiple_of(32) && x > 0 && y >= 1 && x * y <= 1024).then_some((x, y))
-            },
+            |&x: &u32, &y: &u32| x.is_multiple_of(32) && x > 0 && y >= 1 && x * y <= 1024,
         )?;
-        let planes = knob("KEISAN_ES_PLANES", "a whole number >= 1", |v| {
-            v.parse::<usize>().ok().filter(|&v| v >= 1)
-        })?;
-        let min_blocks = knob("KEISAN_ES_MINB", "a whole number in 1..=32", |v| {
-            v.parse::<u32>().ok().filter(|v| (1..=32).contains(v))
-        })?;
-        let persistent_blocks = knob("KEISAN_ES_PERSISTENT_BLOCKS", "a whole number >= 1", |v| {
-            v.parse::<usize>().ok().filter(|&v| v >= 1)
-        })?;
+        let planes = at_least("KEISAN_ES_PLANES", 1usize)?;
+        let min_blocks = number("KEISAN_ES_MINB", 1..=32u32)?;
+        let persistent_blocks = at_least("KEISAN_ES_PERSISTENT_BLOCKS", 1usize)?;
         let kernel = knob(
             "KEISAN_ES_KERNEL",
             SweepKernel::NAMES,

@@ -21,6 +21,7 @@ use crate::error::Result;
 use crate::parallel::{World, world};
 use crate::precision::Precision;
 use crate::run::{Diagnostics, Engine, Field, Status};
+use crate::tuning;
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "nbody/kernels.cu",
@@ -90,15 +91,6 @@ const MUTUAL_MIN_BLOCKS_PER_SM: usize = 12;
 /// the H100 at N = 2^20, 1 / 2 / 4 / 6 rounds per launch gave 2592 / 2729 / 2868 / 2916 G
 /// interactions/s (docs/PERFORMANCE.md).
 const MUTUAL_WAVES: usize = 4;
-
-/// A whole-number tuning knob from the environment, else `default`.
-fn tuning_number(var: &str, default: usize) -> usize {
-    std::env::var(var)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&v| v >= 1)
-        .unwrap_or(default)
-}
 
 /// One device's share: its particles (a contiguous i-range of n, kicked and drifted
 /// here), every particle's packed f32 position (its own segment packed here, the
@@ -244,14 +236,9 @@ impl CudaNbody {
         // choice).
         let mutual = world.is_none()
             && !accurate
-            && match (
-                shape.mutual,
-                std::env::var("KEISAN_NBODY_MUTUAL").as_deref(),
-            ) {
-                (Some(choice), _) => choice,
-                (None, Ok("0")) => false,
-                (None, Ok("1")) => true,
-                _ => {
+            && match (shape.mutual, tuning::switch("KEISAN_NBODY_MUTUAL")?) {
+                (Some(choice), _) | (None, Some(choice)) => choice,
+                (None, None) => {
                     let tiles = 2 * n.div_ceil(2 * bp);
                     let sms: usize = gpus.iter().map(|g| g.multiprocessors).sum();
                     tiles * (tiles - 1) / 2 >= MUTUAL_MIN_BLOCKS_PER_SM * sms
@@ -285,21 +272,23 @@ impl CudaNbody {
         let seg_off: Vec<usize> = (0..count).map(|d| seg_pad[..d].iter().sum()).collect();
         let total: usize = seg_pad.iter().sum();
         let equal_mass = p.mass.iter().all(|&m| m == p.mass[0]);
-        let tuning = |var: &str, default: &str| std::env::var(var).unwrap_or(default.into());
         // Tuned on the H100 (docs/PERFORMANCE.md): unroll 2 (2297 against 2245 G/s at 4);
         // 5 blocks per SM for the equal-mass kernel (102 registers: 2284 against 2190 G/s
         // at 3), 3 for the general one (2118 against 2086 at 5).
         // nbody_mutual: 6 blocks per SM with equal masses (85 registers, no spill: 2916
         // against 2663 G/s at 5), 5 with unequal ones (2363; 6: 2151).
         let minb = match (mutual, equal_mass) {
-            (false, true) => "5",
-            (false, false) => "3",
-            (true, true) => "6",
-            (true, false) => "5",
+            (false, true) => 5,
+            (false, false) => 3,
+            (true, true) => 6,
+            (true, false) => 5,
         };
+        // KEISAN_NBODY_UNROLL and KEISAN_NBODY_MINB override them for tuning runs.
+        let unroll = tuning::number("KEISAN_NBODY_UNROLL", 1..=16u32)?.unwrap_or(2);
+        let minb = tuning::number("KEISAN_NBODY_MINB", 1..=32u32)?.unwrap_or(minb);
         let defines = [
-            ("NB_UNROLL", tuning("KEISAN_NBODY_UNROLL", "2")),
-            ("NB_MINB", tuning("KEISAN_NBODY_MINB", minb)),
+            ("NB_UNROLL", unroll.to_string()),
+            ("NB_MINB", minb.to_string()),
             ("NB_THREADS", shape.threads.to_string()),
             ("NB_IPT", shape.ipt.to_string()),
             ("NB_ACCURATE", u8::from(accurate).to_string()),
@@ -334,11 +323,9 @@ impl CudaNbody {
                 )? as usize;
                 let (resident, round) = (gpu.multiprocessors * per_sm.max(1), total / bp / 2);
                 let most = (2 * round - 1).div_ceil(count);
-                slots = tuning_number(
-                    "KEISAN_NBODY_SLOTS",
-                    (MUTUAL_WAVES * resident).div_ceil(round),
-                )
-                .clamp(1, most);
+                slots = tuning::at_least("KEISAN_NBODY_SLOTS", 1)?
+                    .unwrap_or((MUTUAL_WAVES * resident).div_ceil(round))
+                    .clamp(1, most);
                 splits = count * slots;
             }
             for e in (0..count).filter(|_| !mutual) {

@@ -382,10 +382,10 @@ impl<T: Real> CudaElectrostatics<T> {
             .min_blocks
             .unwrap_or_else(|| launch.kernel.default_min_blocks(T::PRECISION, p.points()));
         // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
-        let unroll = match std::env::var("KEISAN_ES_FUSED_UNROLL").as_deref() {
-            Ok("4") => 4,
-            _ => 2,
-        };
+        let unroll = crate::tuning::knob("KEISAN_ES_FUSED_UNROLL", "2 or 4", |v| {
+            v.parse().ok().filter(|u: &u32| [2, 4].contains(u))
+        })?
+        .unwrap_or(2);
         // The staged kernel's shared rings exceed 48 KB for some shapes of the others: it
         // is compiled only when used.
         let staged = (launch.kernel == SweepKernel::Staged) as u8;

@@ -8,6 +8,7 @@ use super::pyramid::Region;
 use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
+use crate::tuning;
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "heat/kernels.cu",
@@ -29,28 +30,19 @@ pub struct BoxKernels<T: Real> {
     p: HeatProblem,
     r: [T; 3],
     march: usize,
+    /// Threads per block of the step kernel: scalar, vector (step_block).
+    blocks: [(u32, u32); 2],
 }
 
 /// Points each thread of the step kernel marches along the slowest real axis (tuned on
 /// the H100, docs/PERFORMANCE.md); KEISAN_HEAT_MARCH overrides it for tuning.
-fn march() -> usize {
-    std::env::var("KEISAN_HEAT_MARCH")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&m: &usize| (1..=1024).contains(&m))
-        .unwrap_or(32)
+fn march() -> Result<usize> {
+    Ok(tuning::number("KEISAN_HEAT_MARCH", 1..=1024)?.unwrap_or(32))
 }
 
 /// Values one thread of the vector kernels loads at once: 16 bytes.
 pub fn vector_values(precision: Precision) -> usize {
     16 / precision.bytes()
-}
-
-/// A "AxB" pair from the environment variable `var` (tuning overrides), if set and valid.
-fn env_pair(var: &str) -> Option<(u32, u32)> {
-    let v = std::env::var(var).ok()?;
-    let (a, b) = v.split_once('x')?;
-    Some((a.trim().parse().ok()?, b.trim().parse().ok()?)).filter(|&(a, b)| a > 0 && b > 0)
 }
 
 /// Threads per block of the step kernel over (x, middle axis): a 64×4 tile in 3D, rows of
@@ -59,29 +51,37 @@ fn env_pair(var: &str) -> Option<(u32, u32)> {
 /// otherwise. Measured on the H100, 3D 32×4 to 128×2 and 2D rows of 32 to 256 within 1 %
 /// of each other, 32×16 and 512 about 12 % slower (docs/PERFORMANCE.md).
 /// KEISAN_HEAT_STEP_BLOCK / KEISAN_HEAT_VEC_BLOCK = XxY override them for tuning.
-fn step_block(dims: usize, vector: bool) -> (u32, u32) {
-    let var = if vector {
-        "KEISAN_HEAT_VEC_BLOCK"
-    } else {
-        "KEISAN_HEAT_STEP_BLOCK"
+fn step_block(dims: usize, vector: bool) -> Result<(u32, u32)> {
+    let (var, expect) = match vector {
+        true => (
+            "KEISAN_HEAT_VEC_BLOCK",
+            "XxY, X a multiple of 32 and X·Y at most 1024, e.g. 32x8",
+        ),
+        false => ("KEISAN_HEAT_STEP_BLOCK", "XxY, X·Y at most 1024, e.g. 64x4"),
     };
-    if let Some(b) = env_pair(var).filter(|&(x, y)| !vector || x % 32 == 0 && x * y <= 1024) {
-        return b;
-    }
-    match (dims, vector) {
-        (3, false) => (64, 4),
-        (3, true) => (32, 8),
-        (_, false) => (256, 1),
-        (_, true) => (128, 1),
-    }
+    let valid =
+        |&x: &u32, &y: &u32| x > 0 && y > 0 && x * y <= 1024 && (!vector || x.is_multiple_of(32));
+    Ok(
+        tuning::pair(var, 'x', expect, valid)?.unwrap_or(match (dims, vector) {
+            (3, false) => (64, 4),
+            (3, true) => (32, 8),
+            (_, false) => (256, 1),
+            (_, true) => (128, 1),
+        }),
+    )
 }
 
 /// The launch of a step over `region`; `vec` is the vector width when the vector kernel
 /// runs (threads then tile whole vectors of x from the one holding `region.lo[2]`).
-fn step_config(region: &Region, dims: usize, march_len: usize, vec: Option<usize>) -> LaunchConfig {
+fn step_config(
+    region: &Region,
+    dims: usize,
+    march_len: usize,
+    vec: Option<usize>,
+    (tx, ty): (u32, u32),
+) -> LaunchConfig {
     let [rz, ry, _] = region.shape();
     let (march, other) = if dims == 2 { (ry, rz) } else { (rz, ry) };
-    let (tx, ty) = step_block(dims, vec.is_some());
     let x_threads = match vec {
         Some(v) => region.hi[2].div_ceil(v) - region.lo[2] / v,
         None => region.hi[2] - region.lo[2],
@@ -143,16 +143,13 @@ fn box_args<T>(
 impl<T: Real> BoxKernels<T> {
     pub fn new(gpu: &Gpu, p: &HeatProblem) -> Result<Self> {
         let r = p.r();
-        let march_len = march();
+        let march_len = march()?;
         let mut march = vec![("MARCH", march_len.to_string())];
         // Vector-kernel march points whose loads are issued together (tuning override).
-        if let Some(g) = std::env::var("KEISAN_HEAT_VGROUP")
-            .ok()
-            .filter(|g| g.parse::<usize>().is_ok_and(|g| (1..=8).contains(&g)))
-        {
-            march.push(("VGROUP", g));
+        if let Some(g) = tuning::number("KEISAN_HEAT_VGROUP", 1..=8usize)? {
+            march.push(("VGROUP", g.to_string()));
         }
-        let vector = std::env::var("KEISAN_HEAT_VEC").map_or(true, |v| v != "0");
+        let vector = tuning::switch("KEISAN_HEAT_VEC")?.unwrap_or(true);
         let vec_step = match vector {
             true => Some(gpu.function(&KERNELS, T::PRECISION, &march, "heat_vec_step")?),
             false => None,
@@ -164,6 +161,7 @@ impl<T: Real> BoxKernels<T> {
             p: p.clone(),
             r: r.map(T::lit),
             march: march_len,
+            blocks: [step_block(p.dims, false)?, step_block(p.dims, true)?],
         })
     }
 
@@ -197,11 +195,12 @@ impl<T: Real> BoxKernels<T> {
         }
         l.arg(&dims).arg(&self.r[0]).arg(&self.r[1]).arg(&self.r[2]);
         l.arg(&step).arg(bad);
+        let block = self.blocks[vec.is_some() as usize];
         // SAFETY: the region lies inside the box, both buffers hold the box, and the
         // kernel reads neighbours only of points that are not on the grid's edge, which
         // lie inside the box (the region shrinks on halo sides); the vector kernel needs
         // rows of whole vectors, which the allocations' alignment keeps aligned.
-        unsafe { l.launch(step_config(region, self.p.dims, self.march, vec)) }?;
+        unsafe { l.launch(step_config(region, self.p.dims, self.march, vec, block)) }?;
         Ok(())
     }
 
@@ -245,13 +244,9 @@ fn state_registers(threads: usize) -> usize {
 
 /// Output planes each block of the temporal-blocking kernel marches over: long enough that
 /// the `levels` warm-up planes below each chunk cost little, short enough for many blocks.
-fn tb_chunk(dims: usize) -> usize {
+fn tb_chunk(dims: usize) -> Result<usize> {
     let default = if dims == 3 { 128 } else { 256 };
-    std::env::var("KEISAN_HEAT_TB_CHUNK")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|&c: &usize| c >= 1)
-        .unwrap_or(default)
+    Ok(tuning::at_least("KEISAN_HEAT_TB_CHUNK", 1)?.unwrap_or(default))
 }
 
 /// Steps per pass of the in-core temporal-blocking kernel when the problem does not say:
@@ -542,7 +537,7 @@ impl<T: Real> TemporalBlock<T> {
             pass,
             levels,
             tile,
-            chunk: tb_chunk(p.dims),
+            chunk: tb_chunk(p.dims)?,
             enough_blocks: 2 * gpu.multiprocessors,
             p: p.clone(),
             r: p.r().map(T::lit),

@@ -13,6 +13,7 @@ use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::Result;
 use crate::precision::{Precision, Real};
 use crate::run::{Diagnostics, Engine, Field, Status};
+use crate::tuning;
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "jacobi/kernels.cu",
@@ -22,26 +23,21 @@ pub const KERNELS: KernelSource = KernelSource {
 /// Threads per block along x, and rows each block walks down: the fastest of a sweep on
 /// the H100 for the seed case (docs/PERFORMANCE.md). KEISAN_JACOBI_TILE=BXxRY overrides
 /// them for tuning runs.
-pub(super) fn tile(precision: Precision) -> (u32, u32) {
-    static TILE: std::sync::OnceLock<Option<(u32, u32)>> = std::sync::OnceLock::new();
-    let chosen = *TILE.get_or_init(|| {
-        std::env::var("KEISAN_JACOBI_TILE")
-            .ok()
-            .and_then(|v| {
-                let (a, b) = v.split_once('x')?;
-                Some((a.parse().ok()?, b.parse().ok()?))
-            })
-            .filter(|&(bx, ry): &(u32, u32)| bx % 32 == 0 && (32..=1024).contains(&bx) && ry >= 1)
-    });
-    chosen.unwrap_or(match precision {
+pub(super) fn tile(precision: Precision) -> Result<(u32, u32)> {
+    let valid = |&bx: &u32, &ry: &u32| bx % 32 == 0 && (32..=1024).contains(&bx) && ry >= 1;
+    let expect = "BXxRY, BX a multiple of 32 up to 1024 and RY >= 1, e.g. 512x8";
+    let chosen = tuning::pair("KEISAN_JACOBI_TILE", 'x', expect, valid)?;
+    Ok(chosen.unwrap_or(match precision {
         Precision::F64 => (512, 8),
         Precision::F32 => (256, 64),
-    })
+    }))
 }
 
-pub(super) fn tile_defines(precision: Precision) -> [(&'static str, String); 4] {
-    let (bx, ry) = tile(precision);
-    let (tx, ty) = tile2(precision);
+/// The kernels' tile defines for tiles `(bx, ry)` and `(tx, ty)` ([`tile`], [`tile2`]).
+pub(super) fn tile_defines(
+    (bx, ry): (u32, u32),
+    (tx, ty): (usize, usize),
+) -> [(&'static str, String); 4] {
     [
         ("J_BX", bx.to_string()),
         ("J_RY", ry.to_string()),
@@ -54,19 +50,14 @@ const HISTORY: usize = 4096;
 /// Output tile (x, y) of the two-sweep kernel, which runs 256 threads per block; its two
 /// shared-memory tiles must fit the 48 KiB of static shared memory.
 /// KEISAN_JACOBI_TILE2=TXxTY overrides it for tuning runs.
-pub(super) fn tile2(precision: Precision) -> (usize, usize) {
-    static TILE: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
-    let fits = |(tx, ty): (usize, usize)| {
+pub(super) fn tile2(precision: Precision) -> Result<(usize, usize)> {
+    let fits = |&tx: &usize, &ty: &usize| {
         tx >= 8
             && ty >= 8
             && ((tx + 4) * (ty + 4) + (tx + 2) * (ty + 2)) * precision.bytes() <= 48 << 10
     };
-    let chosen = *TILE.get_or_init(|| {
-        let v = std::env::var("KEISAN_JACOBI_TILE2").ok()?;
-        let (a, b) = v.split_once('x')?;
-        Some((a.parse().ok()?, b.parse().ok()?))
-    });
-    chosen.filter(|&t| fits(t)).unwrap_or((64, 32))
+    let expect = "TXxTY, both >= 8, the two shared tiles within 48 KiB, e.g. 64x32";
+    Ok(tuning::pair("KEISAN_JACOBI_TILE2", 'x', expect, fits)?.unwrap_or((64, 32)))
 }
 
 /// One queued launch: sweeps k .. k+sweeps from buf[src] into buf[dst].
@@ -80,6 +71,8 @@ struct Launch {
 
 pub struct CudaJacobi<T: Real> {
     gpu: Arc<Gpu>,
+    /// The kernels' tile defines (tile, tile2).
+    defines: [(&'static str, String); 4],
     problem: JacobiProblem,
     c: Coefficients,
     buf: [CudaSlice<T>; 2],
@@ -115,8 +108,9 @@ impl<T: Real> CudaJacobi<T> {
             problem.field_bytes(T::PRECISION),
             "the Jacobi fields (u, u_new, f)",
         )?;
-        let (bx, ry) = tile(T::PRECISION);
-        let defines = tile_defines(T::PRECISION);
+        let (bx, ry) = tile(T::PRECISION)?;
+        let (tx, ty) = tile2(T::PRECISION)?;
+        let defines = tile_defines((bx, ry), (tx, ty));
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_sweep")?;
         let strips = (m - 2).div_ceil(ry as usize).min(65535) as u32;
         let cfg = LaunchConfig {
@@ -125,7 +119,6 @@ impl<T: Real> CudaJacobi<T> {
             shared_mem_bytes: 0,
         };
         let mut partial_slots = (cfg.grid_dim.0 * cfg.grid_dim.1) as usize;
-        let (tx, ty) = tile2(T::PRECISION);
         let tiles_y = m.div_ceil(ty);
         let sweep2 = if sweeps_per_pass >= 2 && tiles_y <= 65535 {
             let cfg2 = LaunchConfig {
@@ -167,6 +160,7 @@ impl<T: Real> CudaJacobi<T> {
             }
         }
         Ok(Self {
+            defines,
             partials: s.alloc_zeros::<f64>(partial_slots.max(1))?,
             ticket: s.alloc_zeros::<u32>(1)?,
             ctl: s.alloc_zeros::<u64>(3)?,
@@ -309,10 +303,12 @@ impl<T: Real> JacobiEngine for CudaJacobi<T> {
     fn solution_error(&mut self) -> Result<f64> {
         self.resolve()?;
         let p = &self.problem;
-        let defines = tile_defines(T::PRECISION);
-        let func = self
-            .gpu
-            .function(&KERNELS, T::PRECISION, &defines, "jacobi_solution_error")?;
+        let func = self.gpu.function(
+            &KERNELS,
+            T::PRECISION,
+            &self.defines,
+            "jacobi_solution_error",
+        )?;
         let cfg = self.gpu.stride_config(p.cells(), 256);
         let mut partials = self
             .gpu

@@ -27,6 +27,8 @@ const HISTORY: usize = PARTIAL_STEPS;
 
 pub struct CudaJacobiSlab<T: Real> {
     gpu: Arc<Gpu>,
+    /// The sweep kernels' tiles (cuda.rs: tile, tile2).
+    tiles: ((u32, u32), (usize, usize)),
     problem: JacobiProblem,
     window: Window,
     /// u and u_new: sweep k reads buf[k % 2].
@@ -77,10 +79,11 @@ impl<T: Real> CudaJacobiSlab<T> {
             3 * (len * std::mem::size_of::<T>()) as u128,
             "the Jacobi fields of a slab (u, u_new, f)",
         )?;
-        let mut defines = tile_defines(T::PRECISION).to_vec();
-        if let Ok(u) = std::env::var("KEISAN_JACOBI_ROWS_UNROLL") {
-            // Diagnosis: the unroll that miscompiled on the H100 (see jacobi_rows).
-            defines.push(("J_ROWS_UNROLL", u));
+        let tiles = (tile(T::PRECISION)?, tile2(T::PRECISION)?);
+        let mut defines = tile_defines(tiles.0, tiles.1).to_vec();
+        // Diagnosis: the unroll that miscompiled on the H100 (see jacobi_rows).
+        if let Some(u) = crate::tuning::number("KEISAN_JACOBI_ROWS_UNROLL", 1..=64u32)? {
+            defines.push(("J_ROWS_UNROLL", u.to_string()));
         }
         let rows_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows")?;
         let rows2_fn = gpu.function(&KERNELS, T::PRECISION, &defines, "jacobi_rows2")?;
@@ -110,13 +113,14 @@ impl<T: Real> CudaJacobiSlab<T> {
             s.memcpy_htod(&mine, &mut b1)?;
             ctl = [step, status.device_flag(), 0];
         }
-        let most = Self::config(problem, 0..window.rows).grid_dim;
-        let most2 = Self::config2(problem, 0..window.rows).grid_dim;
+        let most = Self::config(problem, tiles.0, 0..window.rows).grid_dim;
+        let most2 = Self::config2(problem, tiles.1, 0..window.rows).grid_dim;
         let slots = ((most.0 * most.1) as usize).max(2 * (most2.0 * most2.1) as usize);
         let scratch = (0..CALLS)
             .map(|_| Ok((s.alloc_zeros::<f64>(slots)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
+            tiles,
             ring: s.alloc_zeros::<f64>(PARTIAL_STEPS * CALLS)?,
             ctl: s.clone_htod(&ctl)?,
             hist: s.alloc_zeros::<f64>(HISTORY)?,
@@ -140,10 +144,9 @@ impl<T: Real> CudaJacobiSlab<T> {
         })
     }
 
-    /// Blocks for the grid rows `rows` (at least one, so an empty range still writes
-    /// its partial sum, 0).
-    fn config(p: &JacobiProblem, rows: Range<usize>) -> LaunchConfig {
-        let (bx, ry) = tile(T::PRECISION);
+    /// Blocks of tile `(bx, ry)` for the grid rows `rows` (at least one, so an empty
+    /// range still writes its partial sum, 0).
+    fn config(p: &JacobiProblem, (bx, ry): (u32, u32), rows: Range<usize>) -> LaunchConfig {
         let strips = rows.len().div_ceil(ry as usize).clamp(1, 65535) as u32;
         LaunchConfig {
             grid_dim: (p.n.div_ceil(bx as usize) as u32, strips, 1),
@@ -158,9 +161,9 @@ impl<T: Real> CudaJacobiSlab<T> {
         [c.ax, c.ay, c.b, c.rb, p.relax].map(T::lit)
     }
 
-    /// Blocks of jacobi_rows2 for the grid rows `rows` (at least one).
-    fn config2(p: &JacobiProblem, rows: Range<usize>) -> LaunchConfig {
-        let (tx, ty) = tile2(T::PRECISION);
+    /// Blocks of jacobi_rows2 (output tile `(tx, ty)`) for the grid rows `rows` (at least
+    /// one).
+    fn config2(p: &JacobiProblem, (tx, ty): (usize, usize), rows: Range<usize>) -> LaunchConfig {
         let strips = rows.len().div_ceil(ty).clamp(1, 65535) as u32;
         LaunchConfig {
             grid_dim: (p.n.div_ceil(tx) as u32, strips, 1),
@@ -228,8 +231,8 @@ impl<T: Real> CudaJacobiSlab<T> {
         let (n, m, base) = (p.n as i32, p.m as i32, self.window.base as i32);
         let (j0, j1) = (rows.start as i32, rows.end as i32);
         let (function, cfg) = match sweeps {
-            1 => (&self.rows_fn, Self::config(p, rows)),
-            _ => (&self.rows2_fn, Self::config2(p, rows)),
+            1 => (&self.rows_fn, Self::config(p, self.tiles.0, rows)),
+            _ => (&self.rows2_fn, Self::config2(p, self.tiles.1, rows)),
         };
         let [b0, b1] = &mut self.buf;
         let (src, dst) = if read == 0 { (&*b0, b1) } else { (&*b1, b0) };

@@ -389,7 +389,7 @@ __device__ __forceinline__ void store_pairs(real* q, const real* out) {
 // memory, the last writes g. DIRECT: the tile lies inside the grid's columns and the
 // buffer's rows (on an even nx where rows are read in pairs), so the first step reads at
 // fixed offsets from one pointer; the other tiles wrap or clamp each value. Against a tile
-// copied to shared memory first and out at the end (until 2026-11-25), this saves both
+// copied to shared memory first and out at the end (until 2026-11-24), this saves both
 // copies and one of the two buffers at 2 steps (contest 5, velocity in the kernel: 0.609
 // against 0.711 s).
 template <bool DIRECT, class Step>
@@ -417,22 +417,20 @@ __device__ __forceinline__ void tile_pass(real* buf0, real* buf1, const real* f,
                 if (x + m < nx) q[m] = out[m];
         }
     };
-    auto to_first = [&](int c, int r, const real* out) { store_pairs(buf0 + r * ADV_W + c, out); };
-    real* src = buf0;
-    real* dst = buf1;
+    // Each step writes dst and hands it on as the next one's src: the first writes buf0.
+    real* src = buf1;
+    real* dst = buf0;
 #pragma unroll
     for (int s = 1; s <= ADV_STEPS; ++s) {
         const int h = 2 * (ADV_STEPS - s);
         auto from_buf = [&](int c, int r) { return row_pairs(src + r * ADV_W + c - 2); };
         auto to_buf = [&](int c, int r, const real* out) { store_pairs(dst + r * ADV_W + c, out); };
         if (s == 1 && s == ADV_STEPS) step(h, from_f, to_g);
-        else if (s == 1) step(h, from_f, to_first);
+        else if (s == 1) step(h, from_f, to_buf);
         else if (s == ADV_STEPS) step(h, from_buf, to_g);
         else step(h, from_buf, to_buf);
         if (s < ADV_STEPS) __syncthreads();
-        if (s > 1) {
-            real* tmp = src; src = dst; dst = tmp;
-        }
+        real* tmp = src; src = dst; dst = tmp;
     }
 }
 

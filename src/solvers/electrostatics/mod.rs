@@ -141,7 +141,12 @@ impl Launch {
             "KEISAN_ES_BLOCK",
             'x',
             "BXxBY with BX a multiple of 32 and at most 1024 threads, e.g. 32x8",
-            |&x: &u32, &y: &u32| x.is_multiple_of(32) && x > 0 && y >= 1 && x * y <= 1024,
+            |&x: &u32, &y: &u32| {
+                x.is_multiple_of(32)
+                    && x > 0
+                    && y >= 1
+                    && x.checked_mul(y).is_some_and(|t| t <= 1024)
+            },
         )?;
         let planes = at_least("KEISAN_ES_PLANES", 1usize)?;
         let min_blocks = number("KEISAN_ES_MINB", 1..=32u32)?;

@@ -59,8 +59,12 @@ fn step_block(dims: usize, vector: bool) -> Result<(u32, u32)> {
         ),
         false => ("KEISAN_HEAT_STEP_BLOCK", "XxY, X·Y at most 1024, e.g. 64x4"),
     };
-    let valid =
-        |&x: &u32, &y: &u32| x > 0 && y > 0 && x * y <= 1024 && (!vector || x.is_multiple_of(32));
+    let valid = |&x: &u32, &y: &u32| {
+        x > 0
+            && y > 0
+            && x.checked_mul(y).is_some_and(|t| t <= 1024)
+            && (!vector || x.is_multiple_of(32))
+    };
     Ok(
         tuning::pair(var, 'x', expect, valid)?.unwrap_or(match (dims, vector) {
             (3, false) => (64, 4),

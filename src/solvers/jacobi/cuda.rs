@@ -51,9 +51,11 @@ const HISTORY: usize = 4096;
 /// shared-memory tiles must fit the 48 KiB of static shared memory.
 /// KEISAN_JACOBI_TILE2=TXxTY overrides it for tuning runs.
 pub(super) fn tile2(precision: Precision) -> Result<(usize, usize)> {
+    // A side past 48 Ki values cannot fit (the other is >= 8): refused before the product,
+    // which then cannot overflow.
     let fits = |&tx: &usize, &ty: &usize| {
-        tx >= 8
-            && ty >= 8
+        (8..=48 << 10).contains(&tx)
+            && (8..=48 << 10).contains(&ty)
             && ((tx + 4) * (ty + 4) + (tx + 2) * (ty + 2)) * precision.bytes() <= 48 << 10
     };
     let expect = "TXxTY, both >= 8, the two shared tiles within 48 KiB, e.g. 64x32";

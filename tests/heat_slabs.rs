@@ -133,10 +133,11 @@ fn blow_up<T: Real>(p: &HeatProblem, placement: &Placement, spike: f64) -> (u64,
 /// A run made unstable on purpose (dt past the stability limit, set after validation)
 /// overflows in the middle of a several-step pass: every placement names the same step as
 /// the CPU, so a slab names the exact step and not the pass's first (CUDA slabs replay
-/// the pass). 12, 14 and 16 steps: one, two single steps and two more passes run after
-/// the failed pass before the check, so the replay finds its input in either buffer.
+/// the pass). 8, 12, 14 and 16 steps: nothing, one pass, two single steps and two more
+/// passes run after the failed pass before the check, so the replay finds its input in
+/// either buffer, its halo in place (8) or copied aside by the next pass.
 fn unstable_runs_stop_at_the_cpu_step<T: Real>(placements: &[Placement], spike: f64) {
-    for steps in [12, 14, 16] {
+    for steps in [8, 12, 14, 16] {
         let mut p = common::heat_problem("[22, 20, 64]", steps, "temporal_block = 4");
         p.dt *= 30.0;
         let (at, status) = blow_up::<T>(&p, &common::on(&common::cpu(), 1), spike);

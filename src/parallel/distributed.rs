@@ -167,6 +167,111 @@ struct DeviceSync {
     bands_done: CudaEvent,
     /// Recorded after this slab's halo pulls.
     pulled: CudaEvent,
+    /// `KEISAN_PASS_TRACE=1`: timed events of each pass (a diagnosis knob).
+    trace: Option<PassTrace>,
+    /// Recorded on the bands stream before its kernels (`KEISAN_BANDS=gated`).
+    gate: CudaEvent,
+    bands_mode: BandsMode,
+}
+
+/// Where a device slab's bands run (`KEISAN_BANDS`, a diagnosis knob).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BandsMode {
+    /// On the high-priority stream beside the interior (the default).
+    Beside,
+    /// The same, the interior launched only once the bands stream reached its kernels.
+    Gated,
+    /// On the compute stream before the interior.
+    First,
+}
+
+/// Timed events of one pass on one slab: its start, its bands done, its interior done,
+/// its halo pulled.
+struct PassEvents {
+    start: CudaEvent,
+    bands: CudaEvent,
+    interior: CudaEvent,
+    pulled: CudaEvent,
+}
+
+/// Passes a slab's trace keeps in flight: reading a pass's times waits for it, so they
+/// are read this many passes later, when the pass has long finished.
+const TRACED: usize = 16;
+
+/// `KEISAN_PASS_TRACE=1`: when each pass's bands, interior and halo pull end, on average,
+/// after the pass starts (a diagnosis knob; printed when the engine is dropped).
+struct PassTrace {
+    ring: Vec<PassEvents>,
+    next: std::cell::Cell<usize>,
+    /// Microseconds after the start, summed over `passes`: bands, interior, pulled.
+    sums: std::cell::Cell<[f64; 3]>,
+    passes: std::cell::Cell<u64>,
+}
+
+impl PassTrace {
+    fn new(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let timed = || ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT));
+        let ring = (0..TRACED)
+            .map(|_| -> Result<PassEvents> {
+                Ok(PassEvents {
+                    start: timed()?,
+                    bands: timed()?,
+                    interior: timed()?,
+                    pulled: timed()?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            ring,
+            next: Default::default(),
+            sums: Default::default(),
+            passes: Default::default(),
+        })
+    }
+
+    /// The events of the pass about to be queued (the times of the pass that last used
+    /// them added first).
+    fn pass(&self) -> Result<&PassEvents> {
+        let n = self.next.get();
+        self.next.set(n + 1);
+        if n >= TRACED {
+            self.add(n % TRACED)?;
+        }
+        Ok(&self.ring[n % TRACED])
+    }
+
+    fn add(&self, slot: usize) -> Result<()> {
+        let e = &self.ring[slot];
+        let at = |x: &CudaEvent| -> Result<f64> { Ok(1e3 * e.start.elapsed_ms(x)? as f64) };
+        let mut sums = self.sums.get();
+        for (sum, x) in sums.iter_mut().zip([&e.bands, &e.interior, &e.pulled]) {
+            *sum += at(x)?;
+        }
+        self.sums.set(sums);
+        self.passes.set(self.passes.get() + 1);
+        Ok(())
+    }
+
+    /// The current pass's events (those [`PassTrace::pass`] handed out last).
+    fn current(&self) -> &PassEvents {
+        &self.ring[(self.next.get() + TRACED - 1) % TRACED]
+    }
+
+    fn report(&self, slab: usize) {
+        let n = self.next.get();
+        for k in n.saturating_sub(TRACED)..n {
+            if self.add(k % TRACED).is_err() {
+                return;
+            }
+        }
+        let passes = self.passes.get().max(1) as f64;
+        let [b, i, p] = self.sums.get().map(|t| t / passes);
+        eprintln!(
+            "pass trace, slab {slab}: bands done {b:.1} µs, halo pulled {p:.1} µs, interior \
+             done {i:.1} µs after the pass's start (mean of {} passes)",
+            self.passes.get()
+        );
+    }
 }
 
 /// One halo block: `rows` rows from buffer row `from` of slab `src` to buffer row `to` of
@@ -266,6 +371,16 @@ impl<S: Subdomain> Distributed<S> {
             .collect::<Option<Vec<_>>>()
             .filter(|g| !g.is_empty())
             .map(|gpus| {
+                let trace = crate::tuning::switch("KEISAN_PASS_TRACE")?.unwrap_or(false);
+                let copy_first = crate::tuning::switch("KEISAN_COPY_FIRST")?.unwrap_or(true);
+                let bands_mode =
+                    crate::tuning::knob("KEISAN_BANDS", "beside, gated or first", |v| match v {
+                        "beside" => Some(BandsMode::Beside),
+                        "gated" => Some(BandsMode::Gated),
+                        "first" => Some(BandsMode::First),
+                        _ => None,
+                    })?
+                    .unwrap_or(BandsMode::Beside);
                 gpus.iter()
                     .map(|g| -> Result<DeviceSync> {
                         g.ctx.bind_to_thread()?;
@@ -274,10 +389,17 @@ impl<S: Subdomain> Distributed<S> {
                             ctx: g.ctx.clone(),
                             compute: g.stream.clone(),
                             bands: g.ctx.new_stream_with_priority(greatest)?,
-                            copy: g.ctx.new_stream()?,
+                            copy: if copy_first {
+                                g.ctx.new_stream_with_priority(greatest)?
+                            } else {
+                                g.ctx.new_stream()?
+                            },
                             start: g.ctx.new_event(None)?,
                             bands_done: g.ctx.new_event(None)?,
                             pulled: g.ctx.new_event(None)?,
+                            trace: trace.then(|| PassTrace::new(&g.ctx)).transpose()?,
+                            gate: g.ctx.new_event(None)?,
+                            bands_mode,
                         })
                     })
                     .collect::<Result<Vec<_>>>()
@@ -364,16 +486,35 @@ impl<S: Subdomain> Distributed<S> {
                 }
             }
             s.start.record(&s.compute)?;
+            if let Some(t) = &s.trace {
+                t.pass()?.start.record(&s.compute)?;
+            }
             s.bands.wait(&s.start)?;
         }
         for (i, s) in sync.iter().enumerate() {
-            for band in &self.bands[i] {
-                self.parts[i].compute(k, band.clone(), Some(&s.bands))?;
+            let stream = match s.bands_mode {
+                BandsMode::First => &s.compute,
+                _ => &s.bands,
+            };
+            if s.bands_mode == BandsMode::Gated {
+                s.gate.record(&s.bands)?;
             }
-            s.bands_done.record(&s.bands)?;
+            for band in &self.bands[i] {
+                self.parts[i].compute(k, band.clone(), Some(stream))?;
+            }
+            s.bands_done.record(stream)?;
+            if let Some(t) = &s.trace {
+                t.current().bands.record(stream)?;
+            }
         }
         for (i, s) in sync.iter().enumerate() {
+            if s.bands_mode == BandsMode::Gated {
+                s.compute.wait(&s.gate)?;
+            }
             self.parts[i].compute(k, self.interior[i].clone(), None)?;
+            if let Some(t) = &s.trace {
+                t.current().interior.record(&s.compute)?;
+            }
             s.compute.wait(&s.bands_done)?;
             self.parts[i].commit(k);
         }
@@ -429,6 +570,9 @@ impl<S: Subdomain> Distributed<S> {
         }
         for s in sync {
             s.pulled.record(&s.copy)?;
+            if let Some(t) = &s.trace {
+                t.current().pulled.record(&s.copy)?;
+            }
         }
         Ok(())
     }
@@ -706,6 +850,11 @@ impl<S: Subdomain> Drop for Distributed<S> {
         if let Some(sync) = &self.sync {
             for s in sync {
                 let _ = s.copy.synchronize();
+            }
+            for (s, id) in sync.iter().zip(&self.ids) {
+                if let Some(t) = &s.trace {
+                    t.report(*id);
+                }
             }
         }
     }

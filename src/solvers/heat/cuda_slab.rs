@@ -3,7 +3,8 @@
 //! several steps per pass in 3D (the register tile), single steps in 2D. A pass that
 //! produced a non-finite value reports its first step; the slab then replays it one step
 //! at a time to name the exact step, from its input's owned layers (later kernels return
-//! at once) and a kept copy of its input halo (which the next exchange overwrote).
+//! at once) and its input halo: still in place if no pass followed, else copied aside by
+//! the next pass before the exchange after it overwrote the halo.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -31,10 +32,12 @@ pub struct CudaHeatSlab<T: Real> {
     kernels: BoxKernels<T>,
     blocked: Option<TemporalBlock<T>>,
     steps: u64,
-    /// The halo layers (below, then above) of the last several-step pass's input that
-    /// began before the run failed (`heat_keep`).
+    /// The halo layers (below, then above) of a failed several-step pass's input, copied
+    /// by the next pass (`heat_rescue`).
     kept: CudaSlice<T>,
-    keep: CudaFunction,
+    rescue: CudaFunction,
+    /// The last pass committed: its first step and steps.
+    last: Option<(u64, u64)>,
     /// Every launch since a check last found every value finite: (first step, steps).
     unchecked: Vec<(u64, u64)>,
     /// The exact step that first went non-finite, once found.
@@ -78,7 +81,8 @@ impl<T: Real> CudaHeatSlab<T> {
             blocked: Self::blocked(&gpu, p)?,
             steps: step0,
             kept: s.alloc_zeros::<T>(halo.max(1))?,
-            keep: gpu.function(&KERNELS, T::PRECISION, &[], "heat_keep")?,
+            rescue: gpu.function(&KERNELS, T::PRECISION, &[], "heat_rescue")?,
+            last: None,
             unchecked: Vec::new(),
             failed: None,
             window,
@@ -98,25 +102,32 @@ impl<T: Real> CudaHeatSlab<T> {
         )
     }
 
-    /// Keep the input halo layers `rows` of the pass beginning at `step` (in buffer 0) at
-    /// `at` layers into the kept copy, unless the run failed before that pass.
-    fn keep_halo(
+    /// At the start of a pass after a several-step pass of steps `first..end`: copy that
+    /// pass's input halo layers `rows` (now in buffer 1) `at` layers into the kept copy
+    /// if that pass failed, before the exchange after this pass overwrites them.
+    fn rescue_halo(
         &mut self,
         stream: &Arc<CudaStream>,
         rows: Range<usize>,
         at: usize,
-        step: u64,
+        (first, end): (u64, u64),
     ) -> Result<()> {
         let (field, kept) = self.spans(&rows, at);
         if field.is_empty() {
             return Ok(());
         }
         let n = field.len() as u64;
-        let (src, mut dst) = (self.buf[0].slice(field), self.kept.slice_mut(kept));
-        let mut l = stream.launch_builder(&self.keep);
-        l.arg(&src).arg(&mut dst).arg(&n).arg(&step).arg(&self.bad);
+        let (src, mut dst) = (self.buf[1].slice(field), self.kept.slice_mut(kept));
+        let mut l = stream.launch_builder(&self.rescue);
+        l.arg(&src)
+            .arg(&mut dst)
+            .arg(&n)
+            .arg(&first)
+            .arg(&end)
+            .arg(&self.bad);
+        // Few blocks: every pass launches it, and it copies only after a failure.
         let cfg = LaunchConfig {
-            grid_dim: ((n.div_ceil(256)).min(1024) as u32, 1, 1),
+            grid_dim: ((n.div_ceil(256)).min(64) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -151,13 +162,16 @@ impl<T: Real> CudaHeatSlab<T> {
     }
 
     /// Replay the failed pass of `levels` steps beginning at `start`, whose input is now
-    /// buffer `input`, one step at a time: the exact step that first went non-finite.
-    /// Leaves the field after that step in buffer 0.
-    fn replay(&mut self, start: u64, input: usize) -> Result<u64> {
+    /// buffer `input` (its halo in the kept copy if `rescued`, else still in place), one
+    /// step at a time: the exact step that first went non-finite. Leaves the field after
+    /// that step in buffer 0.
+    fn replay(&mut self, start: u64, input: usize, rescued: bool) -> Result<u64> {
         self.gpu.ctx.synchronize()?;
         let stream = self.gpu.stream.clone();
-        for (rows, at) in self.halos() {
-            self.restore_halo(&stream, input, rows, at)?;
+        if rescued {
+            for (rows, at) in self.halos() {
+                self.restore_halo(&stream, input, rows, at)?;
+            }
         }
         stream.memcpy_htod(&[NONE], &mut self.bad)?;
         let levels = self.steps_per_exchange();
@@ -216,8 +230,12 @@ impl<T: Real> CudaHeatSlab<T> {
         }
         let pass = self.unchecked.iter().position(|&(s, n)| s == bad && n > 1);
         let step = match pass {
-            // Buffer 1 after the pass's commit, swapped by every later one.
-            Some(i) => self.replay(bad, (self.unchecked.len() - i) % 2)?,
+            // Buffer 1 after the pass's commit, swapped by every later one; a later pass
+            // copied its halo aside.
+            Some(i) => {
+                let later = self.unchecked.len() - i;
+                self.replay(bad, later % 2, later > 1)?
+            }
             None => bad, // a single step: exact
         };
         self.failed = Some(step);
@@ -297,14 +315,14 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
         region.lo[a] = self.window.buffer_row(rows.start as isize);
         region.hi[a] = region.lo[a] + rows.len();
         let stream = &stream.unwrap_or(&self.gpu.stream).clone();
-        if steps > 1 {
-            // The layers next to a halo are computed only once it arrived: keep it then.
+        if let Some((first, n)) = self.last.filter(|&(_, n)| n > 1) {
+            // Ahead of the layers next to a halo, which the exchange after them overwrites.
             let [below, above] = self.halos();
             if rows.start == self.window.own.start {
-                self.keep_halo(stream, below.0, below.1, self.steps)?;
+                self.rescue_halo(stream, below.0, below.1, (first, first + n))?;
             }
             if rows.end == self.window.own.end {
-                self.keep_halo(stream, above.0, above.1, self.steps)?;
+                self.rescue_halo(stream, above.0, above.1, (first, first + n))?;
             }
         }
         let [src, dst] = &mut self.buf;
@@ -341,6 +359,7 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
     }
     fn commit(&mut self, steps: u64) {
         self.unchecked.push((self.steps, steps));
+        self.last = Some((self.steps, steps));
         self.buf.swap(0, 1);
         self.steps += steps;
     }

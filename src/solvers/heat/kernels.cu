@@ -554,13 +554,15 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
 }
 #endif
 
-// Copy n values unless the run failed before `step` (*bad < step: a pass reports its
-// first step). A slab keeps each several-step pass's input halo this way until a later
-// check finds the run failed; the failed pass, whose input halo the next exchange
-// overwrote, is then replayed one step at a time from the kept copy.
-extern "C" __global__ void heat_keep(const real* __restrict__ src, real* __restrict__ dst,
-                                     u64 n, u64 step, const u64* __restrict__ bad) {
-    if (((volatile const u64*)bad)[0] < step) return;
+// Copy n values if the pass of steps [first, end) failed (a pass reports its first step
+// in *bad). A slab launches this at the start of the pass after a several-step pass, on
+// that pass's input halo, which the exchange after this pass overwrites: the failed pass
+// is then replayed one step at a time from the copy. Unless a pass failed, it returns
+// at once.
+extern "C" __global__ void heat_rescue(const real* __restrict__ src, real* __restrict__ dst,
+                                       u64 n, u64 first, u64 end, const u64* __restrict__ bad) {
+    const u64 b = ((volatile const u64*)bad)[0];
+    if (b < first || b >= end) return;
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         dst[i] = src[i];
 }

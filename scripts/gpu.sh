@@ -20,6 +20,9 @@
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
 #   gpu/gpu.sh next             # there (x2 host, mpi build): the two-GPU figures issue 13 lacks
 #                               #   (heat, jacobi, electrostatics on 0,1), the tests, N-body ranks
+#   gpu/gpu.sh overlap          # there (DEVICES, default 0,1): bench heat, electrostatics, jacobi
+#                               #   on slabs with KEISAN_PASS_TRACE=1, the copy stream's priority
+#                               #   and the bands' placement varied (when each pass's halo is ready)
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -343,8 +346,37 @@ next() {
   nbody_mpi  # needs the mpi build (FEATURES="--features mpi" scripts/gpu.sh build)
 }
 
+# When the halo of each pass is ready, and what the slabs' weak scaling is, under the
+# diagnosis knobs of src/parallel/distributed.rs.
+overlap() {
+  device
+  local d=${DEVICES:-0,1}
+  for cfg in "1 beside" "0 beside" "1 gated" "1 first"; do
+    set -- $cfg
+    local env="KEISAN_PASS_TRACE=1 KEISAN_COPY_FIRST=$1 KEISAN_BANDS=$2"
+    echo "== heat f32, $env"
+    env $env $K bench heat --devices "$d" --steps 500 --size-2d "" 2>&1 | grep -E "trace|weak|strong|exposed"
+    echo "== electrostatics f32, $env"
+    env $env $K bench electrostatics --devices "$d" --iterations 200 2>&1 |
+      grep -E "trace|one device,|weak,|strong,|exposed"
+  done
+  echo "== heat f32, no trace (defaults)"
+  $K bench heat --devices "$d" --steps 500 --size-2d "" 2>&1 | grep -E "weak|strong|exposed"
+  echo "== heat f64, no trace (defaults)"
+  $K bench heat --devices "$d" --steps 200 --precision f64 --size-2d "" 2>&1 | grep -E "weak|strong|exposed"
+  echo "== electrostatics f32 / f64, no trace (defaults)"
+  $K bench electrostatics --devices "$d" --iterations 200 2>&1 | grep -E "one device,|weak,|strong,|exposed"
+  $K bench electrostatics --devices "$d" --iterations 200 --precision f64 2>&1 |
+    grep -E "one device,|weak,|strong,|exposed"
+  echo "== jacobi f64, trace"
+  KEISAN_PASS_TRACE=1 $K bench jacobi --devices "$d" 2>&1 | grep -E "trace|devices|exposed" | head -8
+  echo "== advection contest 5 f32, trace"
+  KEISAN_PASS_TRACE=1 $K bench advection --devices "$d" 2>&1 | grep -E "trace|devices|exposed|speed" | head -8
+}
+
 case "${1:-}" in
   build) build ;;
+  overlap) overlap ;;
   next) next ;;
   multi) multi ;;
   heat-multi) heat_multi ;;

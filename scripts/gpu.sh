@@ -23,6 +23,7 @@
 #   gpu/gpu.sh overlap          # there (DEVICES, default 0,1): bench heat, electrostatics, jacobi
 #                               #   on slabs with KEISAN_PASS_TRACE=1, the copy stream's priority
 #                               #   and the bands' placement varied (when each pass's halo is ready)
+#   gpu/gpu.sh four             # there (x4 host): N-body, slabs and the diagnosis knobs on 4 and 2 GPUs
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -374,9 +375,42 @@ overlap() {
   KEISAN_PASS_TRACE=1 $K bench advection --devices "$d" 2>&1 | grep -E "trace|devices|exposed|speed" | head -8
 }
 
+# A host with four GPUs (nvidia-h200-x4), one call of about 3 minutes: N-body on 4 and 2
+# GPUs (issue 14: >= 3.7x / 1.9x one), the slabs of heat, electrostatics and advection on 4
+# and 2 (issue 13's weak scaling), Jacobi's strong scaling, then the diagnosis knobs of
+# src/parallel/distributed.rs on 4 and electrostatics' pass trace.
+four() {
+  device; nvidia-smi topo -m | head -6
+  local all=0,1,2,3
+  for d in $all 0,1; do
+    echo "== nbody --devices $d N=2^20"
+    timeout 70 $K bench nbody --devices $d --n 1048576 --repetitions 3 2>&1 | grep -E "N =|ceilings"
+  done
+  for d in $all 0,1; do
+    echo "== heat f32 --devices $d"
+    timeout 70 $K bench heat --devices $d --steps 300 --size-2d "" 2>&1 | grep -E "weak|strong|exposed|model"
+    echo "== electrostatics f32 --devices $d"
+    timeout 70 $K bench electrostatics --devices $d --iterations 200 2>&1 |
+      grep -E "one device,|weak,|strong,|exposed|model"
+    echo "== advection contest 5 f32 --devices $d"; timeout 60 $K bench advection --devices $d 2>&1 | tail -3
+  done
+  echo "== jacobi f64 --devices $all"; timeout 50 $K bench jacobi --devices $all 2>&1 | tail -4
+  for cfg in "1 beside" "0 beside" "1 gated" "1 first"; do
+    set -- $cfg
+    local env="KEISAN_COPY_FIRST=$1 KEISAN_BANDS=$2"
+    echo "== heat, $env"
+    env $env timeout 40 $K bench heat --devices $all --steps 300 --size-2d "" 2>&1 | grep -E "weak|exposed"
+    echo "== electrostatics, $env"
+    env $env timeout 40 $K bench electrostatics --devices $all --iterations 200 2>&1 | grep -E "weak,|exposed"
+  done
+  echo "== electrostatics, pass trace"
+  KEISAN_PASS_TRACE=1 timeout 40 $K bench electrostatics --devices $all --iterations 200 2>&1 | grep trace
+}
+
 case "${1:-}" in
   build) build ;;
   overlap) overlap ;;
+  four) four ;;
   next) next ;;
   multi) multi ;;
   heat-multi) heat_multi ;;
@@ -391,5 +425,5 @@ case "${1:-}" in
   es) es ;;
   es-tune) es_tune ;;
   all) tests; s=$?; bench; exit $s ;;
-  *) sed -n '2,22p' "$0"; exit 2 ;;
+  *) sed -n '2,28p' "$0"; exit 2 ;;
 esac

@@ -90,6 +90,16 @@ fn pass_cols(separable: bool) -> Result<usize> {
     Ok(env.unwrap_or(if separable { 2 } else { 1 }))
 }
 
+/// Rows ahead of its walk that a pass's first step asks L2 for (kernels.cu: ADV_PF): 4
+/// for the separable form, which waits on those loads (contest 5 on the H100, velocity in
+/// the kernel, 2026-11-25: 0.574 s without, 0.514 / 0.505 / 0.510 s at 2 / 4 / 8 rows
+/// ahead; f64 1.089 -> 1.001 s), none for the general form, bound by instructions (1.715
+/// -> 1.84 s with it). KEISAN_ADV_PF overrides it (0: none).
+fn prefetch_rows(separable: bool) -> Result<usize> {
+    let env = tuning::number("KEISAN_ADV_PF", 0..=64)?;
+    Ok(env.unwrap_or(if separable { 4 } else { 0 }))
+}
+
 /// Threads per block of the pass: 128; KEISAN_ADV_PASS_BX (a multiple of 32) overrides it.
 fn pass_threads() -> Result<usize> {
     let env = tuning::knob("KEISAN_ADV_PASS_BX", "a multiple of 32 up to 1024", |v| {
@@ -318,6 +328,7 @@ impl<T: Real> CudaAdvection<T> {
         };
         let defines = [
             ("ADV_PASS_MINB", min_blocks.to_string()),
+            ("ADV_PF", prefetch_rows(separable)?.to_string()),
             ("ADV_BX", threads.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),

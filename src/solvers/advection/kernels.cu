@@ -392,6 +392,11 @@ __device__ __forceinline__ void store_pairs(real* q, const real* out) {
 // copied to shared memory first and out at the end (until 2026-11-24), this saves both
 // copies and one of the two buffers at 2 steps (contest 5, velocity in the kernel: 0.609
 // against 0.711 s).
+#ifndef ADV_PF
+#define ADV_PF 0
+#endif
+// Lanes per 32-byte sector of a first-step row, less one (a lane reads ADV_COLS values).
+#define ADV_PF_LANES (32 / (ADV_COLS * (int)sizeof(real)) > 1 ? 32 / (ADV_COLS * (int)sizeof(real)) - 1 : 0)
 template <bool DIRECT, class Step>
 __device__ __forceinline__ void tile_pass(real* buf0, real* buf1, const real* f, real* g, int x0,
                                           int y0, int nx, int ny, int base, int nbuf, int jw1,
@@ -399,6 +404,12 @@ __device__ __forceinline__ void tile_pass(real* buf0, real* buf1, const real* f,
     constexpr int C = ADV_COLS;
     const real* f0 = f + (size_t)(y0 - base) * nx + x0 - 2;
     auto from_f = [&](int c, int r) {
+        // ADV_PF rows ahead, one lane per 32-byte sector asks L2 for the row: the walk's
+        // loads then wait on L2, not DRAM (the separable pass, latency-bound on these
+        // loads: contest 5 0.574 -> 0.505 s at 4 rows ahead; the general pass, bound by
+        // instructions, loses: 1.715 -> 1.84 s).
+        if (DIRECT && ADV_PF > 0 && (threadIdx.x & ADV_PF_LANES) == 0 && r + ADV_PF < ADV_R)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(f0 + (size_t)(r + ADV_PF) * nx + c));
         if (DIRECT) return row_pairs(f0 + (size_t)r * nx + c);
         const real* fr = f + (size_t)buffer_row(y0 + r, base, nbuf, ny) * nx;
         RowVals k;

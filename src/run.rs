@@ -256,6 +256,12 @@ pub trait Engine {
     fn steps_per_halo_exchange(&self) -> u64 {
         1
     }
+    /// Decomposed engines, for `keisan bench` only: switch the halo exchange off (the
+    /// halos keep what they hold, so the fields are wrong from then on) or on again, to
+    /// time the subdomains' own work without it. Returns whether the engine has halos.
+    fn set_halo_exchange(&mut self, _on: bool) -> bool {
+        false
+    }
 }
 
 /// Where an engine starts when it continues from a checkpoint: the step count, the

@@ -177,7 +177,21 @@ fn bench_electrostatics_on_slabs_reports_weak_and_strong_scaling() {
     ] {
         assert!(s[key].as_f64().unwrap() > 0.0, "{key}: {s}");
     }
-    assert!(s["exchange_s_per_iteration"].as_f64().is_some(), "{s}");
+    let x = &s["exposure"];
+    assert!(x["exchange_s_per_step"].as_f64().is_some(), "{s}");
+    // The slabs timed with the exchange off: their own work and the exchange's part
+    // cover what they take beyond one device's share (each is clamped at 0).
+    let (own, exposed, beyond) = (
+        x["decomposition_s_per_step"].as_f64().unwrap(),
+        x["exposed_exchange_s_per_step"].as_f64().unwrap(),
+        x["exposed_s_per_step"].as_f64().unwrap(),
+    );
+    assert!(own >= 0.0 && exposed >= 0.0, "{s}");
+    assert!(own + exposed >= beyond * (1.0 - 1e-12), "{s}");
+    assert!(
+        x["without_exchange_s_per_step"].as_f64().unwrap() > 0.0,
+        "{s}"
+    );
     // --poisson times one device only.
     let o = keisan(&[
         "bench",
@@ -225,6 +239,11 @@ fn bench_jacobi_and_heat_on_slabs_report_the_exchange_and_the_model() {
         let x = &s["exposure"];
         assert!(x["exchange_s_per_step"].as_f64().unwrap() > 0.0, "{s}");
         assert!(x["exposed_s_per_step"].as_f64().unwrap() >= 0.0, "{s}");
+        assert!(
+            x["without_exchange_s_per_step"].as_f64().unwrap() > 0.0,
+            "{s}"
+        );
+        assert!(x["hidden_fraction"].as_f64().is_some(), "{s}");
         assert!(
             x["model_8_s_per_step"].as_f64().unwrap() > x["model_64_s_per_step"].as_f64().unwrap(),
             "{s}"

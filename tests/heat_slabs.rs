@@ -119,6 +119,50 @@ fn cuda_slabs_on_two_devices_equal_the_cpu_reference_bit_for_bit() {
     slabs_equal_the_cpu_reference::<f32>(std::slice::from_ref(&two));
 }
 
+/// `keisan bench` times slabs with their halo exchange switched off
+/// (`Engine::set_halo_exchange`): off, the slabs' field parts from the whole grid's (the
+/// halos keep their first values); switched on again before any step, it equals it; an
+/// engine without halos says it has none.
+fn exchange_switch<T: Real>(placement: &Placement) {
+    let mut rng = common::rng();
+    let p = common::heat_problem("[22, 20, 64]", 13, "temporal_block = 4");
+    let u0 = common::random_field(p.cells(), &mut rng);
+    let (reference, _) = common::heat_run::<T>(&p, &common::cpu(), &u0);
+    let mut e = engine_from::<T>(&p, placement, &u0);
+    assert!(e.set_halo_exchange(false));
+    e.advance(p.steps).unwrap();
+    let off = e.snapshot().unwrap().data;
+    assert!(
+        !common::same_bits(&reference, &off),
+        "{}",
+        placement.describe()
+    );
+    let mut e = engine_from::<T>(&p, placement, &u0);
+    assert!(e.set_halo_exchange(false) && e.set_halo_exchange(true));
+    e.advance(p.steps).unwrap();
+    let on = e.snapshot().unwrap().data;
+    assert!(
+        common::same_bits(&reference, &on),
+        "{}",
+        placement.describe()
+    );
+    let mut one = engine_from::<T>(&p, &Placement::single(common::cpu()), &u0);
+    assert!(!one.set_halo_exchange(false));
+}
+
+#[test]
+fn cpu_slabs_without_their_exchange_part_from_the_whole_grid() {
+    exchange_switch::<f64>(&common::on(&common::cpu(), 3));
+}
+
+#[test]
+fn cuda_slabs_without_their_exchange_part_from_the_whole_grid() {
+    let Some(gpu) = common::gpu_or_skip("heat CUDA slabs without their exchange") else {
+        return;
+    };
+    exchange_switch::<f32>(&common::on(&gpu, 2));
+}
+
 /// Where `p` (from a field with one spike) first goes non-finite on `placement`: the
 /// steps reported and the status, after one advance over every step (whole passes).
 fn blow_up<T: Real>(p: &HeatProblem, placement: &Placement, spike: f64) -> (u64, Status) {

@@ -295,6 +295,8 @@ pub struct Distributed<S: Subdomain> {
     every: u64,
     /// The halos hold what the neighbours' owned rows hold now.
     fresh: bool,
+    /// Off only while `keisan bench` times the slabs without their exchange.
+    exchange_on: bool,
     /// Per slab: the owned grid rows neighbours read (computed first), and the rest.
     bands: Vec<Vec<Range<usize>>>,
     interior: Vec<Range<usize>>,
@@ -426,6 +428,7 @@ impl<S: Subdomain> Distributed<S> {
             transfers,
             every,
             fresh: true,
+            exchange_on: true,
             bands,
             interior,
             sync,
@@ -523,6 +526,9 @@ impl<S: Subdomain> Distributed<S> {
         let (mut sends, mut receives, mut landing) = (Vec::new(), Vec::new(), Vec::new());
         for (i, s) in sync.iter().enumerate() {
             s.copy.wait(&s.bands_done)?;
+            if !self.exchange_on {
+                continue;
+            }
             s.ctx.bind_to_thread()?;
             for (n, t) in self.transfers.iter().enumerate() {
                 let (from_here, to_here) = (local(t.src), local(t.dst));
@@ -923,7 +929,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
                     break;
                 }
                 // Host slabs.
-                if !self.fresh {
+                if !self.fresh && self.exchange_on {
                     match self.world {
                         Some(_) => self.exchange_world()?,
                         None => self.exchange()?,
@@ -1048,6 +1054,11 @@ impl<S: Subdomain> Engine for Distributed<S> {
 
     fn steps_per_halo_exchange(&self) -> u64 {
         self.every
+    }
+
+    fn set_halo_exchange(&mut self, on: bool) -> bool {
+        self.exchange_on = on;
+        true
     }
 
     fn halo_exchange_seconds(&mut self, reps: usize) -> Result<Option<f64>> {

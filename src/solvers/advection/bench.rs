@@ -82,12 +82,13 @@ pub struct AdvectionCase {
     pub speedup: Option<f64>,
     /// speedup ÷ devices.
     pub efficiency: Option<f64>,
-    /// Decomposed runs: one halo exchange alone, per step (an exchange serves a pass).
-    pub exchange_s_per_step: Option<f64>,
-    /// What the slabs took per step beyond the first device's time ÷ devices.
-    pub exposed_s_per_step: Option<f64>,
-    /// 1 − exposed ÷ exchange (clamped to [0, 1]).
-    pub hidden_fraction: Option<f64>,
+    /// Decomposed runs, per step against the first device's time ÷ devices: the
+    /// exchange alone (an exchange serves a pass), what the slabs add (their own work,
+    /// timed with the exchange off, and the exchange's exposed part).
+    pub exposure: Option<crate::bench::Exposure>,
+    /// The decomposed run's halo timings until `exposure` is made of them.
+    #[serde(skip)]
+    halo: crate::bench::HaloTimes,
     /// The model T(P) = T(1)/P + steps × exposed per step, at 8 and 64 devices.
     pub model_8_s: Option<f64>,
     pub model_64_s: Option<f64>,
@@ -214,12 +215,11 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
                 per(one.seconds) / c.devices as f64,
                 per(c.seconds),
                 per(one.seconds),
-                c.exchange_s_per_step,
+                c.halo,
             );
-            c.exposed_s_per_step = Some(x.exposed_s_per_step);
-            c.hidden_fraction = x.hidden_fraction;
             c.model_8_s = Some(steps * x.model_8_s_per_step);
             c.model_64_s = Some(steps * x.model_64_s_per_step);
+            c.exposure = Some(x);
         }
         out.push(AdvectionCase {
             name,
@@ -271,16 +271,10 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
                 100.0 * e
             );
         }
-        if let (Some(x), Some(e), Some(h)) = (
-            c.exchange_s_per_step,
-            c.exposed_s_per_step,
-            c.hidden_fraction,
-        ) {
+        if let Some(x) = &c.exposure {
             human += &format!(
-                "             halo exchange alone {} per step, exposed {} per step ({:.0} % hidden); model T(1)/P + exposed: {} on 8 devices, {} on 64\n",
-                crate::units::seconds(x),
-                crate::units::seconds(e),
-                100.0 * h,
+                "           {}             model T(1)/P + exposed: {} on 8 devices, {} on 64\n",
+                x.exchange_line("step"),
                 crate::units::seconds(c.model_8_s.unwrap_or(0.0)),
                 crate::units::seconds(c.model_64_s.unwrap_or(0.0)),
             );
@@ -333,7 +327,7 @@ fn case<T: Real>(
         sorted_wall_seconds(e.as_mut(), p.steps, reps)?
     };
     let seconds = times[times.len() / 2];
-    let exchange = crate::bench::exchange_per_step(e.as_mut())?;
+    let halo = crate::bench::halo_times(e.as_mut(), p.steps, reps)?;
     // Every device moves its slab's bytes at the copy bandwidth measured on the first.
     let bandwidth = ceilings.copy_bandwidth * devices as f64;
     // The CPU engine reads du, dv arrays for every steady velocity.
@@ -357,9 +351,8 @@ fn case<T: Real>(
         one_device_s: None,
         speedup: None,
         efficiency: None,
-        exchange_s_per_step: exchange,
-        exposed_s_per_step: None,
-        hidden_fraction: None,
+        exposure: None,
+        halo,
         model_8_s: None,
         model_64_s: None,
     })

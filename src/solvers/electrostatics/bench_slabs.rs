@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::bench::{ElectrostaticsBenchArgs, problem_cells};
 use super::{Geometry, engine_placed};
-use crate::bench::{ceilings_for, sorted_wall_seconds};
+use crate::bench::{Exposure, HaloTimes, ceilings_for, sorted_wall_seconds};
 use crate::device::ceilings::Ceilings;
 use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
@@ -34,12 +34,10 @@ pub struct ElectrostaticsScaling {
     /// The cube on the slabs.
     pub strong_s_per_iteration: f64,
     pub strong_speedup: f64,
-    /// One halo exchange with nothing else running (None under mpirun).
-    pub exchange_s_per_iteration: Option<f64>,
-    /// Weak time minus one device's for the same work per device: what the
-    /// decomposition adds per iteration.
-    pub exposed_s_per_iteration: f64,
-    pub hidden_fraction: Option<f64>,
+    /// The weak case against one device, per iteration: the exchange alone (None under
+    /// mpirun), what the slabs add (their own work, timed with the exchange off, and
+    /// the exchange's exposed part), the model's strong figures.
+    pub exposure: Exposure,
     /// The model: a slab keeps at most two neighbours at any count, so a weak iteration
     /// costs one device's plus the exposed part; the cube on P devices T(1)/P + exposed.
     pub model_weak_s_per_iteration: f64,
@@ -96,18 +94,7 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
         us(b.strong_s_per_iteration),
         b.strong_speedup,
     );
-    human += &match (b.exchange_s_per_iteration, b.hidden_fraction) {
-        (Some(x), Some(h)) => format!(
-            "  halo exchange alone {} per iteration; exposed (weak − one device) {} per iteration: {:.0} % of the exchange hidden\n",
-            us(x),
-            us(b.exposed_s_per_iteration),
-            100.0 * h
-        ),
-        _ => format!(
-            "  exposed (weak − one device) {} per iteration\n",
-            us(b.exposed_s_per_iteration)
-        ),
-    };
+    human += &b.exposure.exchange_line("iteration");
     human += &format!(
         "  model (one device's iteration + the exposed part; two neighbours per slab at any count): weak {} per iteration on any number of devices; {n}³ on 8 devices {}, on 64 {}\n",
         us(b.model_weak_s_per_iteration),
@@ -127,15 +114,15 @@ fn per_iteration<T: Real>(
     cells: [usize; 3],
     iterations: u64,
     reps: usize,
-) -> Result<(f64, Option<f64>)> {
+) -> Result<(f64, HaloTimes)> {
     let p = problem_cells(cells, iterations);
     let g = Geometry::build(&p)?;
     let mut e = engine_placed::<T>(&p, &g, placement, None)?;
     e.advance(1)?;
     e.diagnostics()?;
     let times = sorted_wall_seconds(e.as_mut(), iterations, reps)?;
-    let exchange = crate::bench::exchange_per_step(e.as_mut())?;
-    Ok((times[times.len() / 2] / iterations as f64, exchange))
+    let halo = crate::bench::halo_times(e.as_mut(), iterations, reps)?;
+    Ok((times[times.len() / 2] / iterations as f64, halo))
 }
 
 fn scaling<T: Real>(
@@ -149,12 +136,12 @@ fn scaling<T: Real>(
     let (t1, _) = per_iteration::<T>(&one, [cells; 3], iterations, reps)?;
     // One cube of (cells + 1)³ nodes per subdomain, stacked in z.
     let weak_z = (cells + 1) * parts - 1;
-    let (tw, exchange) = per_iteration::<T>(placement, [cells, cells, weak_z], iterations, reps)?;
+    let (tw, halo) = per_iteration::<T>(placement, [cells, cells, weak_z], iterations, reps)?;
     let (ts, _) = per_iteration::<T>(placement, [cells; 3], iterations, reps)?;
     // Subdomains sharing a device share its time: the reference is one device's time
     // for the work each device holds.
     let share = parts as f64 / placement.distinct_devices().len() as f64;
-    let x = crate::bench::Exposure::new(t1 * share, tw, t1, exchange);
+    let x = Exposure::new(t1 * share, tw, t1, halo);
     Ok(ElectrostaticsScaling {
         placement: placement.describe(),
         precision: T::PRECISION.to_string(),
@@ -167,12 +154,10 @@ fn scaling<T: Real>(
         weak_efficiency: t1 * share / tw,
         strong_s_per_iteration: ts,
         strong_speedup: t1 / ts,
-        exchange_s_per_iteration: x.exchange_s_per_step,
-        exposed_s_per_iteration: x.exposed_s_per_step,
-        hidden_fraction: x.hidden_fraction,
         model_weak_s_per_iteration: t1 + x.exposed_s_per_step,
         model_strong_8_s_per_iteration: x.model_8_s_per_step,
         model_strong_64_s_per_iteration: x.model_64_s_per_step,
+        exposure: x,
         ceilings: ceilings_for(placement.first())?,
     })
 }

@@ -584,7 +584,7 @@ fn slab_cases<T: Real>(
     let mut grown = shape.to_vec();
     grown[0] *= d;
     let single = Placement::single(placement.first().clone());
-    let time = |shape: &[usize], on: &Placement| -> Result<(f64, Option<f64>)> {
+    let time = |shape: &[usize], on: &Placement| -> Result<(f64, crate::bench::HaloTimes)> {
         let in_core = heat::OutOfCore {
             strategy: Strategy::InCore,
             ..Default::default()
@@ -594,17 +594,17 @@ fn slab_cases<T: Real>(
         e.advance(1)?;
         e.diagnostics()?;
         let t = crate::bench::sorted_wall_seconds(e.as_mut(), steps, reps)?;
-        Ok((t[t.len() / 2], crate::bench::exchange_per_step(e.as_mut())?))
+        let halo = crate::bench::halo_times(e.as_mut(), steps, reps)?;
+        Ok((t[t.len() / 2], halo))
     };
     let (one, _) = time(shape, &single)?;
-    let (weak, exchange) = time(&grown, placement)?;
+    let (weak, halo) = time(&grown, placement)?;
     let (strong_one, _) = time(&grown, &single)?;
     // Slabs sharing a device share its time: the reference is one device's time for the
     // work each device holds.
     let share = d as f64 / placement.distinct_devices().len() as f64;
     let per = |t: f64| t / steps as f64;
-    let exposure =
-        crate::bench::Exposure::new(per(one) * share, per(weak), per(strong_one), exchange);
+    let exposure = crate::bench::Exposure::new(per(one) * share, per(weak), per(strong_one), halo);
     let cells = |s: &[usize]| s.iter().product::<usize>() as f64 * steps as f64;
     let cases = vec![
         SlabCase {

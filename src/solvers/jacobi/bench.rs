@@ -240,7 +240,7 @@ fn scaling<T: Real>(
     reps: usize,
 ) -> Result<JacobiScaling> {
     let iterations = problem.max_iterations;
-    let time = |on: &crate::device::Placement| -> Result<(f64, Option<f64>)> {
+    let time = |on: &crate::device::Placement| -> Result<(f64, crate::bench::HaloTimes)> {
         let mut placed = super::engine_placed::<T>(problem, on, None)?;
         let e: &mut dyn crate::run::Engine<Real = T> = match &mut placed {
             super::Placed::One(e) => e.as_mut(),
@@ -249,11 +249,12 @@ fn scaling<T: Real>(
         e.advance(iterations.min(10))?; // warm-up
         e.diagnostics()?;
         let t = crate::bench::sorted_wall_seconds(e, iterations, reps)?;
-        Ok((t[t.len() / 2], crate::bench::exchange_per_step(e)?))
+        let halo = crate::bench::halo_times(e, iterations, reps)?;
+        Ok((t[t.len() / 2], halo))
     };
     let one = crate::device::Placement::single(placement.first().clone());
     let (t1, _) = time(&one)?;
-    let (tp, exchange) = time(placement)?;
+    let (tp, halo) = time(placement)?;
     let devices = placement.distinct_devices().len();
     let per = |t: f64| t / iterations as f64;
     Ok(JacobiScaling {
@@ -268,6 +269,6 @@ fn scaling<T: Real>(
         slabs_s: tp,
         speedup: t1 / tp,
         efficiency: t1 / tp / devices as f64,
-        exposure: crate::bench::Exposure::new(per(t1) / devices as f64, per(tp), per(t1), exchange),
+        exposure: crate::bench::Exposure::new(per(t1) / devices as f64, per(tp), per(t1), halo),
     })
 }

@@ -68,3 +68,29 @@ __device__ __forceinline__ bool grid_sum_last_block(double block_value, double* 
     if (last) *total = t[0];
     return last;
 }
+
+// The record kernels of decomposed runs: every slab's `per_step` values of step k
+// (sources[s] + (k mod ring)·per_step, most of them in peers' memory) are first loaded by
+// all of the block's threads at once into shared memory — one remote latency per chunk
+// rather than one per value, on the path every iteration waits for — then thread 0 hands
+// them to add(c, value) in slab order and, within a slab, in order of c: the same
+// additions in the same order as a sequential loop, so the same bits.
+#define RECORD_CHUNK 512
+template <class Add>
+__device__ __forceinline__ void add_slab_sums(const u64* sources, int count, int per_step,
+                                              unsigned ring, u64 k, Add add) {
+    __shared__ double vals[RECORD_CHUNK];
+    const int n = count * per_step;
+    const size_t at_k = (size_t)(k % ring) * per_step;
+    for (int at = 0; at < n; at += RECORD_CHUNK) {
+        const int m = min(RECORD_CHUNK, n - at);
+        for (int i = threadIdx.x; i < m; i += blockDim.x) {
+            const int s = (at + i) / per_step;
+            vals[i] = ((const double*)sources[s])[at_k + (at + i - s * per_step)];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int i = 0; i < m; ++i) add((at + i) % per_step, vals[i]);
+        __syncthreads();
+    }
+}

@@ -459,15 +459,16 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
 extern "C" __global__ void es_record(const u64* __restrict__ sources, int count, int per_step,
                                      unsigned ring, u64 k, double tol, u64* __restrict__ ctl,
                                      double* __restrict__ hist, unsigned hist_len) {
-    if (threadIdx.x != 0 || blockIdx.x != 0 || ctl[1] != 0) return;
+    // ctl[1] is read by every thread before thread 0 may write it (after the barriers).
+    if (blockIdx.x != 0 || ctl[1] != 0) return;
     double res2 = 0.0, v2 = 0.0;
-    for (int s = 0; s < count; ++s) {
-        const double* r = (const double*)sources[s] + (size_t)(k % ring) * per_step;
-        for (int c = 0; c < per_step; c += 2) {
-            res2 += r[c];
-            v2 += r[c + 1];
-        }
-    }
+    add_slab_sums(sources, count, per_step, ring, k, [&](int c, double v) {
+        if (c & 1)
+            v2 += v;
+        else
+            res2 += v;
+    });
+    if (threadIdx.x != 0) return;
     double rel;
     const int verdict = residual_verdict(res2, v2, tol, rel);
     record_iteration(rel, verdict, k, ctl, hist, hist_len);

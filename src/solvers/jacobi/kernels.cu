@@ -294,12 +294,11 @@ extern "C" __global__ void jacobi_record(const u64* __restrict__ sources, int co
                                          int per_step, unsigned ring, u64 k, int n, int m,
                                          double tol, u64* __restrict__ ctl,
                                          double* __restrict__ hist, unsigned hist_len) {
-    if (threadIdx.x != 0 || blockIdx.x != 0 || ctl[1] != 0) return;
+    // ctl[1] is read by every thread before thread 0 may write it (after the barriers).
+    if (blockIdx.x != 0 || ctl[1] != 0) return;
     double sum = 0.0;
-    for (int s = 0; s < count; ++s) {
-        const double* r = (const double*)sources[s] + (size_t)(k % ring) * per_step;
-        for (int c = 0; c < per_step; ++c) sum += r[c];
-    }
+    add_slab_sums(sources, count, per_step, ring, k, [&](int, double v) { sum += v; });
+    if (threadIdx.x != 0) return;
     record_sweep(ctl, hist, hist_len, k, sum, n, m, tol);
 }
 

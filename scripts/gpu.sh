@@ -23,7 +23,7 @@
 #   gpu/gpu.sh overlap          # there (DEVICES, default 0,1): bench heat, electrostatics, jacobi
 #                               #   on slabs with KEISAN_PASS_TRACE=1, the copy stream's priority
 #                               #   and the bands' placement varied (when each pass's halo is ready)
-#   gpu/gpu.sh four             # there (x4 host): N-body, slabs and the diagnosis knobs on 4 and 2 GPUs
+#   gpu/gpu.sh four             # there (x2/x4 host): N-body, slabs and the diagnosis knobs on all and 2 GPUs
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -375,13 +375,17 @@ overlap() {
   KEISAN_PASS_TRACE=1 $K bench advection --devices "$d" 2>&1 | grep -E "trace|devices|exposed|speed" | head -8
 }
 
-# A host with four GPUs (nvidia-h200-x4), one call of about 3 minutes: N-body on 4 and 2
-# GPUs (issue 14: >= 3.7x / 1.9x one), the slabs of heat, electrostatics and advection on 4
+# A host with several GPUs (nvidia-h200-x4 or x2), one call of about 3 minutes (the slab
+# tests first where gpu/tests holds them): N-body on all and on 2
+# GPUs (issue 14: >= 3.7x / 1.9x one), the slabs of heat, electrostatics and advection on all
 # and 2 (issue 13's weak scaling), Jacobi's strong scaling, then the diagnosis knobs of
-# src/parallel/distributed.rs on 4 and electrostatics' pass trace.
+# src/parallel/distributed.rs on all and electrostatics' pass trace.
 four() {
   device; nvidia-smi topo -m | head -6
-  local all=0,1,2,3
+  local n all; n=$(nvidia-smi -L | wc -l); all=$(seq -s, 0 $((n - 1)))
+  [ -d gpu/tests ] && for t in electrostatics_slabs jacobi_slabs heat_slabs; do
+    [ -x gpu/tests/$t ] && { echo "== test $t"; gpu/tests/$t 2>&1 | grep -E "test result|FAILED|panicked"; }
+  done
   for d in $all 0,1; do
     echo "== nbody --devices $d N=2^20"
     timeout 70 $K bench nbody --devices $d --n 1048576 --repetitions 3 2>&1 | grep -E "N =|ceilings"

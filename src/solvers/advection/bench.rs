@@ -86,9 +86,6 @@ pub struct AdvectionCase {
     /// exchange alone (an exchange serves a pass), what the slabs add (their own work,
     /// timed with the exchange off, and the exchange's exposed part).
     pub exposure: Option<crate::bench::Exposure>,
-    /// The decomposed run's halo timings until `exposure` is made of them.
-    #[serde(skip)]
-    halo: crate::bench::HaloTimes,
     /// The model T(P) = T(1)/P + steps × exposed per step, at 8 and 64 devices.
     pub model_8_s: Option<f64>,
     pub model_64_s: Option<f64>,
@@ -202,9 +199,9 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
             Precision::F32 => case::<f32>(placement, &p, a.velocity, a.repetitions, &ceilings),
             Precision::F64 => case::<f64>(placement, &p, a.velocity, a.repetitions, &ceilings),
         };
-        let mut c = timed(placement)?;
+        let (mut c, halo) = timed(placement)?;
         if !placement.is_single() {
-            let one = timed(&Placement::single(device.clone()))?;
+            let (one, _) = timed(&Placement::single(device.clone()))?;
             let speedup = one.seconds / c.seconds;
             c.one_device_s = Some(one.seconds);
             c.speedup = Some(speedup);
@@ -215,7 +212,7 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
                 per(one.seconds) / c.devices as f64,
                 per(c.seconds),
                 per(one.seconds),
-                c.halo,
+                halo,
             );
             c.model_8_s = Some(steps * x.model_8_s_per_step);
             c.model_64_s = Some(steps * x.model_64_s_per_step);
@@ -286,13 +283,15 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
     })
 }
 
+/// One case timed on `placement`, and the decomposed engine's halo timings (none on one
+/// device), which the caller turns into the case's exposure against the first device.
 fn case<T: Real>(
     placement: &Placement,
     p: &AdvectionProblem,
     source: Source,
     reps: usize,
     ceilings: &Ceilings,
-) -> Result<AdvectionCase> {
+) -> Result<(AdvectionCase, crate::bench::HaloTimes)> {
     let device = placement.first();
     let f0 = super::presets::initial_field::<T>(p)?;
     let arrays = source == Source::Arrays;
@@ -333,7 +332,7 @@ fn case<T: Real>(
     // The CPU engine reads du, dv arrays for every steady velocity.
     let bytes = bytes_per_cell::<T>(arrays || matches!(device, Device::Cpu { .. }), per_pass);
     let work = (p.cells() as u64 * p.steps) as f64;
-    Ok(AdvectionCase {
+    let case = AdvectionCase {
         name: String::new(),
         nx: p.nx,
         ny: p.ny,
@@ -352,8 +351,8 @@ fn case<T: Real>(
         speedup: None,
         efficiency: None,
         exposure: None,
-        halo,
         model_8_s: None,
         model_64_s: None,
-    })
+    };
+    Ok((case, halo))
 }

@@ -24,6 +24,9 @@
 #                               #   on slabs with KEISAN_PASS_TRACE=1, the copy stream's priority
 #                               #   and the bands' placement varied (when each pass's halo is ready)
 #   gpu/gpu.sh four             # there (x2/x4 host): N-body, slabs and the diagnosis knobs on all and 2 GPUs
+#   gpu/gpu.sh slabs            # there (x2/x4 host): each GPU alone, then electrostatics and heat slabs
+#                               #   on all and on 2 GPUs (pass trace, bands first), the slab tests
+#   gpu/gpu.sh pulls            # there (x2/x4 host): electrostatics slabs' pass trace, the pull by peer or unified copies
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -411,10 +414,59 @@ four() {
   KEISAN_PASS_TRACE=1 timeout 40 $K bench electrostatics --devices $all --iterations 200 2>&1 | grep trace
 }
 
+# The slab benches on every GPU of an x2/x4 host and on two: each GPU's one-device
+# baseline first (the weak figures divide by the first GPU's), then electrostatics and
+# heat on slabs with the pass trace and the bands' placement varied.
+slabs() {
+  device; nvidia-smi topo -m | head -6
+  local n all; n=$(nvidia-smi -L | wc -l); all=$(seq -s, 0 $((n - 1)))
+  [ -d gpu/tests ] && for t in electrostatics_slabs jacobi_slabs heat_slabs; do
+    [ -x gpu/tests/$t ] && { echo "== test $t"; gpu/tests/$t 2>&1 | grep -E "test result|FAILED|panicked"; }
+  done
+  for d in $(seq 0 $((n - 1))); do
+    echo "== one device: GPU $d"
+    CUDA_VISIBLE_DEVICES=$d timeout 40 $K bench electrostatics --kernel per-colour --iterations 200 2>&1 | grep -E "512.*f32|per iteration" | head -2
+  done
+  for d in $all 0,1; do
+    echo "== electrostatics f32 --devices $d"
+    timeout 70 $K bench electrostatics --devices $d --iterations 200 2>&1 |
+      grep -E "one device,|weak,|strong,|exposed|exchange|model"
+    KEISAN_PASS_TRACE=1 timeout 40 $K bench electrostatics --devices $d --iterations 200 2>&1 | grep -E "trace|weak,"
+    echo "== heat f32 --devices $d"
+    timeout 70 $K bench heat --devices $d --steps 300 --size-2d "" 2>&1 | grep -E "weak|strong|exposed|exchange|model"
+    echo "== heat f32 --devices $d, KEISAN_BANDS=first"
+    KEISAN_BANDS=first timeout 40 $K bench heat --devices $d --steps 300 --size-2d "" 2>&1 | grep -E "weak|exposed|exchange"
+  done
+  echo "== jacobi f64 --devices $all"; timeout 50 $K bench jacobi --devices $all 2>&1 | tail -4
+}
+
+# Where electrostatics' exchange costs on several GPUs (the halo is pulled long before
+# the interior ends, yet the weak time grows with it): the pass trace (period, host time)
+# with the exchange by cuMemcpyPeerAsync and by unified addresses, on all GPUs and on two.
+pulls() {
+  device
+  local n all; n=$(nvidia-smi -L | wc -l); all=$(seq -s, 0 $((n - 1)))
+  for d in $all 0,1; do
+    echo "== electrostatics f32 --devices $d"
+    timeout 70 $K bench electrostatics --devices $d --iterations 200 2>&1 |
+      grep -E "one device,|weak,|exposed|exchange"
+    for by in peer unified; do
+      echo "== the same, KEISAN_PULL=$by, traced"
+      KEISAN_PULL=$by KEISAN_PASS_TRACE=1 timeout 40 $K bench electrostatics --devices $d --iterations 200 --repetitions 1 2>&1 | grep -E "trace|weak,|beyond"
+    done
+  done
+  for bands in beside first; do
+    echo "== heat f32 --devices $all, KEISAN_BANDS=$bands, traced"
+    KEISAN_BANDS=$bands KEISAN_PASS_TRACE=1 timeout 40 $K bench heat --devices $all --steps 300 --size-2d "" --repetitions 1 2>&1 | grep -E "trace|weak|beyond"
+  done
+}
+
 case "${1:-}" in
   build) build ;;
   overlap) overlap ;;
   four) four ;;
+  slabs) slabs ;;
+  pulls) pulls ;;
   next) next ;;
   multi) multi ;;
   heat-multi) heat_multi ;;

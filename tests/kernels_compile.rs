@@ -85,17 +85,23 @@ fn nbody_force_variants_compile() {
 }
 
 /// The staged electrostatics sweep is compiled only on request (ES_STAGED=1: its shared
-/// rings need room the other kernels' shapes do not leave); its default shapes.
+/// rings need room the other kernels' shapes do not leave), in its default shapes; the
+/// slabs' sweep with its residual plane range (ES_SUM_RANGE=1).
 #[test]
-fn electrostatics_staged_sweep_compiles() {
+fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
     if nvrtc_missing(&KERNELS) {
         return;
     }
-    for (p, by) in [(Precision::F32, "8"), (Precision::F64, "4")] {
-        let defines = [("ES_BY", by.to_string()), ("ES_STAGED", "1".to_string())];
+    for (p, by, switch, kernel) in [
+        (Precision::F32, "8", "ES_STAGED", "es_staged"),
+        (Precision::F64, "4", "ES_STAGED", "es_staged"),
+        (Precision::F32, "8", "ES_SUM_RANGE", "es_sweep"),
+        (Precision::F64, "4", "ES_SUM_RANGE", "es_sweep"),
+    ] {
+        let defines = [("ES_BY", by.to_string()), (switch, "1".to_string())];
         let ptx = compile(&KERNELS, p, "sm_90", &defines).unwrap_or_else(|e| panic!("{p}: {e}"));
-        assert!(ptx.to_src().contains("es_staged"), "{p}");
+        assert!(ptx.to_src().contains(kernel), "{p} {switch}");
     }
 }
 

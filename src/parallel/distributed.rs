@@ -199,13 +199,19 @@ struct PassEvents {
 const TRACED: usize = 16;
 
 /// `KEISAN_PASS_TRACE=1`: when each pass's bands, interior and halo pull end, on average,
-/// after the pass starts (a diagnosis knob; printed when the engine is dropped).
+/// after the pass starts, how long from one pass's start to the next's (the median: runs
+/// of the bench are apart), and how long the host takes to queue a pass (a diagnosis
+/// knob; printed when the engine is dropped).
 struct PassTrace {
     ring: Vec<PassEvents>,
     next: std::cell::Cell<usize>,
     /// Microseconds after the start, summed over `passes`: bands, interior, pulled.
     sums: std::cell::Cell<[f64; 3]>,
     passes: std::cell::Cell<u64>,
+    /// Microseconds from each pass's start to the next's.
+    periods: std::cell::RefCell<Vec<f64>>,
+    /// Microseconds the host spent queuing passes (and their sums' records), and passes.
+    host: std::cell::Cell<(f64, u64)>,
 }
 
 impl PassTrace {
@@ -226,6 +232,8 @@ impl PassTrace {
             next: Default::default(),
             sums: Default::default(),
             passes: Default::default(),
+            periods: Default::default(),
+            host: Default::default(),
         })
     }
 
@@ -235,21 +243,32 @@ impl PassTrace {
         let n = self.next.get();
         self.next.set(n + 1);
         if n >= TRACED {
-            self.add(n % TRACED)?;
+            self.add(n % TRACED, true)?;
         }
         Ok(&self.ring[n % TRACED])
     }
 
-    fn add(&self, slot: usize) -> Result<()> {
+    /// The times of the pass in `slot`; with `followed`, the pass after it (in the next
+    /// slot) has been queued too.
+    fn add(&self, slot: usize, followed: bool) -> Result<()> {
         let e = &self.ring[slot];
         let at = |x: &CudaEvent| -> Result<f64> { Ok(1e3 * e.start.elapsed_ms(x)? as f64) };
         let mut sums = self.sums.get();
         for (sum, x) in sums.iter_mut().zip([&e.bands, &e.interior, &e.pulled]) {
             *sum += at(x)?;
         }
+        if followed {
+            let period = at(&self.ring[(slot + 1) % TRACED].start)?;
+            self.periods.borrow_mut().push(period);
+        }
         self.sums.set(sums);
         self.passes.set(self.passes.get() + 1);
         Ok(())
+    }
+
+    fn host_time(&self, seconds: f64) {
+        let (t, n) = self.host.get();
+        self.host.set((t + 1e6 * seconds, n + 1));
     }
 
     /// The current pass's events (those [`PassTrace::pass`] handed out last).
@@ -257,20 +276,33 @@ impl PassTrace {
         &self.ring[(self.next.get() + TRACED - 1) % TRACED]
     }
 
-    fn report(&self, slab: usize) {
+    /// Prints the times so far (`what`: the passes they are of) and starts afresh.
+    fn report(&self, slab: usize, what: &str) {
         let n = self.next.get();
         for k in n.saturating_sub(TRACED)..n {
-            if self.add(k % TRACED).is_err() {
+            if self.add(k % TRACED, k + 1 < n).is_err() {
                 return;
             }
         }
         let passes = self.passes.get().max(1) as f64;
         let [b, i, p] = self.sums.get().map(|t| t / passes);
+        let mut periods = self.periods.take();
+        periods.sort_by(f64::total_cmp);
+        let period = periods.get(periods.len() / 2).copied().unwrap_or(f64::NAN);
+        let host = match self.host.get() {
+            (_, 0) => String::new(),
+            (t, n) => format!("; the host queued a pass in {:.1} µs", t / n as f64),
+        };
         eprintln!(
-            "pass trace, slab {slab}: bands done {b:.1} µs, halo pulled {p:.1} µs, interior \
-             done {i:.1} µs after the pass's start (mean of {} passes)",
+            "pass trace, slab {slab}{what}: bands done {b:.1} µs, halo pulled {p:.1} µs, \
+             interior done {i:.1} µs after the pass's start (mean of {} passes), the next \
+             pass's start {period:.1} µs (median){host}",
             self.passes.get()
         );
+        self.next.set(0);
+        self.sums.set([0.0; 3]);
+        self.passes.set(0);
+        self.host.set((0.0, 0));
     }
 }
 
@@ -297,6 +329,8 @@ pub struct Distributed<S: Subdomain> {
     fresh: bool,
     /// Off only while `keisan bench` times the slabs without their exchange.
     exchange_on: bool,
+    /// How halo blocks cross between devices of this process.
+    pull_by: PullBy,
     /// Per slab: the owned grid rows neighbours read (computed first), and the rest.
     bands: Vec<Vec<Range<usize>>>,
     interior: Vec<Range<usize>>,
@@ -364,6 +398,12 @@ impl<S: Subdomain> Distributed<S> {
             .map(|&i| split_bands(&all[i], &transfers, i))
             .unzip();
         let own_rows = all.iter().map(|w| w.own.len()).collect();
+        let pull_by = crate::tuning::knob("KEISAN_PULL", "peer or unified", |v| match v {
+            "peer" => Some(PullBy::Peer),
+            "unified" => Some(PullBy::Unified),
+            _ => None,
+        })?
+        .unwrap_or(PullBy::Peer);
         let sync = parts
             .iter_mut()
             .map(|p| match p.field() {
@@ -429,6 +469,7 @@ impl<S: Subdomain> Distributed<S> {
             every,
             fresh: true,
             exchange_on: true,
+            pull_by,
             bands,
             interior,
             sync,
@@ -527,6 +568,13 @@ impl<S: Subdomain> Distributed<S> {
         for (i, s) in sync.iter().enumerate() {
             s.copy.wait(&s.bands_done)?;
             if !self.exchange_on {
+                // The bench's pass without its exchange: no data moves, every ordering
+                // the pulls impose stays.
+                for t in self.transfers.iter().filter(|t| t.dst == ids[i]) {
+                    if let Some(src) = local(t.src) {
+                        s.copy.wait(&sync[src].bands_done)?;
+                    }
+                }
                 continue;
             }
             s.ctx.bind_to_thread()?;
@@ -557,7 +605,7 @@ impl<S: Subdomain> Distributed<S> {
                     continue;
                 };
                 s.copy.wait(&sync[src].bands_done)?;
-                pull(sync, &bases, t, src, i)?;
+                pull(sync, &bases, t, src, i, self.pull_by)?;
             }
         }
         if !sends.is_empty() || !receives.is_empty() {
@@ -779,12 +827,22 @@ fn device_totals<S: Subdomain>(
 
 /// Copy transfer `t` from local device slab `src` into local slab `dst` on `dst`'s copy
 /// stream (a peer copy between devices), ordered by the caller's events.
+/// How a halo block moves between two devices (`KEISAN_PULL`, a diagnosis knob).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PullBy {
+    /// cuMemcpyPeerAsync, naming both contexts (the default).
+    Peer,
+    /// cuMemcpyDtoDAsync on the two unified addresses (peer access is on).
+    Unified,
+}
+
 fn pull(
     sync: &[DeviceSync],
     bases: &[(u64, usize)],
     t: &Transfer,
     src: usize,
     dst: usize,
+    by: PullBy,
 ) -> Result<()> {
     let (a, b) = (bases[src], bases[dst]);
     let row = a.1 as u64;
@@ -796,7 +854,7 @@ fn pull(
     // windows built together); the caller's events order the copy after the kernels that
     // wrote the source and before those that read or overwrite either range.
     unsafe {
-        if Arc::ptr_eq(&sync[src].ctx, &s.ctx) {
+        if Arc::ptr_eq(&sync[src].ctx, &s.ctx) || by == PullBy::Unified {
             cudarc::driver::result::memcpy_dtod_async(to, from, bytes, s.copy.cu_stream())?;
         } else {
             cudarc::driver::result::memcpy_peer_async(
@@ -857,10 +915,27 @@ impl<S: Subdomain> Drop for Distributed<S> {
             for s in sync {
                 let _ = s.copy.synchronize();
             }
-            for (s, id) in sync.iter().zip(&self.ids) {
-                if let Some(t) = &s.trace {
-                    t.report(*id);
-                }
+            self.report_trace();
+        }
+    }
+}
+
+impl<S: Subdomain> Distributed<S> {
+    /// `KEISAN_PASS_TRACE=1`: each slab's pass times so far, then afresh (once every pass
+    /// queued has ended).
+    fn report_trace(&self) {
+        let Some(sync) = &self.sync else { return };
+        if sync.iter().all(|s| s.trace.is_none()) {
+            return;
+        }
+        let what = match self.exchange_on {
+            true => "",
+            false => " (exchange off)",
+        };
+        for (s, id) in sync.iter().zip(&self.ids) {
+            let _ = s.compute.synchronize();
+            if let Some(t) = &s.trace {
+                t.report(*id, what);
             }
         }
     }
@@ -920,9 +995,13 @@ impl<S: Subdomain> Engine for Distributed<S> {
         while left > 0 {
             let k = if left >= self.every { self.every } else { 1 };
             if self.sync.is_some() {
+                let queued = std::time::Instant::now();
                 self.overlapped_pass(k)?;
                 if self.totals.is_some() {
                     self.combine_on_devices(k)?;
+                }
+                if let Some(t) = self.sync.as_ref().and_then(|s| s[0].trace.as_ref()) {
+                    t.host_time(queued.elapsed().as_secs_f64());
                 }
             } else {
                 if self.per_row.is_some() && !self.parts.iter().all(|p| p.running()) {
@@ -1057,6 +1136,9 @@ impl<S: Subdomain> Engine for Distributed<S> {
     }
 
     fn set_halo_exchange(&mut self, on: bool) -> bool {
+        if on != self.exchange_on {
+            self.report_trace();
+        }
         self.exchange_on = on;
         true
     }
@@ -1072,7 +1154,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 let bases: Vec<_> = self.parts.iter_mut().map(device_base).collect();
                 for _ in 0..reps {
                     for tr in &self.transfers {
-                        pull(sync, &bases, tr, tr.src, tr.dst)?;
+                        pull(sync, &bases, tr, tr.src, tr.dst, self.pull_by)?;
                     }
                     // One exchange as a pass sees it: every pull landed.
                     for s in sync {

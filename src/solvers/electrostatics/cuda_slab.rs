@@ -3,12 +3,14 @@
 //! so one exchange serves a red-black iteration. Both colours of a plane sit side by side
 //! in one buffer (colour 0's rows, then colour 1's), so the halo exchange copies whole
 //! planes. An iteration: red over the owned planes and the plane beyond each end (from
-//! the halo's black values, as their owner computes them), then black over the planes of
-//! each compute call the run makes (the bands neighbours read, then the interior, on two
-//! streams: both wait for red, neither writes what the other reads). Fields equal the
+//! the halo's black values, as their owner computes them) on the slab's main stream, then
+//! black over the planes of each compute call the run makes (the bands neighbours read,
+//! then the interior, on two streams: both wait for red, neither writes what the other
+//! reads). Fields equal the
 //! one-device engine's bit for bit. Each sweep's (res², V²) over the owned planes lands in
 //! a ring; es_record adds every slab's in slab order, so every slab stops at the same
-//! iteration without the host waiting.
+//! iteration without the host waiting. Red is one launch over the owned planes and the
+//! planes beyond (ES_SUM_RANGE: only the owned planes' nodes count in its sums).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -51,8 +53,6 @@ pub struct CudaElectrostaticsSlab<T: Real> {
     coefficients: Vec<CudaSlice<T>>,
     /// Per compute call (they may run side by side): block partials and ticket.
     scratch: Vec<(CudaSlice<f64>, CudaSlice<u32>)>,
-    /// Where the sums of the red halo planes go (not part of the residual).
-    discard: CudaSlice<f64>,
     /// Iteration k's sums at (k mod PARTIAL_STEPS)·PER_STEP (see PER_STEP).
     ring: CudaSlice<f64>,
     /// [iterations done, stop flag (1 converged, 2 non-finite)]
@@ -104,7 +104,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let min_blocks = launch.min_blocks.unwrap_or_else(|| {
             super::SweepKernel::PerColour.default_min_blocks(T::PRECISION, p.points())
         });
-        let defines = layout.defines(block, min_blocks);
+        let mut defines = layout.defines(block, min_blocks);
+        defines.push(("ES_SUM_RANGE", "1".into()));
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
         let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
         let record = gpu.function(&KERNELS, T::PRECISION, &defines, "es_record")?;
@@ -146,7 +147,6 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             q: T::lit(g.q_uniform),
             coefficients,
             scratch,
-            discard: s.alloc_zeros::<f64>(2)?,
             ring: s.alloc_zeros::<f64>(PARTIAL_STEPS * PER_STEP)?,
             ctl: s.clone_htod(&[step, status.device_flag()])?,
             hist: s.alloc_zeros::<f64>(HISTORY)?,
@@ -224,11 +224,13 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
     }
 
     /// Colour `oe`'s interior nodes on the grid planes `planes` (inside 1..nz-1); the
-    /// (res², V²) sums into `slot`, with block partials `scratch`.
+    /// (res², V²) sums of the nodes on the planes `counted` into `slot`, with block
+    /// partials `scratch`.
     fn launch_sweep(
         &mut self,
         oe: usize,
         planes: Range<usize>,
+        counted: Range<usize>,
         slot: u64,
         scratch: usize,
         stream: &Arc<CudaStream>,
@@ -249,7 +251,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             planes.end as i32,
             self.window.base as i32,
         );
-        let discard = self.address(&self.discard);
+        let (sfirst, send) = (counted.start as i32, counted.end as i32);
         let cfg = LaunchConfig {
             grid_dim: (
                 self.tiles.0,
@@ -273,9 +275,11 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             .arg(&chunk)
             .arg(&oe_arg);
         l.arg(&omega).arg(&tol).arg(&iteration);
-        l.arg(partials).arg(ticket).arg(&self.ctl).arg(&discard);
+        // acc (colour 0's sums of a whole-mesh sweep) is never read when a slot is given.
+        l.arg(partials).arg(ticket).arg(&self.ctl).arg(&slot);
         l.arg(&self.hist).arg(&hist_len);
         l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
+        l.arg(&sfirst).arg(&send);
         // SAFETY: planes kfirst - 1 .. kend + 1 lie in the buffer (red sweeps at most one
         // plane past the owned ones, the buffer holds two halo planes and two more past
         // its top for the prefetches); partials hold two values per block; slot is two
@@ -290,23 +294,14 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         self.address(&self.ring) + (at * std::mem::size_of::<f64>()) as u64
     }
 
-    /// Red over the owned planes and one beyond each end (within the mesh); only the
-    /// owned planes' sums count.
+    /// Red over the owned planes and one beyond each end (within the mesh), in one
+    /// launch; only the owned planes' sums count.
     fn red(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         let own = self.window.own.clone();
         let red = super::red_planes(&self.window, &own);
         self.launch_faces(0, &red, stream)?;
-        let (below, owned, above) = (
-            self.interior(red.start..own.start),
-            self.interior(own.clone()),
-            self.interior(own.end..red.end),
-        );
-        let (slot, discard) = (self.slot(0, 0), self.address(&self.discard));
-        for (planes, to) in [(below, discard), (owned, slot), (above, discard)] {
-            if !planes.is_empty() || to == slot {
-                self.launch_sweep(0, planes, to, 0, stream)?;
-            }
-        }
+        let (planes, counted, slot) = (self.interior(red), self.interior(own), self.slot(0, 0));
+        self.launch_sweep(0, planes, counted, slot, 0, stream)?;
         self.red_done.record(stream)?;
         Ok(())
     }
@@ -367,18 +362,23 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
             steps, 1,
             "an electrostatics slab takes one iteration between exchanges"
         );
-        let stream = stream.unwrap_or(&self.gpu.stream).clone();
+        let main = self.gpu.stream.clone();
+        let stream = stream.unwrap_or(&main).clone();
         let call = self.calls;
         assert!(call < CALLS, "at most {CALLS} compute calls per iteration");
         self.calls += 1;
+        // Red on the slab's main stream, where the interior's black follows it with no
+        // event between them (the interior is the pass's longest path); bands on other
+        // streams wait for it.
         if call == 0 {
-            self.red(&stream)?;
-        } else {
+            self.red(&main)?;
+        }
+        if !Arc::ptr_eq(&stream, &main) {
             stream.wait(&self.red_done)?;
         }
         self.launch_faces(1, &rows, &stream)?;
         let (inner, slot) = (self.interior(rows), self.slot(call, 1));
-        self.launch_sweep(1, inner, slot, call, &stream)
+        self.launch_sweep(1, inner.clone(), inner, slot, call, &stream)
     }
     fn commit(&mut self, steps: u64) {
         self.launched += steps;

@@ -68,6 +68,14 @@
 #define ES_SHIFT 0
 #endif
 
+// Slab sweeps (ES_SUM_RANGE = 1) sweep the planes kfirst..kend-1 but add to the residual
+// sums only the nodes of the planes sfirst..send-1 (two more launch parameters): red then
+// covers a slab's owned planes and one beyond each end in one launch, and the planes
+// beyond, which the neighbours own, do not count twice. Whole-mesh sweeps count all.
+#ifndef ES_SUM_RANGE
+#define ES_SUM_RANGE 0
+#endif
+
 // A class: epsr, and 1 when the voltage is held (else 0); one shared-memory load.
 struct __align__(2 * sizeof(real)) es_class { real eps, held; };
 
@@ -116,6 +124,7 @@ struct Sweep {
     // V, the other colour's V, the class bytes or the charge, ES_PF planes above node
     // index n: pf + n * pf_size), when pf_on; planes up to k1 only.
     const char* pf; unsigned pf_size; bool pf_on; int k1;
+    int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
 };
 
 // The arrays at one index: a plane's reads are these pointers plus constant offsets.
@@ -193,8 +202,13 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
         if (me.held == (real)0) {
             const real nv = old + res;
             p.vc[0] = nv;
-            c.res2 += (double)res * (double)res;
-            c.v2 += (double)nv * (double)nv;
+#if ES_SUM_RANGE
+            if (k >= w.s0 && k < w.s1)
+#endif
+            {
+                c.res2 += (double)res * (double)res;
+                c.v2 += (double)nv * (double)nv;
+            }
         }
     }
     c.dm = c.dc; c.em = c.ec;
@@ -227,7 +241,12 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
         real omega, double tol, u64 iteration, double *__restrict__ partials,              \
         unsigned int *__restrict__ ticket, u64 *__restrict__ ctl, double *__restrict__ acc, \
         double *__restrict__ hist, unsigned hist_len, int kfirst, int kend, int kbase,      \
-        double *__restrict__ slot
+        double *__restrict__ slot ES_SUM_PARAMS
+#if ES_SUM_RANGE
+#define ES_SUM_PARAMS , int sfirst, int send
+#else
+#define ES_SUM_PARAMS
+#endif
 
 // The grid's (res^2, V^2) sums of a launch: true in thread 0 of the last block to
 // finish, with them in total.
@@ -301,7 +320,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            const real* rym, const real* rzp, const real* rzm,
                                            int nx, int ny, int kfirst, int kend, int kbase,
                                            int planes, int oe, real omega, int bx, int by,
-                                           int bz, double& res2, double& v2) {
+                                           int bz, int sfirst, int send, double& res2,
+                                           double& v2) {
     // Threads off the mesh still walk the planes: their lanes feed the shuffles, so in x
     // they read their own (valid) compact column; only whole off-mesh rows are clamped.
     const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
@@ -349,6 +369,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         w.pf = a + ((long long)ES_PF * ES_HK - l) * w.pf_size + 32 * sec;
         w.k1 = k1;
     }
+    w.s0 = sfirst;
+    w.s1 = send;
 
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
@@ -385,8 +407,13 @@ es_sweep(ES_SWEEP_PARAMS) {
     load_classes(cls, classes, tid);
     double res2 = 0.0, v2 = 0.0;
     sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
-               kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, res2,
-               v2);
+#if ES_SUM_RANGE
+               kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, sfirst,
+               send, res2, v2);
+#else
+               kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, kfirst,
+               kend, res2, v2);
+#endif
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }
@@ -550,7 +577,8 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
             for (unsigned t = blockIdx.x; t < tiles; t += nb)
                 sweep_tile(vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
                            rzp, rzm, nx, ny, 1, nz - 1, 0, planes, oe, omega, t % tiles_x,
-                           (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), res2, v2);
+                           (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), 1, nz - 1,
+                           res2, v2);
             const double r = block_sum(res2);
             __syncthreads();
             const double n = block_sum(v2);

@@ -26,7 +26,7 @@
 #   gpu/gpu.sh four             # there (x2/x4 host): N-body, slabs and the diagnosis knobs on all and 2 GPUs
 #   gpu/gpu.sh slabs            # there (x2/x4 host): each GPU alone, then electrostatics and heat slabs
 #                               #   on all and on 2 GPUs (pass trace, bands first), the slab tests
-#   gpu/gpu.sh pulls            # there (x2/x4 host): electrostatics slabs' pass trace, the pull by peer or unified copies
+#   gpu/gpu.sh pulls            # there (x2/x4 host): electrostatics and heat slabs with the halo pulled three ways
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -440,24 +440,29 @@ slabs() {
   echo "== jacobi f64 --devices $all"; timeout 50 $K bench jacobi --devices $all 2>&1 | tail -4
 }
 
-# Where electrostatics' exchange costs on several GPUs (the halo is pulled long before
-# the interior ends, yet the weak time grows with it): the pass trace (period, host time)
-# with the exchange by cuMemcpyPeerAsync and by unified addresses, on all GPUs and on two.
+# Where electrostatics' exchange costs on several GPUs: the weak bench and the host's
+# queuing time (KEISAN_HOST_TRACE) with the halo pulled by cuMemcpyPeerAsync, by
+# cuMemcpyDtoDAsync on unified addresses and by a copy kernel (KEISAN_PULL); the
+# microstrip's V.npy from each the same bytes; heat with each.
 pulls() {
   device
   local n all; n=$(nvidia-smi -L | wc -l); all=$(seq -s, 0 $((n - 1)))
+  mkdir -p "$OUT"
+  for by in peer unified kernel; do
+    echo "== microstrip --devices $all, KEISAN_PULL=$by"
+    KEISAN_PULL=$by timeout 60 $K run examples/electrostatics-microstrip.toml --devices $all --out "$OUT/ms-$by" -q 2>&1 | tail -2
+    cmp "$OUT/ms-peer/V.npy" "$OUT/ms-$by/V.npy" && echo "V.npy the same bytes as with peer copies"
+  done
   for d in $all 0,1; do
-    echo "== electrostatics f32 --devices $d"
-    timeout 70 $K bench electrostatics --devices $d --iterations 200 2>&1 |
-      grep -E "one device,|weak,|exposed|exchange"
-    for by in peer unified; do
-      echo "== the same, KEISAN_PULL=$by, traced"
-      KEISAN_PULL=$by KEISAN_PASS_TRACE=1 timeout 40 $K bench electrostatics --devices $d --iterations 200 --repetitions 1 2>&1 | grep -E "trace|weak,|beyond"
+    for by in peer unified kernel; do
+      echo "== electrostatics f32 --devices $d, KEISAN_PULL=$by"
+      KEISAN_PULL=$by KEISAN_HOST_TRACE=1 timeout 70 $K bench electrostatics --devices $d --iterations 200 2>&1 |
+        grep -E "one device,|weak,|strong,|beyond|host trace"
     done
   done
-  for bands in beside first; do
-    echo "== heat f32 --devices $all, KEISAN_BANDS=$bands, traced"
-    KEISAN_BANDS=$bands KEISAN_PASS_TRACE=1 timeout 40 $K bench heat --devices $all --steps 300 --size-2d "" --repetitions 1 2>&1 | grep -E "trace|weak|beyond"
+  for by in peer kernel; do
+    echo "== heat f32 --devices $all, KEISAN_PULL=$by"
+    KEISAN_PULL=$by KEISAN_HOST_TRACE=1 timeout 60 $K bench heat --devices $all --steps 300 --size-2d "" 2>&1 | grep -E "weak|strong|beyond|host trace"
   done
 }
 

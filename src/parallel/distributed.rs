@@ -172,6 +172,8 @@ struct DeviceSync {
     /// Recorded on the bands stream before its kernels (`KEISAN_BANDS=gated`).
     gate: CudaEvent,
     bands_mode: BandsMode,
+    /// `KEISAN_PULL=kernel`: the copy kernel.
+    copier: Option<cudarc::driver::CudaFunction>,
 }
 
 /// Where a device slab's bands run (`KEISAN_BANDS`, a diagnosis knob).
@@ -212,6 +214,8 @@ struct PassTrace {
     periods: std::cell::RefCell<Vec<f64>>,
     /// Microseconds the host spent queuing passes (and their sums' records), and passes.
     host: std::cell::Cell<(f64, u64)>,
+    /// Seconds the host waited to read these times.
+    waited: std::cell::Cell<f64>,
 }
 
 impl PassTrace {
@@ -234,6 +238,7 @@ impl PassTrace {
             passes: Default::default(),
             periods: Default::default(),
             host: Default::default(),
+            waited: Default::default(),
         })
     }
 
@@ -243,7 +248,11 @@ impl PassTrace {
         let n = self.next.get();
         self.next.set(n + 1);
         if n >= TRACED {
+            // Reading the times waits for that pass: not the host's own queuing time.
+            let waiting = std::time::Instant::now();
             self.add(n % TRACED, true)?;
+            self.waited
+                .set(self.waited.get() + waiting.elapsed().as_secs_f64());
         }
         Ok(&self.ring[n % TRACED])
     }
@@ -266,9 +275,10 @@ impl PassTrace {
         Ok(())
     }
 
-    fn host_time(&self, seconds: f64) {
+    /// `seconds` more of the host's time queuing `passes` more passes.
+    fn host_time(&self, seconds: f64, passes: u64) {
         let (t, n) = self.host.get();
-        self.host.set((t + 1e6 * seconds, n + 1));
+        self.host.set((t + 1e6 * seconds, n + passes));
     }
 
     /// The current pass's events (those [`PassTrace::pass`] handed out last).
@@ -291,7 +301,10 @@ impl PassTrace {
         let period = periods.get(periods.len() / 2).copied().unwrap_or(f64::NAN);
         let host = match self.host.get() {
             (_, 0) => String::new(),
-            (t, n) => format!("; the host queued a pass in {:.1} µs", t / n as f64),
+            (t, n) => format!(
+                "; the host queued a pass in {:.1} µs (its reads of these times not counted)",
+                t / n as f64
+            ),
         };
         eprintln!(
             "pass trace, slab {slab}{what}: bands done {b:.1} µs, halo pulled {p:.1} µs, \
@@ -331,6 +344,9 @@ pub struct Distributed<S: Subdomain> {
     exchange_on: bool,
     /// How halo blocks cross between devices of this process.
     pull_by: PullBy,
+    /// `KEISAN_HOST_TRACE=1` (a diagnosis knob): seconds the host spent queuing device
+    /// passes, of them in the pulls' calls, and passes; printed when dropped.
+    host_trace: Option<[f64; 3]>,
     /// Per slab: the owned grid rows neighbours read (computed first), and the rest.
     bands: Vec<Vec<Range<usize>>>,
     interior: Vec<Range<usize>>,
@@ -398,9 +414,10 @@ impl<S: Subdomain> Distributed<S> {
             .map(|&i| split_bands(&all[i], &transfers, i))
             .unzip();
         let own_rows = all.iter().map(|w| w.own.len()).collect();
-        let pull_by = crate::tuning::knob("KEISAN_PULL", "peer or unified", |v| match v {
+        let pull_by = crate::tuning::knob("KEISAN_PULL", "peer, unified or kernel", |v| match v {
             "peer" => Some(PullBy::Peer),
             "unified" => Some(PullBy::Unified),
+            "kernel" => Some(PullBy::Kernel),
             _ => None,
         })?
         .unwrap_or(PullBy::Peer);
@@ -442,6 +459,15 @@ impl<S: Subdomain> Distributed<S> {
                             trace: trace.then(|| PassTrace::new(&g.ctx)).transpose()?,
                             gate: g.ctx.new_event(None)?,
                             bands_mode,
+                            copier: match pull_by {
+                                PullBy::Kernel => Some(g.function(
+                                    &crate::device::ceilings::KERNELS,
+                                    crate::precision::Precision::F64,
+                                    &[],
+                                    "ceiling_copy",
+                                )?),
+                                _ => None,
+                            },
                         })
                     })
                     .collect::<Result<Vec<_>>>()
@@ -470,6 +496,9 @@ impl<S: Subdomain> Distributed<S> {
             fresh: true,
             exchange_on: true,
             pull_by,
+            host_trace: crate::tuning::switch("KEISAN_HOST_TRACE")?
+                .unwrap_or(false)
+                .then_some([0.0; 3]),
             bands,
             interior,
             sync,
@@ -605,7 +634,11 @@ impl<S: Subdomain> Distributed<S> {
                     continue;
                 };
                 s.copy.wait(&sync[src].bands_done)?;
+                let pulling = std::time::Instant::now();
                 pull(sync, &bases, t, src, i, self.pull_by)?;
+                if let Some(h) = &mut self.host_trace {
+                    h[1] += pulling.elapsed().as_secs_f64();
+                }
             }
         }
         if !sends.is_empty() || !receives.is_empty() {
@@ -834,6 +867,9 @@ enum PullBy {
     Peer,
     /// cuMemcpyDtoDAsync on the two unified addresses (peer access is on).
     Unified,
+    /// A copy kernel on the receiving device reading the sender's memory (peer access
+    /// is on), where both ranges are 16-byte aligned.
+    Kernel,
 }
 
 fn pull(
@@ -853,6 +889,25 @@ fn pull(
     // SAFETY: both ranges lie inside live buffers of their slabs (halo and owned rows of
     // windows built together); the caller's events order the copy after the kernels that
     // wrote the source and before those that read or overwrite either range.
+    if let (PullBy::Kernel, Some(f)) = (by, &s.copier)
+        && (from | to | bytes as u64) % 16 == 0
+    {
+        use cudarc::driver::{LaunchConfig, PushKernelArg};
+        let n = bytes as u64 / 16;
+        let blocks = n.div_ceil(1024).clamp(1, 128) as u32;
+        let mut l = s.copy.launch_builder(f);
+        l.arg(&from).arg(&to).arg(&n);
+        // SAFETY: as below; the kernel reads n 16-byte values from `from` (peer access
+        // is on between the two devices) and writes them at `to`.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (blocks, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
+        return Ok(());
+    }
     unsafe {
         if Arc::ptr_eq(&sync[src].ctx, &s.ctx) || by == PullBy::Unified {
             cudarc::driver::result::memcpy_dtod_async(to, from, bytes, s.copy.cu_stream())?;
@@ -917,10 +972,26 @@ impl<S: Subdomain> Drop for Distributed<S> {
             }
             self.report_trace();
         }
+        if let Some([all, pulls, passes]) = self.host_trace.filter(|h| h[2] > 0.0) {
+            eprintln!(
+                "host trace: {:.1} µs to queue a pass, {:.1} µs of it in the halo pulls' calls \
+                 (mean of {passes} passes)",
+                1e6 * all / passes,
+                1e6 * pulls / passes
+            );
+        }
     }
 }
 
 impl<S: Subdomain> Distributed<S> {
+    /// Seconds the host has waited to read the pass traces' times, over every slab.
+    fn trace_waits(&self) -> f64 {
+        let sync = self.sync.iter().flatten();
+        sync.filter_map(|s| s.trace.as_ref())
+            .map(|t| t.waited.get())
+            .sum()
+    }
+
     /// `KEISAN_PASS_TRACE=1`: each slab's pass times so far, then afresh (once every pass
     /// queued has ended).
     fn report_trace(&self) {
@@ -995,13 +1066,20 @@ impl<S: Subdomain> Engine for Distributed<S> {
         while left > 0 {
             let k = if left >= self.every { self.every } else { 1 };
             if self.sync.is_some() {
-                let queued = std::time::Instant::now();
+                let (queued, waited) = (std::time::Instant::now(), self.trace_waits());
+                if let Some(h) = &mut self.host_trace {
+                    h[2] += 1.0;
+                }
                 self.overlapped_pass(k)?;
                 if self.totals.is_some() {
                     self.combine_on_devices(k)?;
                 }
+                let waits = self.trace_waits() - waited;
                 if let Some(t) = self.sync.as_ref().and_then(|s| s[0].trace.as_ref()) {
-                    t.host_time(queued.elapsed().as_secs_f64());
+                    t.host_time(queued.elapsed().as_secs_f64() - waits, 1);
+                }
+                if let Some(h) = &mut self.host_trace {
+                    h[0] += queued.elapsed().as_secs_f64() - waits;
                 }
             } else {
                 if self.per_row.is_some() && !self.parts.iter().all(|p| p.running()) {

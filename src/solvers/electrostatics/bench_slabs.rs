@@ -7,7 +7,8 @@ use clap::FromArgMatches;
 use serde::Serialize;
 
 use super::bench::{ElectrostaticsBenchArgs, problem_cells};
-use super::{Geometry, engine_placed};
+use super::geometry::{Body, Shape};
+use super::{ElectrostaticsProblem, Geometry, engine_placed};
 use crate::bench::{Exposure, HaloTimes, ceilings_for, sorted_wall_seconds};
 use crate::device::ceilings::Ceilings;
 use crate::device::{Device, Placement};
@@ -109,13 +110,48 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
 
 /// Seconds per iteration of the bench problem with `cells` on `placement` (wall clock,
 /// median), and one halo exchange alone when decomposed.
+/// The bench problem of `cells[0]` cells a side, stacked along z node for node up to
+/// `cells[2]` cells (whole copies of `cells[0] + 1` planes): the same spacing, the plates
+/// through the whole stack and the sphere repeated in each copy, so that each slab of a
+/// weak-scaling run holds what one device holds alone. (Squeezing the stack into the unit
+/// cube instead, as before 2026-11-26, makes the mesh 4× finer in z on four slabs: other
+/// values, and the sweep's time depends on the values — 4 slabs of it on one H200 took
+/// 4.14 ms per iteration against 4 × 0.944 ms for the cube.)
+fn stacked(cells: [usize; 3], iterations: u64) -> ElectrostaticsProblem {
+    let (c, n) = (cells[0], cells[0] + 1);
+    let mut p = problem_cells(cells, iterations);
+    p.nodes[2] = (0..=cells[2]).map(|k| k as f64 / c as f64).collect();
+    let top = p.nodes[2][cells[2]];
+    let (spheres, mut plates): (Vec<Shape>, Vec<Shape>) = p
+        .shapes
+        .drain(..)
+        .partition(|s| matches!(s.body, Body::Sphere { .. }));
+    for plate in &mut plates {
+        if let Body::Box { max, .. } = &mut plate.body {
+            max[2] = top;
+        }
+    }
+    for copy in 0..(cells[2] + 1) / n {
+        for sphere in &spheres {
+            let mut sphere = sphere.clone();
+            if let Body::Sphere { center, .. } = &mut sphere.body {
+                center[2] += (copy * n) as f64 / c as f64;
+            }
+            p.shapes.push(sphere);
+        }
+    }
+    p.shapes.extend(plates);
+    p.omega = super::optimal_omega(&p.nodes, &p.faces);
+    p
+}
+
 fn per_iteration<T: Real>(
     placement: &Placement,
     cells: [usize; 3],
     iterations: u64,
     reps: usize,
 ) -> Result<(f64, HaloTimes)> {
-    let p = problem_cells(cells, iterations);
+    let p = stacked(cells, iterations);
     let g = Geometry::build(&p)?;
     let mut e = engine_placed::<T>(&p, &g, placement, None)?;
     e.advance(1)?;

@@ -890,7 +890,7 @@ fn pull(
     // windows built together); the caller's events order the copy after the kernels that
     // wrote the source and before those that read or overwrite either range.
     if let (PullBy::Kernel, Some(f)) = (by, &s.copier)
-        && (from | to | bytes as u64) % 16 == 0
+        && (from | to | bytes as u64).is_multiple_of(16)
     {
         use cudarc::driver::{LaunchConfig, PushKernelArg};
         let n = bytes as u64 / 16;

@@ -129,6 +129,8 @@ fn advection_variants_compile() {
                 ("ADV_STEPS", steps.to_string()),
                 ("ADV_COLS", cols.to_string()),
                 ("ADV_TY", ty.to_string()),
+                // The engine's padding before the grid (2 + 128 bytes' worth).
+                ("ADV_PAD", (2 + 128 / p.bytes()).to_string()),
             ];
             let ptx = compile(&KERNELS, p, "sm_90", &defines)
                 .unwrap_or_else(|e| panic!("{p} {defines:?}: {e}"));

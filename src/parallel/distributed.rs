@@ -70,6 +70,11 @@ pub trait Subdomain: Engine {
     fn field(&mut self) -> Rows<'_, Self::Real>;
     /// Steps one exchange of the halo serves.
     fn steps_per_exchange(&self) -> u64;
+    /// A device slab's bands run on its main stream ahead of the interior, not beside it
+    /// on a stream of their own (`KEISAN_BANDS` overrides).
+    fn bands_first(&self) -> bool {
+        false
+    }
     /// Queue `steps` (1 or [`Subdomain::steps_per_exchange`]) for the owned grid rows
     /// `rows` only, reading the current field and writing the next; a device slab
     /// launches on `stream` when given, else on its device's stream.
@@ -176,10 +181,11 @@ struct DeviceSync {
     copier: Option<cudarc::driver::CudaFunction>,
 }
 
-/// Where a device slab's bands run (`KEISAN_BANDS`, a diagnosis knob).
+/// Where a device slab's bands run (the slab's choice, [`Subdomain::bands_first`];
+/// `KEISAN_BANDS`, a diagnosis knob, overrides it).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum BandsMode {
-    /// On the high-priority stream beside the interior (the default).
+    /// On the high-priority stream beside the interior.
     Beside,
     /// The same, the interior launched only once the bands stream reached its kernels.
     Gated,
@@ -413,6 +419,7 @@ impl<S: Subdomain> Distributed<S> {
             .iter()
             .map(|&i| split_bands(&all[i], &transfers, i))
             .unzip();
+        let first: Vec<bool> = parts.iter().map(|p| p.bands_first()).collect();
         let own_rows = all.iter().map(|w| w.own.len()).collect();
         let pull_by = crate::tuning::knob("KEISAN_PULL", "peer, unified or kernel", |v| match v {
             "peer" => Some(PullBy::Peer),
@@ -438,10 +445,10 @@ impl<S: Subdomain> Distributed<S> {
                         "gated" => Some(BandsMode::Gated),
                         "first" => Some(BandsMode::First),
                         _ => None,
-                    })?
-                    .unwrap_or(BandsMode::Beside);
+                    })?;
                 gpus.iter()
-                    .map(|g| -> Result<DeviceSync> {
+                    .zip(&first)
+                    .map(|(g, &first)| -> Result<DeviceSync> {
                         g.ctx.bind_to_thread()?;
                         let (_, greatest) = cudarc::driver::result::stream::get_priority_range()?;
                         Ok(DeviceSync {
@@ -458,7 +465,10 @@ impl<S: Subdomain> Distributed<S> {
                             pulled: g.ctx.new_event(None)?,
                             trace: trace.then(|| PassTrace::new(&g.ctx)).transpose()?,
                             gate: g.ctx.new_event(None)?,
-                            bands_mode,
+                            bands_mode: bands_mode.unwrap_or(match first {
+                                true => BandsMode::First,
+                                false => BandsMode::Beside,
+                            }),
                             copier: match pull_by {
                                 PullBy::Kernel => Some(g.function(
                                     &crate::device::ceilings::KERNELS,

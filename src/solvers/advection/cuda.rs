@@ -21,17 +21,26 @@ pub const KERNELS: KernelSource = KernelSource {
     code: include_str!("kernels.cu"),
 };
 
-/// Values of padding before and after each field buffer (kernels.cu: the contest
-/// boundary's columns read two values before the grid's first cell and up to
-/// ADV_COLS + 1 past its last).
-const PAD: usize = 2;
-const PAD_AFTER: usize = 8;
+/// Values of padding before each field buffer (kernels.cu: ADV_PAD): the contest
+/// boundary's columns read two values before the grid's first cell, and a pass's tiles
+/// at the grid's sides read their halo columns where they lie (values the boundary never
+/// lets into the grid) when the padding holds them, ADV_H + 2 ≤ 32 values. 2 + 128 bytes'
+/// worth keeps the rows where they lay with 2 (the same alignment to 128-byte lines).
+fn pad<T>() -> usize {
+    2 + 128 / std::mem::size_of::<T>()
+}
+
+/// Values of padding after each field buffer: the side tiles' halo columns and pairs
+/// past the last cell (ADV_COLS + 1).
+fn pad_after<T>() -> usize {
+    pad::<T>() + 8
+}
 
 /// Columns per thread (kernels.cu: ADV_COLS); KEISAN_ADV_COLS overrides it.
 const COLS: usize = 2;
 
 fn cols() -> Result<usize> {
-    Ok(tuning::number("KEISAN_ADV_COLS", 1..=PAD_AFTER - 1)?.unwrap_or(COLS))
+    Ok(tuning::number("KEISAN_ADV_COLS", 1..=7)?.unwrap_or(COLS))
 }
 
 /// Threads per block and rows per block: 64 threads of 2 columns by 64 rows (fastest of
@@ -58,7 +67,9 @@ const PASS_THREADS: usize = 128;
 /// the kernel (0.575 s: 28 rows 0.580, 24 rows 0.606, 12 rows 0.620, 36–48 rows 0.64–0.76,
 /// 3 steps 0.65; f64 1.09 s, 32 rows 1.36 s); single steps for the general form with the
 /// velocity in the kernel (1.18 s on 2026-11-23; its passes took 1.28 s at best: bound by
-/// instructions, not bytes). KEISAN_ADV_PASS=S,TY overrides.
+/// instructions, not bytes). Since the side tiles read their halo in the padding (and
+/// the L2 prefetch), 28 rows for f32 (2026-11-26, H100, three runs each: 28 rows 0.499,
+/// 0.500, 0.501 s; 32 rows 0.500, 0.502, 0.503, 0.507 s). KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
@@ -67,7 +78,7 @@ fn pass_shape<T: Real>(
     use crate::precision::Precision::{F32, F64};
     let rows = match (T::PRECISION, separable) {
         (_, false) => 16,
-        (F32, true) => 32,
+        (F32, true) => 28,
         (F64, true) => 24,
     };
     let passes = arrays || separable;
@@ -241,6 +252,7 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_COLS", cols.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
+            ("ADV_PAD", pad::<T>().to_string()),
         ];
         let separable = separable(mode)?;
         let step_name = if separable {
@@ -272,8 +284,9 @@ impl<T: Real> CudaAdvection<T> {
             }
             _ => None,
         };
-        let mut padded = vec![T::zero(); PAD + buffer + PAD_AFTER];
-        padded[PAD..PAD + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
+        let (pad, after) = (pad::<T>(), pad_after::<T>());
+        let mut padded = vec![T::zero(); pad + buffer + after];
+        padded[pad..pad + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
         Ok(Self {
             window,
             f: s.clone_htod(&padded)?,
@@ -335,6 +348,7 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_STEPS", steps.to_string()),
             ("ADV_COLS", cols.to_string()),
             ("ADV_TY", ty.to_string()),
+            ("ADV_PAD", pad::<T>().to_string()),
         ];
         let name = if separable {
             "adv_pass_sep"
@@ -402,7 +416,7 @@ impl<T: Real> CudaAdvection<T> {
             .arg(&jw0)
             .arg(&jw1)
             .arg(&tile);
-        // SAFETY: f and g hold nbuf rows of nx after PAD values and PAD_AFTER after them,
+        // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
         // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
         // in the owned rows; the kernels read f and write g's rows jw0..jw1 only (the
         // pass's shared memory is its launch's).
@@ -470,7 +484,7 @@ impl<T: Real> Subdomain for CudaAdvection<T> {
         Rows::Device {
             gpu: &self.gpu,
             buf: &mut self.f,
-            offset: PAD,
+            offset: pad::<T>(),
         }
     }
     fn steps_per_exchange(&self) -> u64 {

@@ -10,6 +10,10 @@
 // Neighbouring columns come through L1 (each row's 5 loads hit the lines the warp's own
 // loads bring in). Per cell and step, DRAM moves f in, f out, du and dv: 4 values.
 
+// Values before the grid's first cell in f and g (the engine's pad()).
+#ifndef ADV_PAD
+#define ADV_PAD 2
+#endif
 #ifndef ADV_BX
 #define ADV_BX 128
 #endif
@@ -155,8 +159,8 @@ __device__ __forceinline__ RowVals step_row(const real* f, const StepColumns& s,
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
-    const real* f = f_pad + 2;
-    real* g = g_pad + 2;
+    const real* f = f_pad + ADV_PAD;
+    real* g = g_pad + ADV_PAD;
     const StepColumns sc = step_columns(nx);
     const int i0 = sc.i0;
     if (i0 >= nx) return;
@@ -292,8 +296,8 @@ __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange*
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step_sep(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
-    const real* f = f_pad + 2;
-    real* g = g_pad + 2;
+    const real* f = f_pad + ADV_PAD;
+    real* g = g_pad + ADV_PAD;
     const StepColumns sc = step_columns(nx);
     const int i0 = sc.i0;
     if (i0 >= nx) return;
@@ -445,12 +449,17 @@ __device__ __forceinline__ void tile_pass(real* buf0, real* buf1, const real* f,
     }
 }
 
-// Whether a tile (buffer cell (0, 0) at grid column x0, row y0) lies inside the grid's
-// columns and the buffer's rows, on an even nx where its rows are read in pairs.
+// Whether a tile (buffer cell (0, 0) at grid column x0, row y0) lies inside the buffer's
+// rows and, unless the padding takes its halo columns, the grid's columns, on an even nx
+// where its rows are read in pairs. With the contest's boundary a side tile's halo
+// columns (x < 0 or x >= nx: the row before's or after's values, or the padding) feed
+// only cells outside the grid or in its two held columns, which keep their values, so
+// the tile may read them where they lie when they lie in the allocation.
 __device__ __forceinline__ bool tile_direct(int x0, int y0, int nx, int base, int nbuf) {
     const int l0 = y0 - base;
-    return (ADV_COLS % 2 == 1 || (nx & 1) == 0) && x0 >= 0 && x0 + ADV_W <= nx && l0 >= 0 &&
-           l0 + ADV_R <= nbuf;
+    constexpr bool padded = !ADV_PERIODIC && ADV_H + 2 <= ADV_PAD;
+    return (ADV_COLS % 2 == 1 || (nx & 1) == 0) &&
+           (padded || (x0 >= 0 && x0 + ADV_W <= nx)) && l0 >= 0 && l0 + ADV_R <= nbuf;
 }
 
 // Field buffers of a pass in shared memory: one at 2 steps, two (ping-pong) from 3.
@@ -510,8 +519,8 @@ adv_pass(ADV_PARAMS) {
     extern __shared__ __align__(16) unsigned char adv_smem[];
     real* buf0 = (real*)adv_smem;
     real* buf1 = buf0 + (ADV_NBUF - 1) * ADV_W * ADV_R;
-    const real* f = f_pad + 2;
-    real* g = g_pad + 2;
+    const real* f = f_pad + ADV_PAD;
+    real* g = g_pad + ADV_PAD;
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     // Grid position of buffer cell (0, 0).
     const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
@@ -535,8 +544,8 @@ adv_pass_sep(ADV_PARAMS) {
     real* buf0 = (real*)adv_smem;
     real* buf1 = buf0 + (ADV_NBUF - 1) * ADV_W * ADV_R;
     Lagrange* wxs = (Lagrange*)(buf0 + ADV_NBUF * ADV_W * ADV_R);
-    const real* f = f_pad + 2;
-    real* g = g_pad + 2;
+    const real* f = f_pad + ADV_PAD;
+    real* g = g_pad + ADV_PAD;
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
     // The x weights of the tile's rows, and whether their stencils all start alike (all

@@ -378,17 +378,22 @@ overlap() {
   KEISAN_PASS_TRACE=1 $K bench advection --devices "$d" 2>&1 | grep -E "trace|devices|exposed|speed" | head -8
 }
 
+# The device, its links, and the slab tests where gpu/tests holds them.
+several_gpus() {
+  device; nvidia-smi topo -m | head -6
+  [ -d gpu/tests ] && for t in electrostatics_slabs jacobi_slabs heat_slabs; do
+    [ -x gpu/tests/$t ] && { echo "== test $t"; gpu/tests/$t 2>&1 | grep -E "test result|FAILED|panicked"; }
+  done
+}
+
 # A host with several GPUs (nvidia-h200-x4 or x2), one call of about 3 minutes (the slab
 # tests first where gpu/tests holds them): N-body on all and on 2
 # GPUs (issue 14: >= 3.7x / 1.9x one), the slabs of heat, electrostatics and advection on all
 # and 2 (issue 13's weak scaling), Jacobi's strong scaling, then the diagnosis knobs of
 # src/parallel/distributed.rs on all and electrostatics' pass trace.
 four() {
-  device; nvidia-smi topo -m | head -6
+  several_gpus
   local n all; n=$(nvidia-smi -L | wc -l); all=$(seq -s, 0 $((n - 1)))
-  [ -d gpu/tests ] && for t in electrostatics_slabs jacobi_slabs heat_slabs; do
-    [ -x gpu/tests/$t ] && { echo "== test $t"; gpu/tests/$t 2>&1 | grep -E "test result|FAILED|panicked"; }
-  done
   for d in $all 0,1; do
     echo "== nbody --devices $d N=2^20"
     timeout 70 $K bench nbody --devices $d --n 1048576 --repetitions 3 2>&1 | grep -E "N =|ceilings"
@@ -418,11 +423,8 @@ four() {
 # baseline first (the weak figures divide by the first GPU's), then electrostatics and
 # heat on slabs with the pass trace and the bands' placement varied.
 slabs() {
-  device; nvidia-smi topo -m | head -6
+  several_gpus
   local n all; n=$(nvidia-smi -L | wc -l); all=$(seq -s, 0 $((n - 1)))
-  [ -d gpu/tests ] && for t in electrostatics_slabs jacobi_slabs heat_slabs; do
-    [ -x gpu/tests/$t ] && { echo "== test $t"; gpu/tests/$t 2>&1 | grep -E "test result|FAILED|panicked"; }
-  done
   for d in $(seq 0 $((n - 1))); do
     echo "== one device: GPU $d"
     CUDA_VISIBLE_DEVICES=$d timeout 40 $K bench electrostatics --kernel per-colour --iterations 200 2>&1 | grep -E "512.*f32|per iteration" | head -2

@@ -197,3 +197,36 @@ fn scaling<T: Real>(
         ceilings: ceilings_for(placement.first())?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One copy is the one-device bench problem itself; P copies keep its spacing and
+    /// put, in every copy's planes, the nodes one copy has (its sphere and plates).
+    #[test]
+    fn the_stacked_problem_repeats_the_cube_node_for_node() {
+        let (c, n) = (15, 16);
+        assert_eq!(stacked([c; 3], 7), problem_cells([c; 3], 7));
+        let one = Geometry::build(&stacked([c; 3], 7)).unwrap();
+        let p = stacked([c, c, 3 * n - 1], 7);
+        let h = p.nodes[2].windows(2).map(|w| w[1] - w[0]);
+        assert!(h.into_iter().all(|d| (d - 1.0 / c as f64).abs() < 1e-12));
+        let three = Geometry::build(&p).unwrap();
+        let plane = n * n;
+        for copy in 0..3 {
+            let at = copy * n * plane;
+            let copy_of = |a: &[u8]| a[at..at + n * plane].to_vec();
+            assert_eq!(
+                copy_of(&three.id_volt),
+                one.id_volt,
+                "copy {copy}: electrodes"
+            );
+            assert_eq!(
+                copy_of(&three.id_epsr),
+                one.id_epsr,
+                "copy {copy}: dielectrics"
+            );
+        }
+    }
+}

@@ -483,6 +483,22 @@ impl<S: Subdomain> Distributed<S> {
                     .collect::<Result<Vec<_>>>()
             })
             .transpose()?;
+        if let (PullBy::Kernel, Some(sync)) = (pull_by, &sync) {
+            for a in sync {
+                for b in sync {
+                    if !Arc::ptr_eq(&a.ctx, &b.ctx)
+                        && !crate::device::cuda::peer_access(&a.ctx, &b.ctx)?
+                    {
+                        return Err(Error::invalid(
+                            "KEISAN_PULL",
+                            "kernel",
+                            "devices whose memory every other device's kernels may read \
+                             (peer access); these lack it: use peer or unified",
+                        ));
+                    }
+                }
+            }
+        }
         let per_row = match parts.first_mut().map(|p| p.partials()) {
             Some(Partials::Host { per_row }) => Some(per_row),
             _ => None,
@@ -868,8 +884,6 @@ fn device_totals<S: Subdomain>(
     })
 }
 
-/// Copy transfer `t` from local device slab `src` into local slab `dst` on `dst`'s copy
-/// stream (a peer copy between devices), ordered by the caller's events.
 /// How a halo block moves between two devices (`KEISAN_PULL`, a diagnosis knob).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum PullBy {
@@ -877,11 +891,14 @@ enum PullBy {
     Peer,
     /// cuMemcpyDtoDAsync on the two unified addresses (peer access is on).
     Unified,
-    /// A copy kernel on the receiving device reading the sender's memory (peer access
-    /// is on), where both ranges are 16-byte aligned.
+    /// A copy kernel on the receiving device reading the sender's memory, where both
+    /// ranges are 16-byte aligned (refused at placement unless every device's memory is
+    /// open to every other's kernels).
     Kernel,
 }
 
+/// Copy transfer `t` from local device slab `src` into local slab `dst` on `dst`'s copy
+/// stream (a peer copy between devices), ordered by the caller's events.
 fn pull(
     sync: &[DeviceSync],
     bases: &[(u64, usize)],
@@ -896,9 +913,6 @@ fn pull(
     let (from, to) = (a.0 + t.from as u64 * row, b.0 + t.to as u64 * row);
     let s = &sync[dst];
     s.ctx.bind_to_thread()?;
-    // SAFETY: both ranges lie inside live buffers of their slabs (halo and owned rows of
-    // windows built together); the caller's events order the copy after the kernels that
-    // wrote the source and before those that read or overwrite either range.
     if let (PullBy::Kernel, Some(f)) = (by, &s.copier)
         && (from | to | bytes as u64).is_multiple_of(16)
     {
@@ -907,8 +921,9 @@ fn pull(
         let blocks = n.div_ceil(1024).clamp(1, 128) as u32;
         let mut l = s.copy.launch_builder(f);
         l.arg(&from).arg(&to).arg(&n);
-        // SAFETY: as below; the kernel reads n 16-byte values from `from` (peer access
-        // is on between the two devices) and writes them at `to`.
+        // SAFETY: as the copies' below; the kernel reads n 16-byte values at `from` (the
+        // sender's memory is open to this device's kernels: checked at placement) and
+        // writes them at `to`.
         unsafe {
             l.launch(LaunchConfig {
                 grid_dim: (blocks, 1, 1),
@@ -918,6 +933,9 @@ fn pull(
         }?;
         return Ok(());
     }
+    // SAFETY: both ranges lie inside live buffers of their slabs (halo and owned rows of
+    // windows built together); the caller's events order the copy after the kernels that
+    // wrote the source and before those that read or overwrite either range.
     unsafe {
         if Arc::ptr_eq(&sync[src].ctx, &s.ctx) || by == PullBy::Unified {
             cudarc::driver::result::memcpy_dtod_async(to, from, bytes, s.copy.cu_stream())?;

@@ -11,6 +11,7 @@
 
 mod distributed;
 mod slabs;
+mod trace;
 pub mod world;
 
 pub use distributed::{

@@ -491,24 +491,17 @@ impl<S: Subdomain> Distributed<S> {
         let (mut sends, mut receives, mut landing) = (Vec::new(), Vec::new(), Vec::new());
         for (i, s) in sync.iter().enumerate() {
             s.copy.wait(&s.bands_done)?;
-            if !self.exchange_on {
-                // The bench's pass without its exchange: no data moves, every ordering
-                // the pulls impose stays.
-                for t in self.transfers.iter().filter(|t| t.dst == ids[i]) {
-                    if let Some(src) = local(t.src) {
-                        s.copy.wait(&sync[src].bands_done)?;
-                    }
-                }
-                continue;
-            }
             s.ctx.bind_to_thread()?;
+            // The bench's pass without its exchange (`exchange_on` false) moves no data
+            // but keeps every ordering the pulls impose.
+            let on = self.exchange_on;
             for (n, t) in self.transfers.iter().enumerate() {
                 let (from_here, to_here) = (local(t.src), local(t.dst));
-                if to_here == Some(i) && from_here.is_none() {
+                if on && to_here == Some(i) && from_here.is_none() {
                     receives.push((t.src, n as i32, t.rows * bases[i].1));
                     landing.push((i, bases[i].0 + t.to as u64 * bases[i].1 as u64));
                 }
-                if from_here == Some(i) && to_here.is_none() {
+                if on && from_here == Some(i) && to_here.is_none() {
                     // Rows for another rank: out to the host once this pass's bands are
                     // done (the copy stream waited for them); the interior keeps running.
                     let at = bases[i].0 + t.from as u64 * bases[i].1 as u64;
@@ -529,6 +522,9 @@ impl<S: Subdomain> Distributed<S> {
                     continue;
                 };
                 s.copy.wait(&sync[src].bands_done)?;
+                if !on {
+                    continue;
+                }
                 let pulling = std::time::Instant::now();
                 pull(sync, &bases, t, src, i, self.pull_by)?;
                 if let Some(h) = &mut self.host_trace {
@@ -971,12 +967,13 @@ impl<S: Subdomain> Engine for Distributed<S> {
                 if self.totals.is_some() {
                     self.combine_on_devices(k)?;
                 }
-                let waits = self.trace_waits() - waited;
+                // The host's own time: its waits to read the pass traces' times left out.
+                let host = queued.elapsed().as_secs_f64() - (self.trace_waits() - waited);
                 if let Some(t) = self.sync.as_ref().and_then(|s| s[0].trace.as_ref()) {
-                    t.host_time(queued.elapsed().as_secs_f64() - waits, 1);
+                    t.host_time(host, 1);
                 }
                 if let Some(h) = &mut self.host_trace {
-                    h[0] += queued.elapsed().as_secs_f64() - waits;
+                    h[0] += host;
                 }
             } else {
                 if self.per_row.is_some() && !self.parts.iter().all(|p| p.running()) {

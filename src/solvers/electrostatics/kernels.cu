@@ -416,14 +416,12 @@ es_sweep(ES_SWEEP_PARAMS) {
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     load_classes(cls, classes, tid);
     double res2 = 0.0, v2 = 0.0;
+#if !ES_SUM_RANGE
+    const int sfirst = kfirst, send = kend;  // every swept plane counts
+#endif
     sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
-#if ES_SUM_RANGE
                kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, sfirst,
                send, res2, v2);
-#else
-               kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, kfirst,
-               kend, res2, v2);
-#endif
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }

@@ -18,6 +18,8 @@
 #   gpu/gpu.sh pieces           # there (mpi build): pieces and per-rank checkpoints on GPU ranks
 #   gpu/gpu.sh mpi              # there, after FEATURES="--features mpi" scripts/gpu.sh build:
 #                               #   mpirun -np 2 against one process (files, contest 5 time)
+#   gpu/gpu.sh nccl             # there (mpi build, 2+ GPUs): halos over NCCL against peer copies
+#                               #   and MPI: the same files, contest 5 and the slab benches timed
 #   gpu/gpu.sh next             # there (x2 host, mpi build): the two-GPU figures issue 13 lacks
 #                               #   (heat, jacobi, electrostatics on 0,1), the tests, N-body ranks
 #   gpu/gpu.sh overlap          # there (DEVICES, default 0,1): bench heat, electrostatics, jacobi
@@ -320,6 +322,52 @@ mpi_gpu() {
   $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --devices 0,1 | solve "1 process, 2 GPUs"
 }
 
+# Halo blocks over NCCL (--halo nccl; mpi build, a host with two GPUs or more): the NCCL
+# test, 2 GPU ranks with NCCL against one process (the same files, examples too), the
+# contest-5 time with either transport, and the slab benches with each.
+nccl() {
+  device
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  timeout 300 gpu/tests/nccl --test-threads=1 2>&1 | grep -vE "^(running|$)" | tail -20
+  local k=$PWD/$K w; w=$(mktemp -d)
+  printf 'solver = "advection"\n[advection]\nnx = 1024\nny = 777\nsteps = 64\ncfl = 0.9\nvelocity = { kind = "rotation" }\ninitial = { preset = "zalesak" }\n[output]\nevery = 32\n' > "$w/a.toml"
+  printf 'solver = "heat"\nprecision = "f32"\n[heat]\nshape = [130, 64, 128]\ndt = 2e-6\nsteps = 40\ninitial = { preset = "hot_box" }\n[output]\nevery = 20\n' > "$w/h.toml"
+  cp examples/electrostatics-microstrip.toml "$w/e.toml"
+  for f in a h e; do
+    (cd "$w" && $k run $f.toml -q --out one-$f && timeout 200 mpirun -np 2 $k run $f.toml -q --halo nccl --out two-$f)
+    for x in $(cd "$w/one-$f" && ls *.npy *.csv); do
+      cmp -s "$w/one-$f/$x" "$w/two-$f/$x" && echo "$f $x same (2 ranks, NCCL)" || echo "$f $x DIFFERS"
+    done
+  done
+  # Residual histories: one process against 2 ranks over MPI and over NCCL.
+  (cd "$w" && timeout 200 mpirun -np 2 $k run e.toml -q --out mpi-e)
+  python3 -c "
+import csv,sys
+def r(d): return [[float(x) for x in row[1:]] for row in list(csv.reader(open(d+'/residuals.csv')))[1:]]
+a=r(sys.argv[1]+'/one-e')
+for n in ('mpi-e','two-e'):
+  b=r(sys.argv[1]+'/'+n); d=max(abs(x-y)/max(abs(x),1e-300) for ra,rb in zip(a,b) for x,y in zip(ra,rb))
+  print('residuals.csv, 2 ranks (%s): %d rows against %d, largest relative difference %.2e'%(n,len(b),len(a),d))
+" "$w"
+  solve() { python3 -c "import json,sys; print('$1 solve %.3f s' % json.load(sys.stdin)['timings']['solve_s'])"; }
+  for n in 1 2; do
+    $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 | solve "one process"
+    timeout 200 mpirun -np 2 $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 | solve "2 ranks, MPI"
+    timeout 200 mpirun -np 2 $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --halo nccl | solve "2 ranks, NCCL"
+    timeout 200 mpirun -np 2 $K run examples/gpu-challenge-5.toml -q --json --halo nccl | solve "2 ranks, NCCL, 2048 steps"
+    timeout 200 mpirun -np 2 $K run examples/gpu-challenge-5.toml -q --json | solve "2 ranks, MPI, 2048 steps"
+    for h in auto nccl; do
+      $K run examples/gpu-challenge-5.toml -q --json --set advection.steps=512 --devices 0,1 --halo $h | solve "1 process, 2 GPUs, --halo $h"
+    done
+  done
+  for h in auto nccl; do
+    echo "== --halo $h"
+    timeout 90 $K bench advection --devices 0,1 --halo $h 2>&1 | tail -4
+    timeout 90 $K bench heat --devices 0,1 --steps 300 --size-2d "" --halo $h 2>&1 | grep -E "weak|strong|beyond"
+    timeout 90 $K bench electrostatics --devices 0,1 --iterations 200 --halo $h 2>&1 | grep -E "weak,|strong,|beyond"
+  done
+}
+
 # The checks of the work in progress (keep only the test executables it runs in gpu/tests:
 # the device call carries at most 64 MiB): on a host with two GPUs (nvidia-h200-x2), the
 # figures issue 13 still lacks — weak and strong scaling with the exchange, exposed and
@@ -482,6 +530,7 @@ case "${1:-}" in
   pieces) pieces ;;
   nbody-mpi) nbody_mpi ;;
   mpi) mpi_gpu ;;
+  nccl) nccl ;;
   test) tests ;;
   bench) bench ;;
   tune) tune ;;

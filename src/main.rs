@@ -63,6 +63,10 @@ struct DeviceArgs {
     /// slabs share the thread pool.
     #[arg(long, value_name = "N")]
     subdomains: Option<usize>,
+    /// How halo blocks travel between GPUs: auto = peer copies in one process, MPI
+    /// between ranks; nccl = NCCL (libnccl.so.2, one GPU per slab).
+    #[arg(long, value_enum, default_value_t = device::Halo::Auto)]
+    halo: device::Halo,
 }
 
 #[derive(Args)]
@@ -258,7 +262,8 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(P
                 eprintln!("note: {msg}");
             }
         },
-    )?;
+    )?
+    .with_halo(dev.halo)?;
     Ok((placement, t.elapsed().as_secs_f64()))
 }
 

@@ -69,6 +69,21 @@ pub struct Placement {
     pub parts: Vec<Device>,
     /// Under mpirun: this process's rank; every rank holds one subdomain.
     pub world: Option<World>,
+    /// How halo blocks travel between GPUs (`--halo`).
+    pub halo: Halo,
+}
+
+/// How decomposed runs move halo blocks between GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Halo {
+    /// Peer copies between the GPUs of one process; between MPI ranks, MPI (staged
+    /// through host memory).
+    #[default]
+    Auto,
+    /// NCCL send/receive between GPUs, in one process and between ranks (one GPU per
+    /// slab, distinct).
+    Nccl,
 }
 
 impl Placement {
@@ -78,7 +93,40 @@ impl Placement {
 
     /// Subdomains all in this process.
     pub fn local(parts: Vec<Device>) -> Self {
-        Self { parts, world: None }
+        Self {
+            parts,
+            world: None,
+            halo: Halo::Auto,
+        }
+    }
+
+    /// The same placement with its halo blocks moved by `halo`: NCCL needs CUDA slabs,
+    /// each on a GPU of its own.
+    pub fn with_halo(mut self, halo: Halo) -> Result<Self> {
+        if halo == Halo::Nccl {
+            let refuse = |why: &str| Err(Error::invalid("--halo", "nccl", why));
+            if !self.parts.iter().all(|d| matches!(d, Device::Cuda(_))) {
+                return refuse("moves halos between GPUs; this run is on the CPU backend");
+            }
+            if self.world.is_none() && self.distinct_devices().len() < self.parts.len() {
+                return refuse(
+                    "takes one GPU per slab (NCCL has one rank per GPU); these slabs share \
+                     a GPU: list distinct devices in --devices or leave --halo at auto",
+                );
+            }
+            if self.world.is_some()
+                && let Ok(n) = cuda::device_count()
+                && crate::parallel::world::local_size() > n
+            {
+                return refuse(&format!(
+                    "takes one GPU per rank (NCCL has one rank per GPU); this node runs {} \
+                     ranks on {n} GPU(s): start at most {n} ranks a node or leave --halo at auto",
+                    crate::parallel::world::local_size()
+                ));
+            }
+        }
+        self.halo = halo;
+        Ok(self)
     }
 
     pub fn is_single(&self) -> bool {
@@ -209,6 +257,7 @@ pub fn place(
         return Ok(Placement {
             parts: vec![device],
             world: Some(world),
+            halo: Halo::Auto,
         });
     }
     let Some(list) = devices else {

@@ -15,10 +15,11 @@ use std::sync::Arc;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
 
 use super::Window;
+use super::nccl::{self, Nccl};
 use super::trace::PassTrace;
 use super::world::{self, World, from_bytes, to_bytes};
 use crate::device::Gpu;
-use crate::device::Placement;
+use crate::device::{Halo, Placement};
 use crate::error::{Error, Result};
 use crate::run::{Diagnostics, Engine, Field, Piece, Status};
 
@@ -219,6 +220,8 @@ pub struct Distributed<S: Subdomain> {
     exchange_on: bool,
     /// How halo blocks cross between devices of this process.
     pull_by: PullBy,
+    /// `--halo nccl`: every halo block by NCCL, in one process and between ranks.
+    nccl: Option<Nccl>,
     /// `KEISAN_HOST_TRACE=1` (a diagnosis knob): seconds the host spent queuing device
     /// passes, of them in the pulls' calls, and passes; printed when dropped.
     host_trace: Option<[f64; 3]>,
@@ -368,6 +371,23 @@ impl<S: Subdomain> Distributed<S> {
                 }
             }
         }
+        let nccl = match (&sync, placement.halo) {
+            (Some(sync), Halo::Nccl) => Some(match world {
+                Some(w) => Nccl::across_ranks(w, &sync[0].ctx)?,
+                None => Nccl::in_process(&sync.iter().map(|s| s.ctx.clone()).collect::<Vec<_>>())?,
+            }),
+            _ => None,
+        };
+        if let (Some(n), Some(sync)) = (&nccl, &sync) {
+            // NCCL connects two ranks at their first send and receive (long between
+            // processes): here, outside the run's time, on halos that already hold their
+            // neighbours' rows, so the exchange changes no value.
+            let bases: Vec<_> = parts.iter_mut().map(device_base).collect();
+            n.exchange(&nccl_blocks(&transfers, &ids, sync, &bases))?;
+            for s in sync {
+                s.copy.synchronize()?;
+            }
+        }
         let per_row = match parts.first_mut().map(|p| p.partials()) {
             Some(Partials::Host { per_row }) => Some(per_row),
             _ => None,
@@ -391,6 +411,7 @@ impl<S: Subdomain> Distributed<S> {
             fresh: true,
             exchange_on: true,
             pull_by,
+            nccl,
             host_trace: crate::tuning::switch("KEISAN_HOST_TRACE")?
                 .unwrap_or(false)
                 .then_some([0.0; 3]),
@@ -492,6 +513,9 @@ impl<S: Subdomain> Distributed<S> {
         for (i, s) in sync.iter().enumerate() {
             s.copy.wait(&s.bands_done)?;
             s.ctx.bind_to_thread()?;
+            if self.nccl.is_some() {
+                continue; // NCCL pairs each receive with its send: no wait on the sender
+            }
             // The bench's pass without its exchange (`exchange_on` false) moves no data
             // but keeps every ordering the pulls impose.
             let on = self.exchange_on;
@@ -531,6 +555,9 @@ impl<S: Subdomain> Distributed<S> {
                     h[1] += pulling.elapsed().as_secs_f64();
                 }
             }
+        }
+        if let (Some(nccl), true) = (&self.nccl, self.exchange_on) {
+            nccl.exchange(&nccl_blocks(&self.transfers, ids, sync, &bases))?;
         }
         if !sends.is_empty() || !receives.is_empty() {
             // Blocking on the host only: the devices go on with the interior meanwhile.
@@ -816,6 +843,44 @@ fn pull(
         }
     }
     Ok(())
+}
+
+/// This process's halo blocks for NCCL, in the run's transfer order: a send where the
+/// source slab is here, a receive where the destination is, each on its slab's copy
+/// stream.
+fn nccl_blocks<'a>(
+    transfers: &[Transfer],
+    ids: &[usize],
+    sync: &'a [DeviceSync],
+    bases: &[(u64, usize)],
+) -> Vec<nccl::Block<'a>> {
+    let local = |id: usize| ids.iter().position(|&i| i == id);
+    let mut blocks = Vec::new();
+    for t in transfers {
+        if let Some(i) = local(t.src) {
+            let (base, row) = bases[i];
+            blocks.push(nccl::Block {
+                slab: i,
+                peer: t.dst,
+                at: base + (t.from * row) as u64,
+                bytes: t.rows * row,
+                send: true,
+                stream: &sync[i].copy,
+            });
+        }
+        if let Some(i) = local(t.dst) {
+            let (base, row) = bases[i];
+            blocks.push(nccl::Block {
+                slab: i,
+                peer: t.src,
+                at: base + (t.to * row) as u64,
+                bytes: t.rows * row,
+                send: false,
+                stream: &sync[i].copy,
+            });
+        }
+    }
+    blocks
 }
 
 /// The owned grid rows of slab `i` that other slabs pull, as disjoint bands in order,
@@ -1125,8 +1190,15 @@ impl<S: Subdomain> Engine for Distributed<S> {
             Some(sync) => {
                 let bases: Vec<_> = self.parts.iter_mut().map(device_base).collect();
                 for _ in 0..reps {
-                    for tr in &self.transfers {
-                        pull(sync, &bases, tr, tr.src, tr.dst, self.pull_by)?;
+                    match &self.nccl {
+                        Some(nccl) => {
+                            nccl.exchange(&nccl_blocks(&self.transfers, &self.ids, sync, &bases))?
+                        }
+                        None => {
+                            for tr in &self.transfers {
+                                pull(sync, &bases, tr, tr.src, tr.dst, self.pull_by)?;
+                            }
+                        }
                     }
                     // One exchange as a pass sees it: every pull landed.
                     for s in sync {

@@ -10,6 +10,7 @@
 //! one slab per MPI rank ([`world`], cargo feature `mpi`).
 
 mod distributed;
+mod nccl;
 mod slabs;
 mod trace;
 pub mod world;

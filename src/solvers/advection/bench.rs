@@ -82,6 +82,11 @@ pub struct AdvectionCase {
     pub speedup: Option<f64>,
     /// speedup ÷ devices.
     pub efficiency: Option<f64>,
+    /// Decomposed runs, weak scaling: the grid `subdomains` times as tall on the same
+    /// slabs, and the first device's time for this grid alone (× subdomains ÷ devices)
+    /// over it.
+    pub weak_s: Option<f64>,
+    pub weak_efficiency: Option<f64>,
     /// Decomposed runs, per step against the first device's time ÷ devices: the
     /// exchange alone (an exchange serves a pass), what the slabs add (their own work,
     /// timed with the exchange off, and the exchange's exposed part).
@@ -195,17 +200,25 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
             steps_per_pass: a.steps_per_pass,
             ..problem(nx, ny, steps)?
         };
-        let timed = |placement: &Placement| match a.precision {
-            Precision::F32 => case::<f32>(placement, &p, a.velocity, a.repetitions, &ceilings),
-            Precision::F64 => case::<f64>(placement, &p, a.velocity, a.repetitions, &ceilings),
+        let timed = |p: &AdvectionProblem, placement: &Placement| match a.precision {
+            Precision::F32 => case::<f32>(placement, p, a.velocity, a.repetitions, &ceilings),
+            Precision::F64 => case::<f64>(placement, p, a.velocity, a.repetitions, &ceilings),
         };
-        let (mut c, halo) = timed(placement)?;
+        let (mut c, halo) = timed(&p, placement)?;
         if !placement.is_single() {
-            let (one, _) = timed(&Placement::single(device.clone()))?;
+            let (one, _) = timed(&p, &Placement::single(device.clone()))?;
             let speedup = one.seconds / c.seconds;
             c.one_device_s = Some(one.seconds);
             c.speedup = Some(speedup);
             c.efficiency = Some(speedup / c.devices as f64);
+            let slabs = placement.parts.len();
+            let tall = AdvectionProblem {
+                steps_per_pass: a.steps_per_pass,
+                ..problem(nx, ny * slabs, steps)?
+            };
+            let (weak, _) = timed(&tall, placement)?;
+            c.weak_s = Some(weak.seconds);
+            c.weak_efficiency = Some(one.seconds * slabs as f64 / c.devices as f64 / weak.seconds);
             let steps = c.steps as f64;
             let per = |t: f64| t / steps;
             let x = crate::bench::Exposure::new(
@@ -265,6 +278,15 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
                 c.devices,
                 x,
                 crate::units::seconds(one),
+                100.0 * e
+            );
+        }
+        if let (Some(w), Some(e)) = (c.weak_s, c.weak_efficiency) {
+            human += &format!(
+                "             weak: {} x {} on the same slabs: {}, {:.1} % efficiency\n",
+                c.nx,
+                c.ny * c.subdomains,
+                crate::units::seconds(w),
                 100.0 * e
             );
         }
@@ -350,6 +372,8 @@ fn case<T: Real>(
         one_device_s: None,
         speedup: None,
         efficiency: None,
+        weak_s: None,
+        weak_efficiency: None,
         exposure: None,
         model_8_s: None,
         model_64_s: None,

@@ -90,10 +90,17 @@ __device__ __forceinline__ int grid_index(int k, int n) {
     return ADV_PERIODIC ? (k % n + n) % n : min(max(k, 0), n - 1);
 }
 
+// The buffer row of grid row r: where the buffer holds it, else where its wrapped or
+// clamped grid row lies (the whole grid's buffer holds every row), else the nearest
+// buffer row. The last case is a slab's tile hanging past its halo: the cells computed
+// from those rows lie outside the rows the launch writes, so any row in the buffer
+// serves, and none outside it may be read (on a second GPU such a read faulted).
 __device__ __forceinline__ int buffer_row(int r, int base, int nbuf, int ny) {
-    int l = r - base;
-    if (l < 0 || l >= nbuf) l = grid_index(r, ny) - base;
-    return l;
+    const int l = r - base;
+    if (l >= 0 && l < nbuf) return l;
+    const int w = grid_index(r, ny) - base;
+    if (w >= 0 && w < nbuf) return w;
+    return min(max(l, 0), nbuf - 1);
 }
 
 // Blocks per SM the compiler must fit (caps registers per thread).

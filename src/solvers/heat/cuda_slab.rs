@@ -38,6 +38,8 @@ pub struct CudaHeatSlab<T: Real> {
     rescue: CudaFunction,
     /// The last pass committed: its first step and steps.
     last: Option<(u64, u64)>,
+    /// The first step of the pass whose input halo `rescue_halos` was queued for.
+    rescued: Option<u64>,
     /// Every launch since a check last found every value finite: (first step, steps).
     unchecked: Vec<(u64, u64)>,
     /// The exact step that first went non-finite, once found.
@@ -83,6 +85,7 @@ impl<T: Real> CudaHeatSlab<T> {
             kept: s.alloc_zeros::<T>(halo.max(1))?,
             rescue: gpu.function(&KERNELS, T::PRECISION, &[], "heat_rescue")?,
             last: None,
+            rescued: None,
             unchecked: Vec::new(),
             failed: None,
             window,
@@ -102,36 +105,37 @@ impl<T: Real> CudaHeatSlab<T> {
         )
     }
 
-    /// At the start of a pass after a several-step pass of steps `first..end`: copy that
-    /// pass's input halo layers `rows` (now in buffer 1) `at` layers into the kept copy
-    /// if that pass failed, before the exchange after this pass overwrites them.
-    fn rescue_halo(
-        &mut self,
-        stream: &Arc<CudaStream>,
-        rows: Range<usize>,
-        at: usize,
-        (first, end): (u64, u64),
-    ) -> Result<()> {
-        let (field, kept) = self.spans(&rows, at);
-        if field.is_empty() {
+    /// Ahead of the first kernel of a pass after a several-step pass of steps
+    /// `first..end`: copy that pass's input halo layers (now in buffer 1) into the kept
+    /// copy if that pass failed, before the exchange after this pass overwrites them.
+    fn rescue_halos(&mut self, stream: &Arc<CudaStream>, (first, end): (u64, u64)) -> Result<()> {
+        let [(below, at0), (above, at1)] = self.halos();
+        // The halo below is the buffer's first layers and the kept copy's (spans() of them
+        // start at 0 in both).
+        let ((f0, _), (f1, k1)) = (self.spans(&below, at0), self.spans(&above, at1));
+        let (n0, n1) = (f0.len() as u64, f1.len() as u64);
+        if n0 + n1 == 0 {
             return Ok(());
         }
-        let n = field.len() as u64;
-        let (src, mut dst) = (self.buf[1].slice(field), self.kept.slice_mut(kept));
+        let (from1, to1) = (f1.start as u64, k1.start as u64);
         let mut l = stream.launch_builder(&self.rescue);
-        l.arg(&src)
-            .arg(&mut dst)
-            .arg(&n)
+        l.arg(&self.buf[1])
+            .arg(&mut self.kept)
+            .arg(&n0)
+            .arg(&from1)
+            .arg(&to1)
+            .arg(&n1)
             .arg(&first)
             .arg(&end)
             .arg(&self.bad);
         // Few blocks: every pass launches it, and it copies only after a failure.
         let cfg = LaunchConfig {
-            grid_dim: ((n.div_ceil(256)).min(64) as u32, 1, 1),
+            grid_dim: ((n0.max(n1).div_ceil(256)).clamp(1, 64) as u32, 2, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        // SAFETY: both views hold n values; the kernel copies n values.
+        // SAFETY: n0 values from 0 and n1 from from1 lie in buffer 1 (its halo layers),
+        // their copies at 0 and to1 in `kept`, which holds both halos.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
@@ -321,15 +325,13 @@ impl<T: Real> Subdomain for CudaHeatSlab<T> {
         region.lo[a] = self.window.buffer_row(rows.start as isize);
         region.hi[a] = region.lo[a] + rows.len();
         let stream = &stream.unwrap_or(&self.gpu.stream).clone();
-        if let Some((first, n)) = self.last.filter(|&(_, n)| n > 1) {
-            // Ahead of the layers next to a halo, which the exchange after them overwrites.
-            let [below, above] = self.halos();
-            if rows.start == self.window.own.start {
-                self.rescue_halo(stream, below.0, below.1, (first, first + n))?;
-            }
-            if rows.end == self.window.own.end {
-                self.rescue_halo(stream, above.0, above.1, (first, first + n))?;
-            }
+        if let Some((first, n)) = self.last.filter(|&(_, n)| n > 1)
+            && self.rescued != Some(self.steps)
+        {
+            // With the pass's first kernel: the bands, whose completion the exchange
+            // after them waits for, come first.
+            self.rescue_halos(stream, (first, first + n))?;
+            self.rescued = Some(self.steps);
         }
         let [src, dst] = &mut self.buf;
         match &self.blocked {

@@ -554,17 +554,22 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
 }
 #endif
 
-// Copy n values if the pass of steps [first, end) failed (a pass reports its first step
-// in *bad). A slab launches this at the start of the pass after a several-step pass, on
-// that pass's input halo, which the exchange after this pass overwrites: the failed pass
-// is then replayed one step at a time from the copy. Unless a pass failed, it returns
-// at once.
-extern "C" __global__ void heat_rescue(const real* __restrict__ src, real* __restrict__ dst,
-                                       u64 n, u64 first, u64 end, const u64* __restrict__ bad) {
+// Copy the halo layers of a box (n0 values from value 0 to kept + 0, n1 from value from1
+// to kept + to1: the layers below and above the owned ones) if the pass of steps
+// [first, end) failed (a pass reports its first step in *bad). A slab launches this
+// once, ahead of the first kernel of the pass after a several-step pass, on that pass's
+// input, whose halo the exchange after this pass overwrites: the failed pass is then
+// replayed one step at a time from the copy. Unless a pass failed it returns at once;
+// one launch for both halos, since each launch costs a pass a few microseconds.
+extern "C" __global__ void heat_rescue(const real* __restrict__ src, real* __restrict__ kept,
+                                       u64 n0, u64 from1, u64 to1, u64 n1, u64 first,
+                                       u64 end, const u64* __restrict__ bad) {
     const u64 b = ((volatile const u64*)bad)[0];
     if (b < first || b >= end) return;
+    const u64 n = blockIdx.y ? n1 : n0;
+    if (blockIdx.y) { src += from1; kept += to1; }
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        dst[i] = src[i];
+        kept[i] = src[i];
 }
 
 // Copy the region [z0,z1)×[y0,y1)×[x0,x1) between two boxes of the same shape.

@@ -69,7 +69,11 @@ const PASS_THREADS: usize = 128;
 /// velocity in the kernel (1.18 s on 2026-11-23; its passes took 1.28 s at best: bound by
 /// instructions, not bytes). Since the side tiles read their halo in the padding (and
 /// the L2 prefetch), 28 rows for f32 (2026-11-26, H100, three runs each: 28 rows 0.499,
-/// 0.500, 0.501 s; 32 rows 0.500, 0.502, 0.503, 0.507 s). KEISAN_ADV_PASS=S,TY overrides.
+/// 0.500, 0.501 s; 32 rows 0.500, 0.502, 0.503, 0.507 s); then 30 rows for f32 and 25 for
+/// f64, multiples of the row loop's unroll by 5 (2026-11-26 04:13-04:18 UTC, H100: f32 30
+/// rows 492.6-497.8 ms in 7 runs against 28 rows 495.8-503.5 ms in 6, 25 rows 500-503, 35
+/// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037).
+/// KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
@@ -78,8 +82,8 @@ fn pass_shape<T: Real>(
     use crate::precision::Precision::{F32, F64};
     let rows = match (T::PRECISION, separable) {
         (_, false) => 16,
-        (F32, true) => 28,
-        (F64, true) => 24,
+        (F32, true) => 30,
+        (F64, true) => 25,
     };
     let passes = arrays || separable;
     let default = (if passes { 2 } else { 1 }, rows);

@@ -857,27 +857,20 @@ fn nccl_blocks<'a>(
     let local = |id: usize| ids.iter().position(|&i| i == id);
     let mut blocks = Vec::new();
     for t in transfers {
-        if let Some(i) = local(t.src) {
-            let (base, row) = bases[i];
-            blocks.push(nccl::Block {
-                slab: i,
-                peer: t.dst,
-                at: base + (t.from * row) as u64,
-                bytes: t.rows * row,
-                send: true,
-                stream: &sync[i].copy,
-            });
-        }
-        if let Some(i) = local(t.dst) {
-            let (base, row) = bases[i];
-            blocks.push(nccl::Block {
-                slab: i,
-                peer: t.src,
-                at: base + (t.to * row) as u64,
-                bytes: t.rows * row,
-                send: false,
-                stream: &sync[i].copy,
-            });
+        // (this end's slab, the other end's, this end's buffer row, a send)
+        for (here, peer, row0, send) in [(t.src, t.dst, t.from, true), (t.dst, t.src, t.to, false)]
+        {
+            if let Some(i) = local(here) {
+                let (base, row) = bases[i];
+                blocks.push(nccl::Block {
+                    slab: i,
+                    peer,
+                    at: base + (row0 * row) as u64,
+                    bytes: t.rows * row,
+                    send,
+                    stream: &sync[i].copy,
+                });
+            }
         }
     }
     blocks

@@ -64,7 +64,7 @@ struct DeviceArgs {
     #[arg(long, value_name = "N")]
     subdomains: Option<usize>,
     /// How halo blocks travel between GPUs: auto = peer copies in one process, MPI
-    /// between ranks; nccl = NCCL (libnccl.so.2, one GPU per slab).
+    /// between ranks; nccl = NCCL (loaded at run time, one GPU per slab).
     #[arg(long, value_enum, default_value_t = device::Halo::Auto)]
     halo: device::Halo,
 }
@@ -388,6 +388,17 @@ fn info(probe: bool, json: bool) -> Result<()> {
             report["cuda_unavailable"] = serde_json::json!(e.to_string());
             text += &format!("CUDA: {e}\n");
         }
+    }
+    if devices.is_ok() {
+        let nccl = keisan::parallel::nccl_version();
+        report["nccl"] = serde_json::json!(nccl);
+        text += &match nccl {
+            Some(v) => format!("NCCL {v} (--halo nccl)\n"),
+            None => format!(
+                "NCCL: {} (only --halo nccl needs it)\n",
+                keisan::parallel::NCCL_NOT_FOUND
+            ),
+        };
     }
     if probe {
         let cpu = keisan::device::ceilings::measure_cpu();

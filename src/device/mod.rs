@@ -124,6 +124,10 @@ impl Placement {
                     crate::parallel::world::local_size()
                 ));
             }
+            // Before any work, where NCCL will carry halos.
+            if !self.is_single() {
+                crate::parallel::nccl_require()?;
+            }
         }
         self.halo = halo;
         Ok(self)

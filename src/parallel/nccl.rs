@@ -1,6 +1,6 @@
 //! Halo blocks over NCCL (`--halo nccl`): device memory to device memory on the copy
 //! streams, with no host staging between MPI ranks and no host call per block. NCCL is
-//! loaded at run time (libnccl.so.2); a machine without it is told so by name.
+//! loaded at run time (libnccl.so); a machine without it is told so by name.
 //!
 //! NCCL rank k is the run's slab k: in one process the slabs' devices form one clique
 //! (ncclCommInitAll), under mpirun each rank's device joins a communicator whose id rank
@@ -46,18 +46,32 @@ fn failed(what: &str, e: result::NcclError) -> Error {
     ))
 }
 
+/// The NCCL library's version (major.minor.patch), or None where it cannot be loaded.
+pub fn version() -> Option<String> {
+    // SAFETY: only tries to open the library.
+    if !unsafe { sys::is_culib_present() } {
+        return None;
+    }
+    let v = result::get_nccl_version().ok()?;
+    Some(format!("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100))
+}
+
+/// What to say where NCCL cannot be loaded. cudarc opens it as libnccl.so (or .so.13,
+/// .so.12, ...), not by the runtime package's libnccl.so.2 alone.
+pub const NOT_FOUND: &str = "the NCCL library was not found on this machine (looked for \
+     libnccl.so on the library path: install NCCL, or where only libnccl.so.2 is there, \
+     link libnccl.so to it in a folder on LD_LIBRARY_PATH)";
+
 /// Whether NCCL can be loaded; the error to show when it cannot.
 pub fn require() -> Result<()> {
     // SAFETY: only tries to open the library.
     if unsafe { sys::is_culib_present() } {
         return Ok(());
     }
-    Err(Error::Cuda(
-        "--halo nccl: the NCCL library (libnccl.so.2) was not found on this machine; \
-         install NCCL (or put it on LD_LIBRARY_PATH), or leave --halo at auto (peer \
-         copies between GPUs of one process, MPI between ranks)"
-            .into(),
-    ))
+    Err(Error::Cuda(format!(
+        "--halo nccl: {NOT_FOUND}; or leave --halo at auto (peer copies between GPUs of \
+         one process, MPI between ranks)"
+    )))
 }
 
 impl Nccl {

@@ -48,10 +48,7 @@ fn failed(what: &str, e: result::NcclError) -> Error {
 
 /// The NCCL library's version (major.minor.patch), or None where it cannot be loaded.
 pub fn version() -> Option<String> {
-    // SAFETY: only tries to open the library.
-    if !unsafe { sys::is_culib_present() } {
-        return None;
-    }
+    require().ok()?;
     let v = result::get_nccl_version().ok()?;
     Some(format!("{}.{}.{}", v / 10000, v % 10000 / 100, v % 100))
 }

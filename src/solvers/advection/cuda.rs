@@ -31,16 +31,18 @@ fn pad<T>() -> usize {
 }
 
 /// Values of padding after each field buffer: the side tiles' halo columns and pairs
-/// past the last cell (ADV_COLS + 1).
+/// past the last cell (up to ADV_COLS + 1).
 fn pad_after<T>() -> usize {
-    pad::<T>() + 8
+    pad::<T>() + MAX_COLS + 1
 }
 
-/// Columns per thread (kernels.cu: ADV_COLS); KEISAN_ADV_COLS overrides it.
+/// Columns per thread (kernels.cu: ADV_COLS); KEISAN_ADV_COLS overrides it, up to
+/// MAX_COLS (what pad_after() leaves room for).
 const COLS: usize = 2;
+const MAX_COLS: usize = 7;
 
 fn cols() -> Result<usize> {
-    Ok(tuning::number("KEISAN_ADV_COLS", 1..=7)?.unwrap_or(COLS))
+    Ok(tuning::number("KEISAN_ADV_COLS", 1..=MAX_COLS)?.unwrap_or(COLS))
 }
 
 /// Threads per block and rows per block: 64 threads of 2 columns by 64 rows (fastest of

@@ -8,10 +8,19 @@ use keisan::run::Engine;
 use keisan::solvers::advection::AdvectionProblem;
 use keisan::solvers::advection::cuda::{CudaAdvection, VelocitySource};
 
-/// A grid that fills no block evenly (128 columns, 64 rows per block).
+/// A grid that fills no block evenly (128 columns, 64 rows per block); its odd rows keep
+/// single steps on adv_step (loads through L1).
 fn problem(boundary: &str, velocity: &str, steps: u64) -> AdvectionProblem {
+    problem_nx(133, boundary, velocity, steps)
+}
+
+/// Rows of a multiple of 16 bytes: single steps with velocity arrays take adv_step_bulk
+/// (rows copied into a ring of shared slots), still no block filled evenly.
+const BULK_NX: usize = 136;
+
+fn problem_nx(nx: usize, boundary: &str, velocity: &str, steps: u64) -> AdvectionProblem {
     common::advection(&format!(
-        "nx = 133\nny = 70\nsteps = {steps}\ncfl = 0.9\nboundary = \"{boundary}\"\n\
+        "nx = {nx}\nny = 70\nsteps = {steps}\ncfl = 0.9\nboundary = \"{boundary}\"\n\
          velocity = {velocity}\ninitial = {{ preset = \"sine\" }}\n"
     ))
 }
@@ -115,10 +124,13 @@ fn several_steps_per_pass_equal_single_steps_bit_for_bit() {
         return;
     };
     let mut rng = common::rng();
-    for boundary in ["contest", "periodic"] {
+    for (nx, boundary) in [133, BULK_NX]
+        .into_iter()
+        .flat_map(|n| [(n, "contest"), (n, "periodic")])
+    {
         for velocity in [ROTATION, "{ kind = \"uniform\", u = -0.7, v = 0.4 }"] {
             // 11 steps: whole passes, then single steps for the rest.
-            let p = problem(boundary, velocity, 11);
+            let p = problem_nx(nx, boundary, velocity, 11);
             let f0 = common::random_field(p.cells(), &mut rng);
             let run = |per_pass: usize, source| -> Vec<f64> {
                 let q = AdvectionProblem {
@@ -137,10 +149,43 @@ fn several_steps_per_pass_equal_single_steps_bit_for_bit() {
                 for per_pass in [2, 3, 4] {
                     assert!(
                         common::same_bits(&single, &run(per_pass, source)),
-                        "{boundary} {velocity}: {per_pass} steps per pass, {source:?}"
+                        "nx {nx} {boundary} {velocity}: {per_pass} steps per pass, {source:?}"
                     );
                 }
             }
+        }
+    }
+}
+
+/// Single steps of the general form on rows of 16 bytes come from adv_step_bulk (velocity
+/// arrays, and the swirl computed in the kernel): against the CPU in both precisions and
+/// both boundaries. (Against adv_step bit for bit: through the passes, above.)
+#[test]
+fn single_steps_from_bulk_copies_match_the_cpu() {
+    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection bulk-copy single steps") else {
+        return;
+    };
+    let mut rng = common::rng();
+    for boundary in ["contest", "periodic"] {
+        for (velocity, source) in [
+            (ROTATION, VelocitySource::Arrays),
+            ("{ kind = \"swirl\", period = 1.0 }", VelocitySource::Kernel),
+        ] {
+            let p = AdvectionProblem {
+                steps_per_pass: Some(1),
+                ..problem_nx(BULK_NX, boundary, velocity, 25)
+            };
+            let f0 = common::random_field(p.cells(), &mut rng);
+            let cpu = common::advection_run::<f64>(&p, &common::cpu(), &f0);
+            let cuda = common::advection_cuda_run::<f64>(&gpu, &p, &f0, source);
+            let d = common::rel_max_diff(&cuda, &cpu);
+            eprintln!("bulk f64 {boundary} {velocity}: {d:.2e}");
+            assert!(d < 1e-12, "f64 {boundary} {velocity}: {d:e}");
+            let cpu32 = common::advection_run::<f32>(&p, &common::cpu(), &f0);
+            let cuda32 = common::advection_cuda_run::<f32>(&gpu, &p, &f0, source);
+            let d32 = common::rel_max_diff(&cuda32, &cpu32);
+            eprintln!("bulk f32 {boundary} {velocity}: {d32:.2e}");
+            assert!(d32 < 2e-5, "f32 {boundary} {velocity}: {d32:e}");
         }
     }
 }

@@ -12,8 +12,15 @@ use keisan::solvers::advection::{self, AdvectionProblem};
 
 /// 70 rows: 3, 4 and 6 slabs do not divide them evenly.
 fn problem(boundary: &str, velocity: &str, steps: u64) -> AdvectionProblem {
+    problem_nx(61, boundary, velocity, steps)
+}
+
+/// Rows of 16 bytes (CUDA single steps of the general form then take adv_step_bulk).
+const BULK_NX: usize = 64;
+
+fn problem_nx(nx: usize, boundary: &str, velocity: &str, steps: u64) -> AdvectionProblem {
     common::advection(&format!(
-        "nx = 61\nny = 70\nsteps = {steps}\ncfl = 0.9\nboundary = \"{boundary}\"\n\
+        "nx = {nx}\nny = 70\nsteps = {steps}\ncfl = 0.9\nboundary = \"{boundary}\"\n\
          velocity = {velocity}\ninitial = {{ preset = \"sine\" }}\n"
     ))
 }
@@ -26,12 +33,12 @@ const VELOCITIES: [&str; 3] = [
 
 /// The preset velocities and one from .npy arrays (random, written to `dir`): a slab cuts
 /// its rows, halo included, from the files.
-fn velocities(dir: &std::path::Path) -> Vec<String> {
+fn velocities(dir: &std::path::Path, nx: usize) -> Vec<String> {
     let mut rng = common::rng();
     let mut file = |name: &str| {
-        let path = dir.join(name);
-        let v = common::random_field(70 * 61, &mut rng);
-        keisan::output::npy::write(&path, &[70, 61], &v).unwrap();
+        let path = dir.join(format!("{nx}-{name}"));
+        let v = common::random_field(70 * nx, &mut rng);
+        keisan::output::npy::write(&path, &[70, nx], &v).unwrap();
         path.display().to_string()
     };
     let (u, v) = (file("u.npy"), file("v.npy"));
@@ -90,7 +97,7 @@ fn run<T: Real>(
 fn cpu_slabs_equal_the_whole_grid<T: Real>() {
     let dir = tempfile::tempdir().unwrap();
     for boundary in ["contest", "periodic"] {
-        for velocity in velocities(dir.path()) {
+        for velocity in velocities(dir.path(), 61) {
             let p = problem(boundary, &velocity, 9);
             let f0 = random::<T>(p.cells());
             let whole = run(
@@ -139,15 +146,19 @@ fn slabs_thinner_than_their_halo_are_refused_by_name() {
 }
 
 /// CUDA slabs against the undecomposed CUDA engine, with passes of 1 to 3 steps (halos
-/// of 2 to 6 rows) and velocities from arrays and from the kernel.
+/// of 2 to 6 rows) and velocities from arrays and from the kernel, on odd rows and on
+/// rows of 16 bytes (adv_step and adv_step_bulk for single steps).
 fn cuda_slabs_equal_the_whole_grid<T: Real>(placements: &[Placement], single: &Placement) {
     let dir = tempfile::tempdir().unwrap();
-    for boundary in ["contest", "periodic"] {
-        for velocity in velocities(dir.path()) {
+    let cases = [61, BULK_NX]
+        .into_iter()
+        .flat_map(|nx| [(nx, "contest"), (nx, "periodic")]);
+    for (nx, boundary) in cases {
+        for velocity in velocities(dir.path(), nx) {
             for per_pass in [1, 2, 3] {
                 let p = AdvectionProblem {
                     steps_per_pass: (!velocity.contains("swirl")).then_some(per_pass),
-                    ..problem(boundary, &velocity, 11)
+                    ..problem_nx(nx, boundary, &velocity, 11)
                 };
                 let f0 = random::<T>(p.cells());
                 for source in [VelocitySource::Arrays, VelocitySource::Kernel] {
@@ -156,7 +167,7 @@ fn cuda_slabs_equal_the_whole_grid<T: Real>(placements: &[Placement], single: &P
                         let slabs = run(&p, placement, &f0, source);
                         assert!(
                             common::same_bits(&whole, &slabs),
-                            "{boundary} {velocity} {per_pass} steps per pass {source:?}: {}",
+                            "nx {nx} {boundary} {velocity} {per_pass} steps per pass {source:?}: {}",
                             placement.describe()
                         );
                     }

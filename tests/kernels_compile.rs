@@ -134,7 +134,13 @@ fn advection_variants_compile() {
             ];
             let ptx = compile(&KERNELS, p, "sm_90", &defines)
                 .unwrap_or_else(|e| panic!("{p} {defines:?}: {e}"));
-            for kernel in ["adv_step_sep", "adv_pass_sep", "adv_step", "adv_pass"] {
+            for kernel in [
+                "adv_step_sep",
+                "adv_pass_sep",
+                "adv_step",
+                "adv_pass",
+                "adv_step_bulk",
+            ] {
                 assert!(ptx.to_src().contains(kernel), "{p} {defines:?}: {kernel}");
             }
         }

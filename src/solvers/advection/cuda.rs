@@ -45,16 +45,71 @@ fn cols() -> Result<usize> {
     Ok(tuning::number("KEISAN_ADV_COLS", 1..=MAX_COLS)?.unwrap_or(COLS))
 }
 
-/// Threads per block and rows per block: 64 threads of 2 columns by 64 rows (fastest of
-/// 1, 2, 4 columns × 64², 128×64, 128², 256×32, 32×256 on the H100);
-/// KEISAN_ADV_TILE=THREADSxROWS overrides them for tuning runs.
-const BLOCK_X: u32 = 64;
-const ROWS: usize = 64;
+/// The single-step kernel's launch: threads per block, rows per block, blocks per SM the
+/// compiler must fit (a register cap) and adv_step_bulk's ring slots (0: not that kernel).
+struct StepShape {
+    threads: u32,
+    rows: usize,
+    min_blocks: u32,
+    ring: usize,
+}
 
-fn tile() -> Result<(u32, usize)> {
+/// The fastest shapes measured on the H100 (contest 5, velocity arrays, single steps).
+/// adv_step (loads through L1): 64 threads of 2 columns by 64 rows (fastest of 1, 2, 4
+/// columns × 64², 128×64, 128², 256×32, 32×256); f32 capped at 80 registers (12 blocks:
+/// 1, 12, 16, 20 gave 2.12, 1.96, 2.11, 2.96 s, 2026-11-23), f64 uncapped (at 80 registers
+/// it spills 636 B a thread). adv_step_bulk (2026-11-26, 05:33-05:40 UTC, 512 steps): f32
+/// 128 threads × 32 rows, 16 slots, 80 registers: 388.9 ms, 95.8 % of the copy bandwidth
+/// (64×64 with 8 slots 412.7 ms, 90.5 %; 256×64 with 4-16 slots 390.5-395.0 ms; 512×64
+/// 388.9 ms); f64 256 × 32, 6 slots: 743.4 ms, 100.6 % (64×64: 763.7 ms; 128×32 and
+/// 128×64 with 8 slots 755 ms). KEISAN_ADV_TILE=THREADSxROWS, KEISAN_ADV_MINB and
+/// KEISAN_ADV_RING (0: adv_step) override them.
+fn step_shape<T: Real>(bulk: bool) -> Result<StepShape> {
+    use crate::precision::Precision::{F32, F64};
+    let (threads, rows, min_blocks, ring) = match (T::PRECISION, bulk) {
+        (F32, false) => (64, 64, 12, 0),
+        (F64, false) => (64, 64, 1, 0),
+        (F32, true) => (128, 32, 6, 16),
+        (F64, true) => (256, 32, 1, 6),
+    };
     let valid = |&x: &u32, &r: &usize| x.is_multiple_of(32) && (32..=1024).contains(&x) && r >= 1;
     let expect = "THREADSxROWS, THREADS a multiple of 32 up to 1024, e.g. 64x64";
-    Ok(tuning::pair("KEISAN_ADV_TILE", 'x', expect, valid)?.unwrap_or((BLOCK_X, ROWS)))
+    let (threads, rows) =
+        tuning::pair("KEISAN_ADV_TILE", 'x', expect, valid)?.unwrap_or((threads, rows));
+    let min_blocks = tuning::number("KEISAN_ADV_MINB", 1..=32u32)?.unwrap_or(min_blocks);
+    let ring = match tuning::number("KEISAN_ADV_RING", 0..=64)? {
+        Some(r) if bulk => r,
+        _ => ring,
+    };
+    Ok(StepShape {
+        threads,
+        rows,
+        min_blocks,
+        ring,
+    })
+}
+
+/// Whether adv_step_bulk can take the general form's single steps: its copies need every
+/// row of the fields to start on 16 bytes (nx a multiple of 16 bytes' worth of values)
+/// and an sm_90 device or newer.
+fn bulk_rows<T: Real>(gpu: &Gpu, nx: usize) -> bool {
+    gpu.compute_capability.0 >= 9 && rows_of_16_bytes::<T>(nx)
+}
+
+fn rows_of_16_bytes<T: Real>(nx: usize) -> bool {
+    nx.is_multiple_of(16 / std::mem::size_of::<T>())
+}
+
+/// Let `function` take `bytes` of dynamic shared memory (above the default 48 KiB).
+fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
+    if bytes > 48 << 10 {
+        use cudarc::driver::sys::CUfunction_attribute_enum as A;
+        function.set_attribute(
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )?;
+    }
+    Ok(())
 }
 
 /// Threads per block of the several-steps pass (kernels.cu: adv_pass; one column each of
@@ -75,7 +130,9 @@ const PASS_THREADS: usize = 128;
 /// f64, multiples of the row loop's unroll by 5 (2026-11-26 04:13-04:18 UTC, H100: f32 30
 /// rows 492.6-497.8 ms in 7 runs against 28 rows 495.8-503.5 ms in 6, 25 rows 500-503, 35
 /// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037).
-/// KEISAN_ADV_PASS=S,TY overrides.
+/// Arrays on rows of 16 bytes take single steps since adv_step_bulk (2026-11-26, H100,
+/// 512 steps of contest 5: f32 388.9 ms against 2 steps a pass 427 ms (1.707 s for 2048);
+/// f64 743.4 ms against 916.8 ms). KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
@@ -87,7 +144,7 @@ fn pass_shape<T: Real>(
         (F32, true) => 30,
         (F64, true) => 25,
     };
-    let passes = arrays || separable;
+    let passes = (arrays && !rows_of_16_bytes::<T>(p.nx)) || separable;
     let default = (if passes { 2 } else { 1 }, rows);
     let expect = "STEPS,ROWS (steps per pass, tile rows), both at least 1, e.g. 2,16";
     let env = tuning::pair("KEISAN_ADV_PASS", ',', expect, |&s, &ty| s >= 1 && ty >= 1)?;
@@ -173,9 +230,8 @@ pub struct CudaAdvection<T: Real> {
     du: CudaSlice<T>,
     dv: CudaSlice<T>,
     displacement: Displacement,
-    step_fn: CudaFunction,
-    cfg: LaunchConfig,
-    rows: usize,
+    /// The single-step kernel.
+    step: Pass,
     pass: Option<Pass>,
     steps: u64,
 }
@@ -241,32 +297,8 @@ impl<T: Real> CudaAdvection<T> {
             "the advection fields (two time layers) and velocities",
         )?;
         let mode = mode_of(displacement);
-        let (block_x, rows) = tile()?;
-        let cols = cols()?;
-        // Blocks per SM the compiler must fit. f32: 12, at most 80 registers (1, 12, 16, 20
-        // gave 2.12, 1.96, 2.11, 2.96 s on contest 5 with arrays, H100, 2026-11-23). f64: no
-        // cap (at 80 registers the f64 kernel spills 636 B a thread: 4.78 s against 2.34 s
-        // with the velocity in the kernel). KEISAN_ADV_MINB for tuning runs.
-        let min_blocks =
-            tuning::number("KEISAN_ADV_MINB", 1..=32u32)?.unwrap_or(match T::PRECISION {
-                crate::precision::Precision::F32 => 12,
-                crate::precision::Precision::F64 => 1,
-            });
-        let defines = [
-            ("ADV_MINB", min_blocks.to_string()),
-            ("ADV_BX", block_x.to_string()),
-            ("ADV_COLS", cols.to_string()),
-            ("ADV_MODE", mode.to_string()),
-            ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
-            ("ADV_PAD", pad::<T>().to_string()),
-        ];
         let separable = separable(mode)?;
-        let step_name = if separable {
-            "adv_step_sep"
-        } else {
-            "adv_step"
-        };
-        let step_fn = gpu.function(&KERNELS, T::PRECISION, &defines, step_name)?;
+        let step = Self::step(&gpu, p, window.own.len(), mode, arrays, separable)?;
         let s = &gpu.stream;
         let (du, dv) = if arrays {
             let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
@@ -274,15 +306,6 @@ impl<T: Real> CudaAdvection<T> {
             (s.clone_htod(&du)?, s.clone_htod(&dv)?)
         } else {
             (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
-        };
-        let cfg = LaunchConfig {
-            grid_dim: (
-                p.nx.div_ceil(cols * block_x as usize) as u32,
-                window.own.len().div_ceil(rows) as u32,
-                1,
-            ),
-            block_dim: (block_x, 1, 1),
-            shared_mem_bytes: 0,
         };
         let pass = match pass_shape::<T>(p, arrays, separable)? {
             (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
@@ -300,13 +323,70 @@ impl<T: Real> CudaAdvection<T> {
             du,
             dv,
             displacement,
-            step_fn,
-            cfg,
-            rows,
+            step,
             pass,
             steps: step0,
             gpu,
             p: p.clone(),
+        })
+    }
+
+    /// Compile the single-step kernel for `rows` rows: adv_step_sep for the separable
+    /// form, adv_step_bulk where the rows suit its copies (bulk_rows), else adv_step.
+    fn step(
+        gpu: &Gpu,
+        p: &AdvectionProblem,
+        rows: usize,
+        mode: u8,
+        arrays: bool,
+        separable: bool,
+    ) -> Result<Pass> {
+        let bulk = !separable && bulk_rows::<T>(gpu, p.nx);
+        let shape = step_shape::<T>(bulk)?;
+        let cols = cols()?;
+        let (name, ring) = match (separable, shape.ring) {
+            (true, _) => ("adv_step_sep", 0),
+            (false, 0) => ("adv_step", 0),
+            (false, ring) => ("adv_step_bulk", ring),
+        };
+        // adv_step_bulk's ring: f rows with two halo columns each side, du and dv rows in
+        // the arrays mode; an mbarrier per slot.
+        let width = cols * shape.threads as usize;
+        let slot = width + 4 + 2 * width * arrays as usize;
+        let shared = ring * (slot * std::mem::size_of::<T>() + 8);
+        if shared > 227 << 10 {
+            return Err(Error::invalid(
+                "KEISAN_ADV_RING",
+                ring.to_string(),
+                format!(
+                    "{ring} slots of {slot} values need {shared} B of shared memory (at most 227 KiB)"
+                ),
+            ));
+        }
+        let defines = [
+            ("ADV_MINB", shape.min_blocks.to_string()),
+            ("ADV_BX", shape.threads.to_string()),
+            ("ADV_COLS", cols.to_string()),
+            ("ADV_MODE", mode.to_string()),
+            ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
+            ("ADV_PAD", pad::<T>().to_string()),
+            ("ADV_RING", ring.max(1).to_string()),
+        ];
+        let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
+        allow_shared(&function, shared)?;
+        Ok(Pass {
+            function,
+            cfg: LaunchConfig {
+                grid_dim: (
+                    p.nx.div_ceil(width) as u32,
+                    rows.div_ceil(shape.rows) as u32,
+                    1,
+                ),
+                block_dim: (shape.threads, 1, 1),
+                shared_mem_bytes: shared as u32,
+            },
+            steps: 1,
+            rows: shape.rows,
         })
     }
 
@@ -355,6 +435,7 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_COLS", cols.to_string()),
             ("ADV_TY", ty.to_string()),
             ("ADV_PAD", pad::<T>().to_string()),
+            ("ADV_PAD_AFTER", pad_after::<T>().to_string()),
         ];
         let name = if separable {
             "adv_pass_sep"
@@ -362,13 +443,7 @@ impl<T: Real> CudaAdvection<T> {
             "adv_pass"
         };
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
-        if shared > 48 << 10 {
-            use cudarc::driver::sys::CUfunction_attribute_enum as A;
-            function.set_attribute(
-                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )?;
-        }
+        allow_shared(&function, shared)?;
         Ok(Pass {
             function,
             cfg: LaunchConfig {
@@ -399,7 +474,7 @@ impl<T: Real> CudaAdvection<T> {
         }
         let (function, mut cfg, tile) = match &self.pass {
             Some(pass) if steps == pass.steps => (&pass.function, pass.cfg, pass.rows),
-            _ if steps == 1 => (&self.step_fn, self.cfg, self.rows),
+            _ if steps == 1 => (&self.step.function, self.step.cfg, self.step.rows),
             _ => {
                 return Err(Error::Parse(format!(
                     "internal: {steps} steps in one launch of the advection engine"
@@ -425,7 +500,9 @@ impl<T: Real> CudaAdvection<T> {
         // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
         // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
         // in the owned rows; the kernels read f and write g's rows jw0..jw1 only (the
-        // pass's shared memory is its launch's).
+        // pass's shared memory is its launch's); adv_step_bulk copies f's rows from two
+        // values before a row to two after its end (inside the padding) and whole du, dv
+        // rows of the owned rows, all on 16-byte boundaries (bulk_rows).
         unsafe { l.launch(cfg) }?;
         Ok(())
     }

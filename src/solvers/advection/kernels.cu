@@ -462,11 +462,21 @@ __device__ __forceinline__ void tile_pass(real* buf0, real* buf1, const real* f,
 // columns (x < 0 or x >= nx: the row before's or after's values, or the padding) feed
 // only cells outside the grid or in its two held columns, which keep their values, so
 // the tile may read them where they lie when they lie in the allocation.
+// The first step reads a row's columns x0 − 2 .. x0 + ADV_W + ADV_COLS at most; past
+// the grid's right side they run into the next row, and past the buffer's last row into
+// the padding after it, which must hold them (a 61-column grid's tiles of 128 columns did
+// not: memcheck, 2026-11-26).
+#ifndef ADV_PAD_AFTER
+#define ADV_PAD_AFTER (ADV_PAD + 8)
+#endif
 __device__ __forceinline__ bool tile_direct(int x0, int y0, int nx, int base, int nbuf) {
     const int l0 = y0 - base;
     constexpr bool padded = !ADV_PERIODIC && ADV_H + 2 <= ADV_PAD;
+    const long long last = (long long)(l0 + ADV_R - 1) * nx + x0 + ADV_W + ADV_COLS;
+    const bool inside = last < (long long)nbuf * nx + ADV_PAD_AFTER;
     return (ADV_COLS % 2 == 1 || (nx & 1) == 0) &&
-           (padded || (x0 >= 0 && x0 + ADV_W <= nx)) && l0 >= 0 && l0 + ADV_R <= nbuf;
+           ((padded && inside) || (x0 >= 0 && x0 + ADV_W <= nx)) && l0 >= 0 &&
+           l0 + ADV_R <= nbuf;
 }
 
 // Field buffers of a pass in shared memory: one at 2 steps, two (ping-pong) from 3.
@@ -580,4 +590,164 @@ adv_pass_sep(ADV_PARAMS) {
     else if (!up) ADV_SEP_PASS(false, 0, true);
     else ADV_SEP_PASS(false, 1, true);
 #undef ADV_SEP_PASS
+}
+
+// adv_step with the rows brought by the copy engine (sm_90 bulk copies, no registers held
+// by loads in flight): a block's tile is ADV_COLS·ADV_BX columns wide; each f row it needs
+// (with the two halo columns on each side) and, in the arrays mode, the du and dv rows of
+// the output row it completes land in a ring of ADV_RING shared-memory slots, each slot's
+// arrival signalled by an mbarrier. Thread 0 refills a slot once the block is past it, so
+// ADV_RING − 1 rows are in flight while the walk computes. The single-step kernel is bound
+// by the latency of its loads, not by bytes or instructions (75.8 % of the copy bandwidth
+// with loads through L1, 80 % with an L2 prefetch); this keeps the copies ahead without
+// registers. Each cell's arithmetic is adv_step's. Needs every row to start on 16 bytes
+// (cuda.rs: bulk_rows) and a dynamic shared block of adv_bulk_bytes().
+#ifndef ADV_RING
+#define ADV_RING 8
+#endif
+#define ADV_SW (ADV_COLS * ADV_BX)
+// Reals per slot: f at columns x0 − 2 .. x0 + ADV_SW + 1, then du and dv of one row.
+#define ADV_SLOT_F (ADV_SW + 4)
+#define ADV_SLOT (ADV_SLOT_F + (ADV_MODE == 0 ? 2 * ADV_SW : 0))
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
+}
+
+__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n"
+        "}\n" ::"r"(smem_addr(bar)),
+        "r"(parity)
+        : "memory");
+}
+
+// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), counted
+// against bar's transaction.
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes,
+                                          unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+            smem_addr(dst)),
+        "l"(src), "r"(bytes), "r"(smem_addr(bar))
+        : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
+adv_step_bulk(ADV_PARAMS) {
+    constexpr int C = ADV_COLS;
+    extern __shared__ __align__(128) unsigned char adv_smem[];
+    real* ring = (real*)adv_smem;
+    unsigned long long* full = (unsigned long long*)(ring + ADV_RING * ADV_SLOT);
+    const real* f = f_pad + ADV_PAD;
+    real* g = g_pad + ADV_PAD;
+    const int x0 = blockIdx.x * ADV_SW, t = C * threadIdx.x, i0 = x0 + t;
+    const int j0 = jw0 + blockIdx.y * rows, j1 = min(j0 + rows, jw1);
+    // f rows j0 − 2 .. j1 + 1: row q of the walk is grid row j0 − 2 + q.
+    const int nq = j1 - j0 + 4;
+    const int width = min(ADV_SW, nx - x0);
+    const unsigned fbytes = (unsigned)((width + 4) * sizeof(real) + 15) & ~15u;
+    const unsigned vbytes = (unsigned)(width * sizeof(real));
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ADV_RING; ++s) mbar_init(&full[s], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    auto issue = [&](int q) {
+        const int s = q % ADV_RING;
+        real* slot = ring + s * ADV_SLOT;
+        const int r = j0 - 2 + q;
+        const bool vel = ADV_MODE == 0 && q >= 4;
+        mbar_expect(&full[s], fbytes + (vel ? 2 * vbytes : 0));
+        bulk_copy(slot, f + (size_t)buffer_row(r, base, nbuf, ny) * nx + x0 - 2, fbytes, &full[s]);
+        if (vel) {
+            // du, dv of the output row this f row completes (r − 2), inside the owned rows.
+            const size_t n = (size_t)(r - 2 - base) * nx + x0;
+            bulk_copy(slot + ADV_SLOT_F, du + n, vbytes, &full[s]);
+            bulk_copy(slot + ADV_SLOT_F + ADV_SW, dv + n, vbytes, &full[s]);
+        }
+    };
+    if (threadIdx.x == 0)
+        for (int q = 0; q < min(ADV_RING, nq); ++q) issue(q);
+    // Periodic tiles at the grid's sides find their wrapped halo columns in global memory.
+    const bool wrap = ADV_PERIODIC && (i0 < 2 || i0 + C + 2 > nx);
+    // Row q's coefficients from its slot (the slot stays until release(q)).
+    auto take = [&](int q, const real*& slot) {
+        const int s = q % ADV_RING;
+        mbar_wait(&full[s], (unsigned)(q / ADV_RING) & 1u);
+        slot = ring + s * ADV_SLOT;
+        RowVals v = row_pairs(slot + t);
+        if (wrap) {
+            const real* fr = f + (size_t)buffer_row(j0 - 2 + q, base, nbuf, ny) * nx;
+            for (int o = 0; o < C + 4; ++o) {
+                const int x = i0 - 2 + o;
+                if (x < 0 || x >= nx) v.v[o] = fr[grid_index(x, nx)];
+            }
+        }
+        RowCoef k;
+        for (int c = 0; c < C; ++c)
+            k.c[c] = coef(v.v[c], v.v[c + 1], v.v[c + 2], v.v[c + 3], v.v[c + 4]);
+        return k;
+    };
+    auto release = [&](int q) {
+        __syncthreads();
+        if (threadIdx.x == 0 && q + ADV_RING < nq) issue(q + ADV_RING);
+    };
+    const Velocity vel = {du, dv, a0, a1, a2, a3};
+    const real* slot;
+    RowCoef k0 = take(0, slot);
+    release(0);
+    RowCoef k1 = take(1, slot);
+    release(1);
+    RowCoef k2 = take(2, slot);
+    release(2);
+    RowCoef k3 = take(3, slot);
+    release(3);
+#pragma unroll 5
+    for (int q = 4; q < nq; ++q) {
+        const RowCoef k4 = take(q, slot);
+        const int j = j0 + q - 4;
+        const bool row = ADV_PERIODIC || (j >= 2 && j < ny - 2);
+        real out[C];
+        for (int c = 0; c < C; ++c) {
+            const int i = i0 + c;
+            out[c] = k2.c[c].c0;
+            if (row && (ADV_PERIODIC || (i >= 2 && i < nx - 2))) {
+                real a, b;
+                if (ADV_MODE == 0) {
+                    a = slot[ADV_SLOT_F + t + c];
+                    b = slot[ADV_SLOT_F + ADV_SW + t + c];
+                } else {
+                    displacement(vel, i, j, nx, ny, 0, a, b);
+                }
+                const Offset x = offset(a), y = offset(b);
+                const Coef cy = coef(eval(k0.c[c], x), eval(k1.c[c], x), eval(k2.c[c], x),
+                                     eval(k3.c[c], x), eval(k4.c[c], x));
+                out[c] = eval(cy, y);
+            }
+        }
+        real* q_g = g + (size_t)(j - base) * nx + i0;
+        if (C % 2 == 0) {
+            if (t < width) store_pairs(q_g, out);
+        } else {
+            for (int c = 0; c < C; ++c)
+                if (t + c < width) q_g[c] = out[c];
+        }
+        release(q);
+        k0 = k1; k1 = k2; k2 = k3; k3 = k4;
+    }
 }

@@ -388,3 +388,15 @@ impl Gpu {
         }
     }
 }
+
+/// Let `function` take `bytes` of dynamic shared memory (above the default 48 KiB).
+pub fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
+    if bytes > 48 << 10 {
+        use cudarc::driver::sys::CUfunction_attribute_enum as A;
+        function.set_attribute(
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes as i32,
+        )?;
+    }
+    Ok(())
+}

@@ -100,18 +100,6 @@ fn rows_of_16_bytes<T: Real>(nx: usize) -> bool {
     nx.is_multiple_of(16 / std::mem::size_of::<T>())
 }
 
-/// Let `function` take `bytes` of dynamic shared memory (above the default 48 KiB).
-fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
-    if bytes > 48 << 10 {
-        use cudarc::driver::sys::CUfunction_attribute_enum as A;
-        function.set_attribute(
-            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-            bytes as i32,
-        )?;
-    }
-    Ok(())
-}
-
 /// Threads per block of the several-steps pass (kernels.cu: adv_pass; one column each of
 /// the first step's grown tile).
 const PASS_THREADS: usize = 128;
@@ -373,7 +361,7 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_RING", ring.max(1).to_string()),
         ];
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
-        allow_shared(&function, shared)?;
+        crate::device::cuda::allow_shared(&function, shared)?;
         Ok(Pass {
             function,
             cfg: LaunchConfig {
@@ -443,7 +431,7 @@ impl<T: Real> CudaAdvection<T> {
             "adv_pass"
         };
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
-        allow_shared(&function, shared)?;
+        crate::device::cuda::allow_shared(&function, shared)?;
         Ok(Pass {
             function,
             cfg: LaunchConfig {

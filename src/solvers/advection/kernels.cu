@@ -610,43 +610,6 @@ adv_pass_sep(ADV_PARAMS) {
 #define ADV_SLOT_F (ADV_SW + 4)
 #define ADV_SLOT (ADV_SLOT_F + (ADV_MODE == 0 ? 2 * ADV_SW : 0))
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "WAIT:\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-        "@!p bra WAIT;\n"
-        "}\n" ::"r"(smem_addr(bar)),
-        "r"(parity)
-        : "memory");
-}
-
-// bytes (a multiple of 16) from global src to shared dst (both 16-byte aligned), counted
-// against bar's transaction.
-__device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned bytes,
-                                          unsigned long long* bar) {
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-            smem_addr(dst)),
-        "l"(src), "r"(bytes), "r"(smem_addr(bar))
-        : "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step_bulk(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
@@ -662,10 +625,7 @@ adv_step_bulk(ADV_PARAMS) {
     const int width = min(ADV_SW, nx - x0);
     const unsigned fbytes = (unsigned)((width + 4) * sizeof(real) + 15) & ~15u;
     const unsigned vbytes = (unsigned)(width * sizeof(real));
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < ADV_RING; ++s) mbar_init(&full[s], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    if (threadIdx.x == 0) mbar_init_ring(full, ADV_RING);
     __syncthreads();
     auto issue = [&](int q) {
         const int s = q % ADV_RING;

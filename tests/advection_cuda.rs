@@ -31,9 +31,34 @@ fn largest(a: &[f64]) -> f64 {
     a.iter().fold(0.0f64, |s, v| s.max(v.abs()))
 }
 
+/// The CUDA engine (velocity from `source`) against the CPU reference from `f0`: f64
+/// within 1e-12 and f32 within 2e-5 relative. The f64 CUDA field.
+fn against_cpu(
+    gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
+    p: &AdvectionProblem,
+    f0: &[f64],
+    source: VelocitySource,
+    what: &str,
+) -> Vec<f64> {
+    let cpu = common::advection_run::<f64>(p, &common::cpu(), f0);
+    let cuda = common::advection_cuda_run::<f64>(gpu, p, f0, source);
+    // The branch-free form with fused multiply-adds rounds differently (and sinpi is not
+    // Rust's sin for the swirl): a few ulps per step.
+    let d = common::rel_max_diff(&cuda, &cpu);
+    eprintln!("f64 {what}: {d:.2e}");
+    assert!(d < 1e-12, "f64 {what}: {d:e}");
+    let cpu32 = common::advection_run::<f32>(p, &common::cpu(), f0);
+    let cuda32 = common::advection_cuda_run::<f32>(gpu, p, f0, source);
+    let d32 = common::rel_max_diff(&cuda32, &cpu32);
+    eprintln!("f32 {what}: {d32:.2e}");
+    // f32: 25 steps of a few ulps (6e-8 each) on values of order 1.
+    assert!(d32 < 2e-5, "f32 {what}: {d32:e}");
+    cuda
+}
+
 #[test]
 fn cuda_matches_cpu_on_random_fields() {
-    let Some(gpu) = common::gpu_or_skip("advection cuda_matches_cpu") else {
+    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection cuda_matches_cpu") else {
         return;
     };
     let mut rng = common::rng();
@@ -41,19 +66,8 @@ fn cuda_matches_cpu_on_random_fields() {
         for velocity in [ROTATION, "{ kind = \"swirl\", period = 1.0 }"] {
             let p = problem(boundary, velocity, 25);
             let f0 = common::random_field(p.cells(), &mut rng);
-            let cpu = common::advection_run::<f64>(&p, &common::cpu(), &f0);
-            let cuda = common::advection_run::<f64>(&p, &gpu, &f0);
-            // The branch-free form with fused multiply-adds rounds differently (and sinpi
-            // is not Rust's sin for the swirl): a few ulps per step.
-            let d = common::rel_max_diff(&cuda, &cpu);
-            eprintln!("f64 {boundary} {velocity}: {d:.2e}");
-            assert!(d < 1e-12, "f64 {boundary} {velocity}: {d:e}");
-            let cpu32 = common::advection_run::<f32>(&p, &common::cpu(), &f0);
-            let cuda32 = common::advection_run::<f32>(&p, &gpu, &f0);
-            let d32 = common::rel_max_diff(&cuda32, &cpu32);
-            eprintln!("f32 {boundary} {velocity}: {d32:.2e}");
-            // f32: 25 steps of a few ulps (6e-8 each) on values of order 1.
-            assert!(d32 < 2e-5, "f32 {boundary} {velocity}: {d32:e}");
+            let what = format!("{boundary} {velocity}");
+            let cuda = against_cpu(&gpu, &p, &f0, VelocitySource::Kernel, &what);
             assert!(largest(&cuda) < 2.0, "bounded");
         }
     }
@@ -176,16 +190,13 @@ fn single_steps_from_bulk_copies_match_the_cpu() {
                 ..problem_nx(BULK_NX, boundary, velocity, 25)
             };
             let f0 = common::random_field(p.cells(), &mut rng);
-            let cpu = common::advection_run::<f64>(&p, &common::cpu(), &f0);
-            let cuda = common::advection_cuda_run::<f64>(&gpu, &p, &f0, source);
-            let d = common::rel_max_diff(&cuda, &cpu);
-            eprintln!("bulk f64 {boundary} {velocity}: {d:.2e}");
-            assert!(d < 1e-12, "f64 {boundary} {velocity}: {d:e}");
-            let cpu32 = common::advection_run::<f32>(&p, &common::cpu(), &f0);
-            let cuda32 = common::advection_cuda_run::<f32>(&gpu, &p, &f0, source);
-            let d32 = common::rel_max_diff(&cuda32, &cpu32);
-            eprintln!("bulk f32 {boundary} {velocity}: {d32:.2e}");
-            assert!(d32 < 2e-5, "f32 {boundary} {velocity}: {d32:e}");
+            against_cpu(
+                &gpu,
+                &p,
+                &f0,
+                source,
+                &format!("bulk {boundary} {velocity}"),
+            );
         }
     }
 }

@@ -120,7 +120,8 @@ const PASS_THREADS: usize = 128;
 /// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037).
 /// Arrays on rows of 16 bytes take single steps since adv_step_bulk (2026-11-26, H100,
 /// 512 steps of contest 5: f32 388.9 ms against 2 steps a pass 427 ms (1.707 s for 2048);
-/// f64 743.4 ms against 916.8 ms). KEISAN_ADV_PASS=S,TY overrides.
+/// f64 743.4 ms against 916.8 ms; a device before sm_90 takes adv_step for them).
+/// KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
@@ -358,6 +359,8 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
             ("ADV_PAD", pad::<T>().to_string()),
+            // Every module compiles adv_step_bulk, whose ring needs a slot even where
+            // another kernel is launched.
             ("ADV_RING", ring.max(1).to_string()),
         ];
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;

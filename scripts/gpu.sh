@@ -22,6 +22,7 @@
 #                               #   and MPI: the same files, contest 5 and the slab benches timed
 #   gpu/gpu.sh memcheck         # there: compute-sanitizer memcheck of small slab runs (every
 #                               #   decomposing solver, two GPUs where there are, two slabs of one)
+#                               #   and of advection's tests (narrow passes, bulk-copy steps)
 #   gpu/gpu.sh next             # there (x2 host, mpi build): the two-GPU figures issue 13 lacks
 #                               #   (heat, jacobi, electrostatics on 0,1), the tests, N-body ranks
 #   gpu/gpu.sh overlap          # there (DEVICES, default 0,1): bench heat, electrostatics, jacobi
@@ -387,6 +388,15 @@ memcheck() {
       (cd "$w" && timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 "$KEISAN_BIN" run $p.toml -q --devices $dd --out o > s.log 2>&1)
       echo "memcheck $p.toml --devices $dd: rc $? $(grep -E 'ERROR SUMMARY' "$w/s.log" | tail -1)"
     done
+  done
+  # Advection's passes on narrow grids (a 61-column grid's tiles read past the padding
+  # until 2026-11-26) and its bulk-copy single steps (64 and 136 columns), from the tests.
+  for t in "advection_cuda several_steps" "advection_cuda single_steps_from_bulk" \
+           "advection_slabs cuda_slabs_on_one"; do
+    set -- $t
+    [ -x "gpu/tests/$1" ] || continue
+    timeout 600 compute-sanitizer --tool memcheck --error-exitcode 9 "gpu/tests/$1" "$2" > "$w/s.log" 2>&1
+    echo "memcheck $t: rc $? $(grep -E 'ERROR SUMMARY' "$w/s.log" | tail -1)"
   done
 }
 

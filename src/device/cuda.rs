@@ -389,9 +389,15 @@ impl Gpu {
     }
 }
 
+/// Shared memory a block may hold without opting in (48 KiB).
+pub const STATIC_SHARED: usize = 48 << 10;
+
+/// Shared memory a block may opt in to on sm_90 (227 KiB).
+pub const MAX_DYNAMIC_SHARED: usize = 227 << 10;
+
 /// Let `function` take `bytes` of dynamic shared memory (above the default 48 KiB).
 pub fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
-    if bytes > 48 << 10 {
+    if bytes > STATIC_SHARED {
         use cudarc::driver::sys::CUfunction_attribute_enum as A;
         function.set_attribute(
             A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,

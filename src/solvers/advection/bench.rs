@@ -196,10 +196,14 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
     let ceilings = ceilings_for(device)?;
     let mut out = Vec::new();
     for (name, nx, ny, steps, study) in cases {
-        let p = AdvectionProblem {
-            steps_per_pass: a.steps_per_pass,
-            ..problem(nx, ny, steps)?
+        // The case's grid, or (weak scaling) one as many rows tall.
+        let rows = |ny: usize| -> Result<AdvectionProblem> {
+            Ok(AdvectionProblem {
+                steps_per_pass: a.steps_per_pass,
+                ..problem(nx, ny, steps)?
+            })
         };
+        let p = rows(ny)?;
         let timed = |p: &AdvectionProblem, placement: &Placement| match a.precision {
             Precision::F32 => case::<f32>(placement, p, a.velocity, a.repetitions, &ceilings),
             Precision::F64 => case::<f64>(placement, p, a.velocity, a.repetitions, &ceilings),
@@ -212,11 +216,7 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
             c.speedup = Some(speedup);
             c.efficiency = Some(speedup / c.devices as f64);
             let slabs = placement.parts.len();
-            let tall = AdvectionProblem {
-                steps_per_pass: a.steps_per_pass,
-                ..problem(nx, ny * slabs, steps)?
-            };
-            let (weak, _) = timed(&tall, placement)?;
+            let (weak, _) = timed(&rows(ny * slabs)?, placement)?;
             c.weak_s = Some(weak.seconds);
             c.weak_efficiency = Some(one.seconds * slabs as f64 / c.devices as f64 / weak.seconds);
             let steps = c.steps as f64;

@@ -343,7 +343,7 @@ impl<T: Real> CudaAdvection<T> {
         let width = cols * shape.threads as usize;
         let slot = width + 4 + 2 * width * arrays as usize;
         let shared = ring * (slot * std::mem::size_of::<T>() + 8);
-        if shared > 227 << 10 {
+        if shared > crate::device::cuda::MAX_DYNAMIC_SHARED {
             return Err(Error::invalid(
                 "KEISAN_ADV_RING",
                 ring.to_string(),
@@ -400,7 +400,7 @@ impl<T: Real> CudaAdvection<T> {
         let buffers = if steps == 2 { 1 } else { 2 };
         let weights = (6 * std::mem::size_of::<T>()).next_multiple_of(16);
         let shared = buffers * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
-        if shared > 227 << 10 || ty == 0 {
+        if shared > crate::device::cuda::MAX_DYNAMIC_SHARED || ty == 0 {
             return Err(Error::invalid(
                 "KEISAN_ADV_PASS",
                 format!("{steps},{ty}"),

@@ -163,6 +163,27 @@ __device__ __forceinline__ RowVals step_row(const real* f, const StepColumns& s,
     return k;
 }
 
+// A row's coefficients at the thread's ADV_COLS columns from its values there (columns
+// i0-2 .. i0+C+1).
+__device__ __forceinline__ RowCoef row_coefs(const RowVals& v) {
+    RowCoef k;
+    for (int c = 0; c < ADV_COLS; ++c)
+        k.c[c] = coef(v.v[c], v.v[c + 1], v.v[c + 2], v.v[c + 3], v.v[c + 4]);
+    return k;
+}
+
+// The general form's new value of the thread's column c: x on the five rows' coefficients
+// at the cell's displacement a, then y at b. Every general-form kernel computes a cell
+// here, so passes and single steps round alike.
+__device__ __forceinline__ real general_cell(const RowCoef& k0, const RowCoef& k1,
+                                             const RowCoef& k2, const RowCoef& k3,
+                                             const RowCoef& k4, int c, real a, real b) {
+    const Offset x = offset(a), y = offset(b);
+    const Coef cy = coef(eval(k0.c[c], x), eval(k1.c[c], x), eval(k2.c[c], x),
+                         eval(k3.c[c], x), eval(k4.c[c], x));
+    return eval(cy, y);
+}
+
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
@@ -173,13 +194,7 @@ adv_step(ADV_PARAMS) {
     if (i0 >= nx) return;
     const int j0 = jw0 + blockIdx.y * rows, j1 = min(j0 + rows, jw1);
     const Velocity vel = {du, dv, a0, a1, a2, a3};
-    auto row_coef = [&](int r) {
-        const RowVals v = step_row(f, sc, r, base, nbuf, nx, ny);
-        RowCoef k;
-        for (int c = 0; c < C; ++c)
-            k.c[c] = coef(v.v[c], v.v[c + 1], v.v[c + 2], v.v[c + 3], v.v[c + 4]);
-        return k;
-    };
+    auto row_coef = [&](int r) { return row_coefs(step_row(f, sc, r, base, nbuf, nx, ny)); };
     RowCoef k0 = row_coef(j0 - 2), k1 = row_coef(j0 - 1), k2 = row_coef(j0), k3 = row_coef(j0 + 1);
 #pragma unroll 5
     for (int j = j0; j < j1; ++j) {
@@ -191,10 +206,7 @@ adv_step(ADV_PARAMS) {
             if (sc.col[c] && row) {
                 real a, b;
                 displacement(vel, i, j, nx, ny, n, a, b);
-                const Offset x = offset(a), y = offset(b);
-                const Coef cy = coef(eval(k0.c[c], x), eval(k1.c[c], x), eval(k2.c[c], x),
-                                     eval(k3.c[c], x), eval(k4.c[c], x));
-                g[n] = eval(cy, y);
+                g[n] = general_cell(k0, k1, k2, k3, k4, c, a, b);
             } else if (i < nx) {
                 g[n] = k2.c[c].c0;
             }
@@ -499,12 +511,7 @@ __device__ __forceinline__ void general_step(int h, const Velocity& vel, int x0,
     const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
     const int c = c0 + C * threadIdx.x;
     if (c >= c1) return;
-    auto row_coef = [&](int r) {
-        const RowVals v = load(c, r);
-        RowCoef k;
-        for (int m = 0; m < C; ++m) k.c[m] = coef(v.v[m], v.v[m + 1], v.v[m + 2], v.v[m + 3], v.v[m + 4]);
-        return k;
-    };
+    auto row_coef = [&](int r) { return row_coefs(load(c, r)); };
     RowCoef k0 = row_coef(r0 - 2), k1 = row_coef(r0 - 1), k2 = row_coef(r0), k3 = row_coef(r0 + 1);
 #pragma unroll 5
     for (int r = r0; r < r1; ++r) {
@@ -519,10 +526,7 @@ __device__ __forceinline__ void general_step(int h, const Velocity& vel, int x0,
                 const int i = grid_index(x, nx), j = grid_index(y, ny);
                 real a, b;
                 displacement(vel, i, j, nx, ny, (size_t)buffer_row(y, base, nbuf, ny) * nx + i, a, b);
-                const Offset ox = offset(a), oy = offset(b);
-                const Coef cy = coef(eval(k0.c[m], ox), eval(k1.c[m], ox), eval(k2.c[m], ox),
-                                     eval(k3.c[m], ox), eval(k4.c[m], ox));
-                out[m] = eval(cy, oy);
+                out[m] = general_cell(k0, k1, k2, k3, k4, m, a, b);
             }
         }
         store(c, r, out);
@@ -613,7 +617,7 @@ adv_pass_sep(ADV_PARAMS) {
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step_bulk(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
-    extern __shared__ __align__(128) unsigned char adv_smem[];
+    extern __shared__ __align__(16) unsigned char adv_smem[];
     real* ring = (real*)adv_smem;
     unsigned long long* full = (unsigned long long*)(ring + ADV_RING * ADV_SLOT);
     const real* f = f_pad + ADV_PAD;
@@ -658,10 +662,7 @@ adv_step_bulk(ADV_PARAMS) {
                 if (x < 0 || x >= nx) v.v[o] = fr[grid_index(x, nx)];
             }
         }
-        RowCoef k;
-        for (int c = 0; c < C; ++c)
-            k.c[c] = coef(v.v[c], v.v[c + 1], v.v[c + 2], v.v[c + 3], v.v[c + 4]);
-        return k;
+        return row_coefs(v);
     };
     auto release = [&](int q) {
         __syncthreads();
@@ -694,10 +695,7 @@ adv_step_bulk(ADV_PARAMS) {
                 } else {
                     displacement(vel, i, j, nx, ny, 0, a, b);
                 }
-                const Offset x = offset(a), y = offset(b);
-                const Coef cy = coef(eval(k0.c[c], x), eval(k1.c[c], x), eval(k2.c[c], x),
-                                     eval(k3.c[c], x), eval(k4.c[c], x));
-                out[c] = eval(cy, y);
+                out[c] = general_cell(k0, k1, k2, k3, k4, c, a, b);
             }
         }
         real* q_g = g + (size_t)(j - base) * nx + i0;

@@ -233,12 +233,6 @@ impl<T: Real> BoxKernels<T> {
     }
 }
 
-/// Shared memory a block may hold in static arrays without opting in.
-const STATIC_SHARED: usize = 48 << 10;
-
-/// Shared memory a block may opt in to on sm_90 (227 KiB).
-const MAX_DYNAMIC_SHARED: usize = 227 << 10;
-
 /// 32-bit registers the register-tiled kernel may spend on its march state per thread
 /// (levels × rows × vector values, two planes each, plus the input) before it would spill:
 /// at most 100, and what a block of `threads` leaves beside ~24 for indices and temporaries.
@@ -285,7 +279,7 @@ impl Tile {
         match self {
             Tile::Shared { x, y } => {
                 let halo_ok = 4 * levels <= x && (y == 1 || 4 * levels <= y);
-                halo_ok && 2 * levels * x * y * bytes <= STATIC_SHARED
+                halo_ok && 2 * levels * x * y * bytes <= crate::device::cuda::STATIC_SHARED
             }
             Tile::Registers { rows, warps, vec } => {
                 let halo_x = levels.div_ceil(vec) * vec;
@@ -294,7 +288,7 @@ impl Tile {
                     && 4 * levels <= rows * warps
                     && rows * vec <= 32
                     && state <= state_registers(32 * warps)
-                    && self.shared_bytes(levels, bytes) <= MAX_DYNAMIC_SHARED
+                    && self.shared_bytes(levels, bytes) <= crate::device::cuda::MAX_DYNAMIC_SHARED
             }
         }
     }
@@ -521,13 +515,7 @@ impl<T: Real> TemporalBlock<T> {
         };
         let pass = gpu.function(&KERNELS, T::PRECISION, &defines, tile.kernel())?;
         let shared = tile.shared_bytes(levels, bytes);
-        if shared > STATIC_SHARED {
-            use cudarc::driver::sys::CUfunction_attribute_enum as A;
-            pass.set_attribute(
-                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                shared as i32,
-            )?;
-        }
+        crate::device::cuda::allow_shared(&pass, shared)?;
         if std::env::var_os("KEISAN_TRACE").is_some() {
             use cudarc::driver::sys::CUfunction_attribute_enum as A;
             let regs = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?;

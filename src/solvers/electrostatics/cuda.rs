@@ -400,6 +400,7 @@ impl<T: Real> CudaElectrostatics<T> {
         defines.push(("ES_FUSED_UNROLL", unroll.to_string()));
         defines.push(("ES_STAGED", staged.to_string()));
         defines.push(("ES_SKIP_ZERO", skip_zero(g).to_string()));
+        defines.push(("ES_QNODE", (qnode.is_some() as u8).to_string()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",

@@ -107,6 +107,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let mut defines = layout.defines(block, min_blocks);
         defines.push(("ES_SUM_RANGE", "1".into()));
         defines.push(("ES_SKIP_ZERO", super::cuda::skip_zero(g).to_string()));
+        defines.push(("ES_QNODE", (g.q_node.is_some() as u8).to_string()));
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
         let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
         let record = gpu.function(&KERNELS, T::PRECISION, &defines, "es_record")?;

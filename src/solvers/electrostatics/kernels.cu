@@ -25,9 +25,11 @@
 // es_sweep updates the interior nodes of one colour. Thread (tx, j) owns compact column
 // h of row j and marches up z through a chunk of planes; o alternates with k, so two
 // planes per trip make it a compile-time constant. The D values at h on planes k-1, k,
-// k+1 ride in registers (one load per plane, prefetched a plane ahead); the own-row
-// neighbour at h - 1 + o or h + o comes from the adjacent lane by shuffle; rows j±1 by
-// loads (L1). No value read is of the colour being written except the node's own, so no
+// k+1 ride in registers (one load per plane, prefetched a plane ahead); the other own-row
+// neighbour (h - 1 + o or h + o) and rows j±1 by loads (the warp's own lines, L1). Two
+// planes share one set of addresses, and the update has no branch: lanes off the mesh
+// and held nodes compute and store nothing (143 -> 103 SASS instructions per update at
+// 512^3 f32, docs/PERFORMANCE.md). No value read is of the colour being written except the node's own, so no
 // read races a write. The update is the CPU engine's, operation for operation (no
 // contraction: --fmad=false), so the engines agree bit for bit per node.
 
@@ -62,6 +64,9 @@
 #ifndef ES_PF
 #define ES_PF 4
 #endif
+// The prefetch's sectors of one plane fit in 16 lanes (f32: V of both colours, the class
+// bytes and the charge take 3·4 + 2).
+#define ES_PF_SPLIT (3 * (int)sizeof(real) + 2 <= 16)
 // Elements before row 0 of each array (with ES_XOFF = 1: column 1 of every row starts a
 // 128-byte line).
 #ifndef ES_SHIFT
@@ -106,8 +111,8 @@ __device__ __forceinline__ void load_classes(es_class* cls, const real* classes,
 }
 
 // What a plane's update reads besides the z-stream: the node's V, class and charge term,
-// the D values and classes of rows j±1, and (lanes at a warp edge) the own-row neighbour
-// the shuffle cannot give. Loaded one plane ahead, so their latency hides behind a plane.
+// the D values and classes of rows j±1, and the own-row neighbour the z-stream does not
+// hold. Loaded one plane ahead, so their latency hides behind a plane.
 struct Reads {
     real old, ds, dN, q, xe;
     int cl, cs, cN, xec;
@@ -125,6 +130,14 @@ struct Column {
     double res2, v2;
 };
 
+// ES_QNODE (0 or 1, when the engine defines it): whether a per-node charge array is read,
+// fixed at compile time so the sweep carries neither the branch nor the pointer.
+#ifdef ES_QNODE
+#define ES_HAS_Q(w) (ES_QNODE)
+#else
+#define ES_HAS_Q(w) ((w).has_qnode)
+#endif
+
 struct Sweep {
     real* vc; const unsigned char* cc; const real* qc;      // colour C
     const real* vd; const unsigned char* cd;                // colour D
@@ -133,11 +146,10 @@ struct Sweep {
     const es_z* zt;      // the chunk's z coefficients, indexed by the plane k
     real xp0, xm0, xp1, xm1, yp, ym;
     bool in0, in1;       // node 2h + o interior in x and y, for o = 0, 1
-    bool edge_left, edge_right;  // the lane loads its own-row neighbour (warp edge)
     // The lane's share of its warp's L2 prefetch (one 32-byte sector of a row segment of
     // V, the other colour's V, the class bytes or the charge, ES_PF planes above node
     // index n: pf + n * pf_size), when pf_on; planes up to k1 only.
-    const char* pf; unsigned pf_size; bool pf_on; int k1;
+    const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
 };
 
@@ -162,41 +174,26 @@ __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
     r.dN = p.vd[z + ES_HJ];
     r.cs = p.cd[z - ES_HJ];
     r.cN = p.cd[z + ES_HJ];
-    r.q = w.has_qnode ? p.qc[z] : w.q;
+    r.q = ES_HAS_Q(w) ? p.qc[z] : w.q;
     // The own-row neighbour other than the z-stream's: at h - 1 (O = 0) or h + 1 (O = 1).
-    r.xe = 0; r.xec = 0;
-    if (O ? w.edge_right : w.edge_left) {
-        constexpr int x = O ? z + 1 : z - 1;
-        r.xe = p.vd[x];
-        r.xec = p.cd[x];
-    }
+    // Every lane loads it (the warp's own lines, in L1): no shuffle, no edge lanes.
+    constexpr int x = O ? z + 1 : z - 1;
+    r.xe = p.vd[x];
+    r.xec = p.cd[x];
     return r;
 }
 
 // One plane: the update of node 2h + O, then the planes shift down.
-template <int O>
-__device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
-    const At p = at(w, c.n);
-#if ES_PF
-    if (w.pf_on && k + ES_PF <= w.k1)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(w.pf + (size_t)c.n * w.pf_size));
-#endif
-    const real dnn = p.vd[2 * ES_HK];
-    const int cnn = p.cd[2 * ES_HK];
-    const Reads next = reads<1 - O, 1>(w, p);
+template <int O, int P>
+__device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
+                                      int k) {
+    const real dnn = p.vd[(P + 2) * ES_HK];
+    const int cnn = p.cd[(P + 2) * ES_HK];
+    const Reads next = reads<1 - O, P + 1>(w, p);
     const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
-    real xo, exo;
-    if (O == 0) {
-        xo = __shfl_up_sync(0xffffffffu, c.dc, 1);
-        exo = __shfl_up_sync(0xffffffffu, c.ec, 1);
-        if (w.edge_left) { xo = r.xe; exo = w.cls[r.xec].eps; }
-    } else {
-        xo = __shfl_down_sync(0xffffffffu, c.dc, 1);
-        exo = __shfl_down_sync(0xffffffffu, c.ec, 1);
-        if (w.edge_right) { xo = r.xe; exo = w.cls[r.xec].eps; }
-    }
-    if (O ? w.in1 : w.in0) {
+    const real xo = r.xe, exo = w.cls[r.xec].eps;
+    {
         const real vxm = O ? c.dc : xo, vxp = O ? xo : c.dc;
         const real exm = O ? c.ec : exo, exp = O ? exo : c.ec;
         const es_class me = w.cls[r.cl];
@@ -205,7 +202,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
         const real axm = (e + exm) * (O ? w.xm1 : w.xm0);
         const real ayp = (e + w.cls[r.cN].eps) * w.yp;
         const real aym = (e + w.cls[r.cs].eps) * w.ym;
-        const es_z z = w.zt[k];
+        const es_z z = zk[P];
         const real azp = (e + en) * z.p;
         const real azm = (e + c.em) * z.m;
         const real sum =
@@ -213,34 +210,56 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, int k) {
         const real den = axp + axm + ayp + aym + azp + azm;
         const real old = r.old;
         const real res = sor_residual(sum + r.q, den, old, w.omega);
-        if (me.held == (real)0) {
-            const real nv = old + res;
-            p.vc[0] = nv;
+        // Off-mesh lanes and held nodes compute too and store nothing; their sums add 0.
+        const bool upd = (O ? w.in1 : w.in0) && me.held == (real)0;
+        const real nv = old + res;
+        if (upd) p.vc[P * ES_HK] = nv;
+        bool sums = upd;
 #if ES_SUM_RANGE
-            if (k >= w.s0 && k < w.s1)
+        sums = sums && k >= w.s0 && k < w.s1;
 #endif
-            {
-                c.res2 += (double)res * (double)res;
-                c.v2 += (double)nv * (double)nv;
-            }
-        }
+        const real rs = sums ? res : (real)0, ns = sums ? nv : (real)0;
+        c.res2 += (double)rs * (double)rs;
+        c.v2 += (double)ns * (double)ns;
     }
     c.dm = c.dc; c.em = c.ec;
     c.dc = c.dn; c.ec = en;
     c.dn = dnn; c.cn = cnn;
     c.r = next;
-    c.n += ES_HK;
 }
 
 // Planes k0 .. k1-1, the first with offset O0.
+// Pairs of planes k, k + 1 while k + 1 < kend, from one set of addresses (the second's
+// offsets are immediates); PF: the warp asks L2 for the planes ES_PF above the pair.
+template <int O0, bool PF>
+__device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int kend) {
+    for (; k + 1 < kend; k += 2) {
+        const At p = at(w, c.n);
+#if ES_PF
+        if (PF && w.pf_on) {
+            const char* a = w.pf + (size_t)c.n * w.pf_size;
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+            if (!ES_PF_SPLIT)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a + (size_t)ES_HK * w.pf_size));
+        }
+#endif
+        const es_z* zk = w.zt + k;
+        plane<O0, 0>(w, c, p, zk, k);
+        plane<1 - O0, 1>(w, c, p, zk, k + 1);
+        c.n += 2 * ES_HK;
+    }
+    return k;
+}
+
+// Planes k0 .. k1-1, the first with offset O0; the prefetches reach plane k1 at most.
 template <int O0>
 __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1) {
     int k = k0;
-    for (; k + 1 < k1; k += 2) {
-        plane<O0>(w, c, k);
-        plane<1 - O0>(w, c, k + 1);
-    }
-    if (k < k1) plane<O0>(w, c, k);
+#if ES_PF
+    k = march_pairs<O0, true>(w, c, k, k1 - ES_PF + 1);
+#endif
+    k = march_pairs<O0, false>(w, c, k, k1);
+    if (k < k1) plane<O0, 0>(w, c, at(w, c.n), w.zt + k, k);
 }
 
 // The parameters of one colour's sweep: es_sweep and es_staged take the same, so one
@@ -336,8 +355,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            int planes, int oe, real omega, int bx, int by,
                                            int bz, int sfirst, int send, double& res2,
                                            double& v2) {
-    // Threads off the mesh still walk the planes: their lanes feed the shuffles, so in x
-    // they read their own (valid) compact column; only whole off-mesh rows are clamped.
+    // Threads off the mesh still walk the planes (and store nothing), reading their own
+    // (valid) compact column; only whole off-mesh rows are clamped.
     const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
     const int j = 1 + by * ES_BY + threadIdx.y;
     const int k0 = kfirst + bz * planes;
@@ -361,14 +380,14 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     w.yp = ryp[jr]; w.ym = rym[jr];
     w.in0 = row && i0 >= 1 && i0 <= nx - 2;
     w.in1 = row && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
-    w.edge_left = lane == 0;
-    w.edge_right = lane == 31;
     {
         // One 32-byte sector per lane: a warp's row segment of V is S = sizeof(real) sectors
         // (lanes 0..S-1 for this colour, S..2S-1 for the other), its class bytes one sector
         // each (lanes 2S, 2S+1), its charge S more (from 2S+2, with a per-node charge).
         constexpr int S = sizeof(real);
-        const int l = lane;
+        // Two planes per trip: where a plane's sectors take at most 16 lanes (f32), lanes
+        // 16..31 ask for the trip's second plane, else each lane asks for both.
+        const int l = ES_PF_SPLIT ? lane & 15 : lane;
         int arr, sec;
         if (l < 2 * S) { arr = l / S; sec = l % S; }
         else if (l < 2 * S + 2) { arr = 2 + l - 2 * S; sec = 0; }
@@ -380,8 +399,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                    : (const char*)qc;
         w.pf_size = arr == 2 || arr == 3 ? 1 : S;
         w.pf_on = l < 2 * S + 2 || (has_qnode && l < 3 * S + 2);
-        w.pf = a + ((long long)ES_PF * ES_HK - l) * w.pf_size + 32 * sec;
-        w.k1 = k1;
+        w.pf = a + ((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size +
+               32 * sec;
     }
     w.s0 = sfirst;
     w.s1 = send;
@@ -395,8 +414,7 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         c.em = cls[p.cd[-ES_HK]].eps; c.ec = cls[p.cd[0]].eps;
         c.cn = p.cd[ES_HK];
         // o = (C + s + ES_XOFF) & 1 with s = (j + k) & 1; from j, not jr: every lane of a
-        // warp (one row: ES_BX is a multiple of 32) takes the same branch, so the shuffles
-        // inside see the whole warp.
+        // warp (one row: ES_BX is a multiple of 32) takes the same branch.
         if ((oe + j + k0 + ES_XOFF) & 1) {
             c.r = reads<1, 0>(w, p);
             march<1>(w, c, k0, k1);

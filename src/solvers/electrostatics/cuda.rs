@@ -40,8 +40,11 @@ pub(super) fn skip_zero(g: &Geometry) -> u8 {
 }
 
 /// Waves of resident blocks a sweep aims for; the z-chunk per block follows from it
-/// (at least MIN_PLANES: a block reads 3 planes before its first update).
-const WAVES: usize = 16;
+/// (at least MIN_PLANES: a block reads 3 planes before its first update). Fewer waves mean
+/// longer chunks, a block's setup and sums spread over more planes, and a longer tail:
+/// 512³ f32 on the H100, 30 / 43-45 / 60 / 90 planes (16 / 11 / 8 / 6 waves): 886 / 856 /
+/// 866 / 892 µs per iteration (2026-11-26).
+const WAVES: usize = 11;
 const MIN_PLANES: usize = 16;
 
 /// Planes of a sweep's chunk at most: its z coefficients sit in a shared table this long
@@ -950,7 +953,7 @@ mod tests {
     #[test]
     fn default_planes_make_whole_waves_within_the_table() {
         // Few tiles per plane: many chunks, at least MIN_PLANES planes each.
-        assert_eq!(default_planes(528, 512, 510), 30);
+        assert_eq!(default_planes(528, 512, 510), 43);
         assert_eq!(default_planes(528, 64, 128), MIN_PLANES);
         // Many tiles per plane: one chunk, capped by the shared table.
         assert_eq!(default_planes(528, 100_000, 4094), MAX_PLANES);

@@ -210,7 +210,8 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
         const real den = axp + axm + ayp + aym + azp + azm;
         const real old = r.old;
         const real res = sor_residual(sum + r.q, den, old, w.omega);
-        // Off-mesh lanes and held nodes compute too and store nothing; their sums add 0.
+        // Off-mesh lanes and held nodes compute too and store nothing (predicated, no
+        // branch). The sums take an FMA each: their order is the GPU's own anyway.
         const bool upd = (O ? w.in1 : w.in0) && me.held == (real)0;
         const real nv = old + res;
         if (upd) p.vc[P * ES_HK] = nv;
@@ -218,9 +219,10 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
 #if ES_SUM_RANGE
         sums = sums && k >= w.s0 && k < w.s1;
 #endif
-        const real rs = sums ? res : (real)0, ns = sums ? nv : (real)0;
-        c.res2 += (double)rs * (double)rs;
-        c.v2 += (double)ns * (double)ns;
+        if (sums) {
+            c.res2 = fma((double)res, (double)res, c.res2);
+            c.v2 = fma((double)nv, (double)nv, c.v2);
+        }
     }
     c.dm = c.dc; c.em = c.ec;
     c.dc = c.dn; c.ec = en;

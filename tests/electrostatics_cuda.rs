@@ -74,6 +74,15 @@ fn cpu_and_cuda<T: Real>(
         kernel,
         ..electrostatics::DEFAULT_LAUNCH
     };
+    cpu_and_cuda_with::<T>(gpu, p, g, launch)
+}
+
+fn cpu_and_cuda_with<T: Real>(
+    gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+    launch: electrostatics::Launch,
+) -> ((Vec<f64>, u64), (Vec<f64>, u64)) {
     (
         solve(
             &mut cpu::CpuElectrostatics::<T>::new(p, g.clone(), None).unwrap(),
@@ -134,6 +143,35 @@ fn cuda_matches_cpu_on_random_geometries() {
         assert_eq!(na, nb, "iterations to {tolerance:e} ({kernel:?})");
         assert!(na < 5000);
         assert!(same_bits(&a, &b), "V at {tolerance:e} ({kernel:?})");
+    }
+}
+
+#[test]
+fn four_bit_class_codes_give_the_cpu_result() {
+    let Some(keisan::device::Device::Cuda(gpu)) =
+        common::gpu_or_skip("electrostatics four-bit class codes")
+    else {
+        return;
+    };
+    let mut rng = common::rng();
+    for (n, charge) in ["3e-11", "{ random = 5e-11, seed = 9 }"]
+        .into_iter()
+        .enumerate()
+    {
+        // Odd and even nx: the rows' codes then end in either half of a byte.
+        let p = random_problem(&mut rng, n == 0, 60, 0.0, charge);
+        let g = Geometry::build(&p).unwrap();
+        for kernel in [SweepKernel::PerColour, SweepKernel::Persistent] {
+            let launch = electrostatics::Launch {
+                kernel,
+                class_bits: Some(4),
+                ..electrostatics::DEFAULT_LAUNCH
+            };
+            let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
+            assert!(same_bits(&a, &b), "f64 4-bit codes ({kernel:?}, {charge})");
+            let ((a, _), (b, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
+            assert!(same_bits(&a, &b), "f32 4-bit codes ({kernel:?}, {charge})");
+        }
     }
 }
 

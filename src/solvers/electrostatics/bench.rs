@@ -216,32 +216,35 @@ fn case<T: Real>(
 ) -> Result<ElectrostaticsBench> {
     let ceilings = ceilings_for(device)?;
     let g = Geometry::build(p)?;
-    let (mut e, launch): (Box<dyn crate::run::Engine<Real = T>>, String) = match device {
-        Device::Cuda(gpu) => {
-            let c = super::cuda::CudaElectrostatics::<T>::new(
-                gpu.clone(),
-                p,
-                &g,
-                None,
-                super::Launch {
-                    kernel: kernel.unwrap_or(SweepKernel::Fused),
-                    ..super::Launch::from_env()?
-                },
-            )?;
-            let s = c.launch_summary()?;
-            (Box::new(c), s)
-        }
-        Device::Cpu { .. } => (
-            super::engine::<T>(p, &g, device, None)?,
-            "rayon over z-planes".into(),
-        ),
-    };
+    let (mut e, launch, class_bits): (Box<dyn crate::run::Engine<Real = T>>, String, u8) =
+        match device {
+            Device::Cuda(gpu) => {
+                let c = super::cuda::CudaElectrostatics::<T>::new(
+                    gpu.clone(),
+                    p,
+                    &g,
+                    None,
+                    super::Launch {
+                        kernel: kernel.unwrap_or(SweepKernel::Fused),
+                        ..super::Launch::from_env()?
+                    },
+                )?;
+                let (s, bits) = (c.launch_summary()?, c.class_bits());
+                (Box::new(c), s, bits)
+            }
+            Device::Cpu { .. } => (
+                super::engine::<T>(p, &g, device, None)?,
+                "rayon over z-planes".into(),
+                8,
+            ),
+        };
     e.advance(1)?;
     e.diagnostics()?;
     let times = sorted_seconds(device, e.as_mut(), p.max_iterations, reps)?;
     let seconds = times[times.len() / 2];
     let nodes = p.points();
-    let bytes_per_node = bytes_per_node::<T>(kernel.unwrap_or(SweepKernel::PerColour), false);
+    let bytes_per_node =
+        bytes_per_node::<T>(kernel.unwrap_or(SweepKernel::PerColour), false, class_bits);
     let rate = nodes as f64 * p.max_iterations as f64 / seconds;
     Ok(ElectrostaticsBench {
         device: device.describe(),
@@ -261,17 +264,24 @@ fn case<T: Real>(
 }
 
 /// Bytes one red-black iteration must move per node in keisan's colour-split layout. Per
-/// colour (and on the CPU): each colour's sweep reads V and the class bytes whole (its own
+/// colour (and on the CPU): each colour's sweep reads V and the class codes whole (its own
 /// half, and the other colour's half as neighbours, once if the caches keep the rows j±1)
-/// and writes back only its own half of V: 3T + 2. Fused: V read once from one buffer and
-/// written once to the other, the class byte read once: 2T + 1. A per-node charge adds its
-/// value once. (An interleaved in-place layout moves a value more per colour: each sweep
-/// writes back every sector of V.)
-pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool) -> usize {
+/// and writes back only its own half of V: 3T + 2 with a byte per code, 3T + 1 with 4-bit
+/// codes (`class_bits` 4). Fused: V read once from one buffer and written once to the
+/// other, the code read once: 2T + 1. A per-node charge adds its value once. (An
+/// interleaved in-place layout moves a value more per colour: each sweep writes back every
+/// sector of V.)
+pub fn bytes_per_node<T: Real>(
+    kernel: SweepKernel,
+    charge_per_node: bool,
+    class_bits: u8,
+) -> usize {
     let t = std::mem::size_of::<T>();
     let v = match kernel {
         SweepKernel::Fused => 2 * t + 1,
-        SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 2 * (t + 1) + t,
+        SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
+            3 * t + 2 * class_bits as usize / 8
+        }
     };
     v + if charge_per_node { t } else { 0 }
 }
@@ -339,11 +349,15 @@ fn poisson_case<T: Real>(
     runs.remove(0);
     runs.sort_by(|a, b| a.0.total_cmp(&b.0));
     let (seconds, out, residual) = runs.swap_remove(runs.len() / 2);
-    let kernel = match device {
-        Device::Cuda(_) => super::Launch::from_env()?.kernel,
-        Device::Cpu { .. } => SweepKernel::PerColour,
+    let (kernel, class_bits) = match device {
+        Device::Cuda(_) => {
+            let launch = super::Launch::from_env()?;
+            let classes = super::cuda::Classes::of(&g)?.present;
+            (launch.kernel, super::cuda::class_bits(launch, classes)?)
+        }
+        Device::Cpu { .. } => (SweepKernel::PerColour, 8),
     };
-    let bytes_per_node = bytes_per_node::<T>(kernel, true);
+    let bytes_per_node = bytes_per_node::<T>(kernel, true, class_bits);
     let nodes = p.points();
     Ok(PoissonBench {
         device: device.describe(),

@@ -39,6 +39,51 @@ pub(super) fn skip_zero(g: &Geometry) -> u8 {
     g.q_node.is_none() as u8
 }
 
+/// Whether meshes of at most 16 classes get 4-bit codes without being asked. Not yet:
+/// the packed codes were built and checked here on 2026-11-26 (unit tests, NVRTC) but the
+/// session's device time ran out before tests/electrostatics_cuda.rs's 4-bit case ran on a
+/// GPU. A probe that halved the code traffic (one array read for both colours' codes)
+/// measured 772 against 822 µs per 512³ f32 iteration on the H100; turn this on once that
+/// test passes and the bench confirms it.
+const PACK_BY_DEFAULT: bool = false;
+
+/// Bits per class code for `launch` over a mesh of `classes` classes: 4 (two codes a
+/// byte: one byte of codes per node and iteration instead of two) for the kernels that
+/// read packed codes when the codes fit (and [`PACK_BY_DEFAULT`]), else 8;
+/// `launch.class_bits` (KEISAN_ES_CLASS_BITS) asks for one.
+pub(super) fn class_bits(launch: Launch, classes: usize) -> Result<u8> {
+    let packed = matches!(
+        launch.kernel,
+        SweepKernel::PerColour | SweepKernel::Persistent
+    );
+    match launch.class_bits {
+        Some(4) if !packed || classes > 16 => Err(Error::invalid(
+            "KEISAN_ES_CLASS_BITS",
+            "4",
+            format!(
+                "4-bit class codes need the per-colour or persistent kernel and at most 16 \
+                 classes ({classes} here, kernel {})",
+                launch.kernel.name()
+            ),
+        )),
+        Some(bits) => Ok(bits),
+        None => Ok(if PACK_BY_DEFAULT && packed && classes <= 16 {
+            4
+        } else {
+            8
+        }),
+    }
+}
+
+/// Codes below 16 two to a byte: code n in byte n / 2, bits 4·(n % 2) up (kernels.cu's
+/// ES_CBITS 4).
+fn nibbles(codes: &[u8]) -> Vec<u8> {
+    codes
+        .chunks(2)
+        .map(|p| p[0] | p.get(1).map_or(0, |&h| h << 4))
+        .collect()
+}
+
 /// Waves of resident blocks a sweep aims for; the z-chunk per block follows from it
 /// (at least MIN_PLANES: a block reads 3 planes before its first update). Fewer waves mean
 /// longer chunks, a block's setup and sums spread over more planes, and a longer tail:
@@ -55,8 +100,10 @@ pub(super) const MAX_PLANES: usize = 256;
 /// update reads one id byte instead of the study's two.
 pub(super) struct Classes {
     pub code: Vec<u8>,
+    /// The table, padded to 256 entries; `present` of them occur in the mesh.
     pub eps: Vec<f64>,
     pub fixed: Vec<u8>,
+    pub present: usize,
 }
 
 impl Classes {
@@ -99,9 +146,15 @@ impl Classes {
             }
             *c = index[key] as u8;
         }
+        let present = eps.len();
         eps.resize(256, 1.0);
         fixed.resize(256, 1);
-        Ok(Self { code, eps, fixed })
+        Ok(Self {
+            code,
+            eps,
+            fixed,
+            present,
+        })
     }
 }
 
@@ -315,6 +368,8 @@ pub struct CudaElectrostatics<T: Real> {
     tiles: (u32, u32, u32),
     layout: Split,
     planes: usize,
+    /// Bits per class code in `code` (kernels.cu's ES_CBITS).
+    class_bits: u8,
     launched: u64,
     reported: u64,
 }
@@ -399,7 +454,10 @@ impl<T: Real> CudaElectrostatics<T> {
         // The staged kernel's shared rings exceed 48 KB for some shapes of the others: it
         // is compiled only when used.
         let staged = (launch.kernel == SweepKernel::Staged) as u8;
+        let classes = Classes::of(g)?;
+        let class_bits = class_bits(launch, classes.present)?;
         let mut defines = layout.defines(block, min_blocks);
+        defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_FUSED_UNROLL", unroll.to_string()));
         defines.push(("ES_STAGED", staged.to_string()));
         defines.push(("ES_SKIP_ZERO", skip_zero(g).to_string()));
@@ -452,7 +510,6 @@ impl<T: Real> CudaElectrostatics<T> {
             block_dim: (block.0, block.1, 1),
             shared_mem_bytes: 0,
         };
-        let classes = Classes::of(g)?;
         let faces_cfg =
             has_free_face_nodes(g.counts, &classes, 0).then(|| faces_config(g.counts, &(0..nz)));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
@@ -471,7 +528,10 @@ impl<T: Real> CudaElectrostatics<T> {
             Some(q) => (upload(&layout.split(&q))?, 1),
             None => ([s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?], 0),
         };
-        let [c0, c1] = layout.split(&classes.code);
+        let [c0, c1] = layout.split(&classes.code).map(|c| match class_bits {
+            4 => nibbles(&c),
+            _ => c,
+        });
         // Held nodes are written by no launch, so both buffers start from the same V; the
         // state after `step` iterations lives in buffer step % 2.
         let parts = layout.split(&v0);
@@ -504,6 +564,7 @@ impl<T: Real> CudaElectrostatics<T> {
             tiles,
             layout,
             planes,
+            class_bits,
             launched: step,
             reported: step,
             gpu,
@@ -511,18 +572,26 @@ impl<T: Real> CudaElectrostatics<T> {
         })
     }
 
-    /// The sweep's launch as run: grid, block, planes per block, registers, occupancy.
+    /// The sweep's launch as run: grid, block, planes per block, registers, occupancy,
+    /// bits per class code.
     pub fn launch_summary(&self) -> Result<String> {
         let threads = self.cfg.block_dim.0 * self.cfg.block_dim.1;
         Ok(format!(
-            "grid {:?}, block {:?}, {} planes per block, {} registers/thread, {} blocks/SM",
+            "grid {:?}, block {:?}, {} planes per block, {} registers/thread, {} blocks/SM, \
+             {}-bit class codes",
             self.cfg.grid_dim,
             self.cfg.block_dim,
             self.planes,
             self.sweep.num_regs()?,
             self.sweep
-                .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?
+                .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?,
+            self.class_bits
         ))
+    }
+
+    /// Bits per class code on the device (4: two codes a byte).
+    pub fn class_bits(&self) -> u8 {
+        self.class_bits
     }
 
     /// The face launch of colour `oe`: from the other colour's values in buffer `read`,
@@ -948,6 +1017,52 @@ mod tests {
             let c = faces_config(counts, &r);
             assert_eq!((c.grid_dim.0, c.grid_dim.2), (2, 6));
         }
+    }
+
+    #[test]
+    fn four_bit_codes_pack_two_a_byte_low_first() {
+        assert_eq!(nibbles(&[1, 2, 15, 0, 7]), vec![0x21, 0x0f, 0x07]);
+        // What kernels.cu's code_at reads back, node by node.
+        let codes: Vec<u8> = (0..37).map(|n| (n * 7 % 16) as u8).collect();
+        let packed = nibbles(&codes);
+        for (n, &c) in codes.iter().enumerate() {
+            assert_eq!((packed[n >> 1] >> (4 * (n & 1))) & 15, c, "node {n}");
+        }
+    }
+
+    #[test]
+    fn codes_are_packed_only_where_the_kernel_reads_them_so_and_they_fit() {
+        let with = |kernel, class_bits| Launch {
+            kernel,
+            class_bits,
+            ..super::super::DEFAULT_LAUNCH
+        };
+        let packs = if PACK_BY_DEFAULT { 4 } else { 8 };
+        assert_eq!(
+            class_bits(with(SweepKernel::PerColour, None), 16).unwrap(),
+            packs
+        );
+        assert_eq!(
+            class_bits(with(SweepKernel::Persistent, None), 3).unwrap(),
+            packs
+        );
+        assert_eq!(
+            class_bits(with(SweepKernel::PerColour, Some(4)), 16).unwrap(),
+            4
+        );
+        assert_eq!(
+            class_bits(with(SweepKernel::PerColour, None), 17).unwrap(),
+            8
+        );
+        assert_eq!(class_bits(with(SweepKernel::Fused, None), 2).unwrap(), 8);
+        assert_eq!(class_bits(with(SweepKernel::Staged, None), 2).unwrap(), 8);
+        assert_eq!(
+            class_bits(with(SweepKernel::PerColour, Some(8)), 2).unwrap(),
+            8
+        );
+        let err = class_bits(with(SweepKernel::Fused, Some(4)), 2).unwrap_err();
+        assert!(err.to_string().contains("KEISAN_ES_CLASS_BITS"), "{err}");
+        assert!(class_bits(with(SweepKernel::PerColour, Some(4)), 20).is_err());
     }
 
     #[test]

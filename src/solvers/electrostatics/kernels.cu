@@ -73,6 +73,27 @@
 #define ES_SHIFT 0
 #endif
 
+// Bits per class code in the colour arrays of codes: 8 (a byte per node), or 4 where a
+// mesh has at most 16 classes (the per-colour and persistent sweeps): the node at compact
+// index n in byte n >> 1, bits 4·(n & 1) up. Per iteration the sweeps then read 1 byte of
+// codes per node instead of 2 (512^3 f32: 13 B/node instead of 14). Row and plane strides
+// are even, so every node of a thread's column shares the parity of its index.
+#ifndef ES_CBITS
+#define ES_CBITS 8
+#endif
+// The byte offset of a code `n` values away, n even (or any n with ES_CBITS 8).
+#define ES_CB(n) (ES_CBITS == 8 ? (n) : (n) / 2)
+
+// A code from its byte: the bits at `shift` (4-bit codes), else the byte.
+__device__ __forceinline__ int code_of(unsigned char b, int shift) {
+    return ES_CBITS == 8 ? (int)b : (b >> shift) & 15;
+}
+
+// The code of compact index n of an array of codes.
+__device__ __forceinline__ int code_at(const unsigned char* c, size_t n) {
+    return ES_CBITS == 8 ? (int)c[n] : code_of(c[n >> 1], 4 * (int)(n & 1));
+}
+
 // Slab sweeps (ES_SUM_RANGE = 1) sweep the planes kfirst..kend-1 but add to the residual
 // sums only the nodes of the planes sfirst..send-1 (two more launch parameters): red then
 // covers a slab's owned planes and one beyond each end in one launch, and the planes
@@ -141,6 +162,7 @@ struct Column {
 struct Sweep {
     real* vc; const unsigned char* cc; const real* qc;      // colour C
     const real* vd; const unsigned char* cd;                // colour D
+    int csh;             // 4-bit codes: the bit offset of the thread's codes (0 or 4)
     const es_class* cls;
     int has_qnode; real q, omega;
     const es_z* zt;      // the chunk's z coefficients, indexed by the plane k
@@ -148,38 +170,42 @@ struct Sweep {
     bool in0, in1;       // node 2h + o interior in x and y, for o = 0, 1
     // The lane's share of its warp's L2 prefetch (one 32-byte sector of a row segment of
     // V, the other colour's V, the class bytes or the charge, ES_PF planes above node
-    // index n: pf + n * pf_size), when pf_on; planes up to k1 only.
+    // index n: pf + n * pf_size / 2, pf_size in half bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
 };
 
 // The arrays at one index: a plane's reads are these pointers plus constant offsets.
+// cx: the byte of the own-row D neighbour at h - 1 (4-bit codes; its code has the other
+// parity: byte (n - 1) >> 1, and the one at h + 1 the byte after).
 struct At {
     real* vc; const unsigned char* cc; const real* qc;
-    const real* vd; const unsigned char* cd;
+    const real* vd; const unsigned char* cd; const unsigned char* cx;
 };
 
 __device__ __forceinline__ At at(const Sweep& w, unsigned n) {
-    return {w.vc + n, w.cc + n, w.qc + n, w.vd + n, w.cd + n};
+    const unsigned b = ES_CB(n);
+    return {w.vc + n, w.cc + b, w.qc + n, w.vd + n, w.cd + b,
+            w.cd + (ES_CBITS == 8 ? n : b + (w.csh >> 2) - 1)};
 }
 
 // The reads of the plane P planes above p (P = 0 or 1), whose node is 2h + O.
 template <int O, int P>
 __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
-    constexpr int z = P * ES_HK;
+    constexpr int z = P * ES_HK, zb = ES_CB(P * ES_HK);
     Reads r;
     r.old = p.vc[z];
-    r.cl = p.cc[z];
+    r.cl = code_of(p.cc[zb], w.csh);
     r.ds = p.vd[z - ES_HJ];
     r.dN = p.vd[z + ES_HJ];
-    r.cs = p.cd[z - ES_HJ];
-    r.cN = p.cd[z + ES_HJ];
+    r.cs = code_of(p.cd[zb - ES_CB(ES_HJ)], w.csh);
+    r.cN = code_of(p.cd[zb + ES_CB(ES_HJ)], w.csh);
     r.q = ES_HAS_Q(w) ? p.qc[z] : w.q;
     // The own-row neighbour other than the z-stream's: at h - 1 (O = 0) or h + 1 (O = 1).
     // Every lane loads it (the warp's own lines, in L1): no shuffle, no edge lanes.
     constexpr int x = O ? z + 1 : z - 1;
     r.xe = p.vd[x];
-    r.xec = p.cd[x];
+    r.xec = ES_CBITS == 8 ? p.cx[x] : code_of(p.cx[zb + O], 4 - w.csh);
     return r;
 }
 
@@ -188,7 +214,7 @@ template <int O, int P>
 __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
                                       int k) {
     const real dnn = p.vd[(P + 2) * ES_HK];
-    const int cnn = p.cd[(P + 2) * ES_HK];
+    const int cnn = code_of(p.cd[ES_CB((P + 2) * ES_HK)], w.csh);
     const Reads next = reads<1 - O, P + 1>(w, p);
     const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
@@ -239,10 +265,10 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         const At p = at(w, c.n);
 #if ES_PF
         if (PF && w.pf_on) {
-            const char* a = w.pf + (size_t)c.n * w.pf_size;
+            const char* a = w.pf + ((size_t)c.n * w.pf_size >> 1);
             asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
             if (!ES_PF_SPLIT)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(a + (size_t)ES_HK * w.pf_size));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a + ((size_t)ES_HK * w.pf_size >> 1)));
         }
 #endif
         const es_z* zk = w.zt + k;
@@ -373,6 +399,7 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     Sweep w;
     w.vc = vc; w.cc = cc; w.qc = qc;
     w.vd = vd; w.cd = cd;
+    w.csh = 4 * ((ES_SHIFT + h) & 1);
     w.cls = cls;
     w.has_qnode = has_qnode; w.q = q; w.omega = omega;
     w.zt = zt - k0;
@@ -399,9 +426,9 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                         : arr == 2 ? (const char*)cc
                         : arr == 3 ? (const char*)cd
                                    : (const char*)qc;
-        w.pf_size = arr == 2 || arr == 3 ? 1 : S;
+        w.pf_size = arr == 2 || arr == 3 ? ES_CBITS / 4 : 2 * S;
         w.pf_on = l < 2 * S + 2 || (has_qnode && l < 3 * S + 2);
-        w.pf = a + ((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size +
+        w.pf = a + (((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size >> 1) +
                32 * sec;
     }
     w.s0 = sfirst;
@@ -413,8 +440,9 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         c.n = ES_SHIFT + (unsigned)(k0 - kbase) * ES_HK + (unsigned)jr * ES_HJ + h;
         const At p = at(w, c.n);
         c.dm = p.vd[-ES_HK]; c.dc = p.vd[0]; c.dn = p.vd[ES_HK];
-        c.em = cls[p.cd[-ES_HK]].eps; c.ec = cls[p.cd[0]].eps;
-        c.cn = p.cd[ES_HK];
+        c.em = cls[code_of(p.cd[-ES_CB(ES_HK)], w.csh)].eps;
+        c.ec = cls[code_of(p.cd[0], w.csh)].eps;
+        c.cn = code_of(p.cd[ES_CB(ES_HK)], w.csh);
         // o = (C + s + ES_XOFF) & 1 with s = (j + k) & 1; from j, not jr: every lane of a
         // warp (one row: ES_BX is a multiple of 32) takes the same branch.
         if ((oe + j + k0 + ES_XOFF) & 1) {
@@ -484,7 +512,7 @@ __device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
     if (axis == 2 && (j == 0 || j == ny - 1)) return;
     const size_t n =
         ES_SHIFT + (size_t)(k - kbase) * ES_HK + (size_t)j * ES_HJ + ((i + ES_XOFF) >> 1);
-    if (classes[2 * cc[n] + 1] != (real)0) return;
+    if (classes[2 * code_at(cc, n) + 1] != (real)0) return;
     // The inner neighbour, of the other colour.
     const int d = high ? -1 : 1;
     size_t m;

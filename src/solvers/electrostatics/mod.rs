@@ -49,6 +49,9 @@ pub struct Launch {
     /// Both colours in one pass (es_fused, ping-pong buffers), or one launch per colour
     /// (es_sweep, in place).
     pub kernel: SweepKernel,
+    /// Bits per class code on the device, 4 or 8; None: 4 where the kernel reads packed
+    /// codes (per-colour, persistent) and the mesh has at most 16 classes, else 8.
+    pub class_bits: Option<u8>,
 }
 
 impl SweepKernel {
@@ -129,12 +132,14 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
     min_blocks: None,
     persistent_blocks: None,
     kernel: SweepKernel::PerColour,
+    class_bits: None,
 };
 
 impl Launch {
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
-    /// KEISAN_ES_PERSISTENT_BLOCKS=B and KEISAN_ES_KERNEL=per-colour|persistent|fused|staged
-    /// for tuning runs; a value that does not parse is an error naming its variable.
+    /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged and
+    /// KEISAN_ES_CLASS_BITS=4|8 for tuning runs; a value that does not parse is an error
+    /// naming its variable.
     pub fn from_env() -> Result<Self> {
         use crate::tuning::{at_least, knob, number, pair};
         let block = pair(
@@ -157,12 +162,18 @@ impl Launch {
             SweepKernel::from_name,
         )?
         .unwrap_or(DEFAULT_LAUNCH.kernel);
+        let class_bits = knob("KEISAN_ES_CLASS_BITS", "4 or 8", |v| match v {
+            "4" => Some(4u8),
+            "8" => Some(8u8),
+            _ => None,
+        })?;
         Ok(Self {
             block,
             planes,
             min_blocks,
             persistent_blocks,
             kernel,
+            class_bits,
         })
     }
 }

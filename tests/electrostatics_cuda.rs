@@ -111,19 +111,34 @@ fn cuda_matches_cpu_on_random_geometries() {
     for (n, charge) in charges.into_iter().enumerate() {
         let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
-        for kernel in SweepKernel::ALL {
-            let ((a, _), (b, _)) = cpu_and_cuda::<f64>(&gpu, &p, &g, kernel);
+        // Every kernel with the default launch, and the kernels that read 4-bit class
+        // codes with them (two a byte; odd and even nx end rows in either half).
+        let packed = [SweepKernel::PerColour, SweepKernel::Persistent].map(|kernel| {
+            electrostatics::Launch {
+                kernel,
+                class_bits: Some(4),
+                ..electrostatics::DEFAULT_LAUNCH
+            }
+        });
+        let launches = (SweepKernel::ALL.iter())
+            .map(|&kernel| electrostatics::Launch {
+                kernel,
+                ..electrostatics::DEFAULT_LAUNCH
+            })
+            .chain(packed);
+        for launch in launches {
+            let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
             // Same operations in the same order per node, no contraction: the same bits.
             let d = common::rel_max_diff(&b, &a);
             assert!(
                 same_bits(&a, &b),
-                "f64 CUDA ({kernel:?}) vs CPU ({charge}): {d:e}"
+                "f64 CUDA ({launch:?}) vs CPU ({charge}): {d:e}"
             );
-            let ((a32, _), (b32, _)) = cpu_and_cuda::<f32>(&gpu, &p, &g, kernel);
+            let ((a32, _), (b32, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
             let d32 = common::rel_max_diff(&b32, &a32);
             assert!(
                 same_bits(&a32, &b32),
-                "f32 CUDA ({kernel:?}) vs CPU ({charge}): {d32:e}"
+                "f32 CUDA ({launch:?}) vs CPU ({charge}): {d32:e}"
             );
         }
     }
@@ -143,35 +158,6 @@ fn cuda_matches_cpu_on_random_geometries() {
         assert_eq!(na, nb, "iterations to {tolerance:e} ({kernel:?})");
         assert!(na < 5000);
         assert!(same_bits(&a, &b), "V at {tolerance:e} ({kernel:?})");
-    }
-}
-
-#[test]
-fn four_bit_class_codes_give_the_cpu_result() {
-    let Some(keisan::device::Device::Cuda(gpu)) =
-        common::gpu_or_skip("electrostatics four-bit class codes")
-    else {
-        return;
-    };
-    let mut rng = common::rng();
-    for (n, charge) in ["3e-11", "{ random = 5e-11, seed = 9 }"]
-        .into_iter()
-        .enumerate()
-    {
-        // Odd and even nx: the rows' codes then end in either half of a byte.
-        let p = random_problem(&mut rng, n == 0, 60, 0.0, charge);
-        let g = Geometry::build(&p).unwrap();
-        for kernel in [SweepKernel::PerColour, SweepKernel::Persistent] {
-            let launch = electrostatics::Launch {
-                kernel,
-                class_bits: Some(4),
-                ..electrostatics::DEFAULT_LAUNCH
-            };
-            let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
-            assert!(same_bits(&a, &b), "f64 4-bit codes ({kernel:?}, {charge})");
-            let ((a, _), (b, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
-            assert!(same_bits(&a, &b), "f32 4-bit codes ({kernel:?}, {charge})");
-        }
     }
 }
 

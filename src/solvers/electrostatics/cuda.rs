@@ -40,11 +40,11 @@ pub(super) fn skip_zero(g: &Geometry) -> u8 {
 }
 
 /// Whether meshes of at most 16 classes get 4-bit codes without being asked. Not yet:
-/// the packed codes were built and checked here on 2026-11-26 (unit tests, NVRTC) but the
-/// session's device time ran out before tests/electrostatics_cuda.rs's 4-bit case ran on a
-/// GPU. A probe that halved the code traffic (one array read for both colours' codes)
-/// measured 772 against 822 µs per 512³ f32 iteration on the H100; turn this on once that
-/// test passes and the bench confirms it.
+/// the packed codes were built and checked here on 2026-11-26 (unit tests, NVRTC), but
+/// the session's device time ran out before the 4-bit launches of
+/// tests/electrostatics_cuda.rs ran on a GPU. A probe that halved the code traffic (one
+/// array read for both colours' codes) measured 772 against 822 µs per 512³ f32
+/// iteration on the H100; turn this on once that test passes and the bench confirms it.
 const PACK_BY_DEFAULT: bool = false;
 
 /// Bits per class code for `launch` over a mesh of `classes` classes: 4 (two codes a

@@ -9,6 +9,8 @@
 #   gpu/gpu.sh tune             # there: heat kernel launch shapes and tiles (KEISAN_HEAT_* overrides)
 #   gpu/gpu.sh es               # there: bench electrostatics (f32, f64, time to solution)
 #   gpu/gpu.sh es-tune          # there: electrostatics launch shapes (KEISAN_ES_* overrides)
+#   gpu/gpu.sh es-bits          # there: the CUDA-vs-CPU test (4-bit class codes included),
+#                               #   then bench electrostatics with 4- and 8-bit codes (f32, f64, Poisson)
 #   gpu/gpu.sh multi            # there: bench advection on slabs over DEVICES (default 0,1)
 #   gpu/gpu.sh heat-multi       # there: heat 3D on slabs, weak and strong scaling (STEPS=2000)
 #   gpu/gpu.sh es-multi         # there: electrostatics on slabs, weak and strong scaling
@@ -113,6 +115,18 @@ es() {
   $K bench electrostatics --poisson --precision f64 --repetitions 5 --json > "$OUT/bench-es-poisson.json"
   echo "== electrostatics CPU, 1 and 2 threads (96^3 cells)"
   for t in 1 2; do $K --threads $t bench electrostatics --backend cpu | grep Gnode; done
+}
+
+# 4-bit class codes (opt-in until this passes): their test, then both code widths timed.
+es_bits() {
+  device
+  timeout 600 gpu/tests/electrostatics_cuda 2>&1 | grep -E "^test |test result|panicked"
+  for bits in 4 8; do
+    for prec in f32 f64; do
+      echo "$bits-bit $prec: $(KEISAN_ES_CLASS_BITS=$bits $K bench electrostatics --kernel per-colour --precision $prec | grep -E 'per iteration|B/node' | tr -s ' ' | tr '\n' ' ')"
+    done
+    echo "$bits-bit Poisson: $(KEISAN_ES_CLASS_BITS=$bits $K bench electrostatics --poisson --precision f64 --repetitions 5 | grep 'to solution')"
+  done
 }
 
 es_tune() {
@@ -569,6 +583,7 @@ case "${1:-}" in
   tune) tune ;;
   es) es ;;
   es-tune) es_tune ;;
+  es-bits) es_bits ;;
   all) tests; s=$?; bench; exit $s ;;
   *) sed -n '2,28p' "$0"; exit 2 ;;
 esac

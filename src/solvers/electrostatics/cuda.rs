@@ -66,7 +66,12 @@ pub(super) fn class_bits(launch: Launch, classes: usize) -> Result<u8> {
                 launch.kernel.name()
             ),
         )),
-        Some(bits) => Ok(bits),
+        Some(bits @ (4 | 8)) => Ok(bits),
+        Some(bits) => Err(Error::invalid(
+            "KEISAN_ES_CLASS_BITS",
+            bits,
+            "4 or 8 bits per class code",
+        )),
         None => Ok(if PACK_BY_DEFAULT && packed && classes <= 16 {
             4
         } else {
@@ -1063,6 +1068,7 @@ mod tests {
         let err = class_bits(with(SweepKernel::Fused, Some(4)), 2).unwrap_err();
         assert!(err.to_string().contains("KEISAN_ES_CLASS_BITS"), "{err}");
         assert!(class_bits(with(SweepKernel::PerColour, Some(4)), 20).is_err());
+        assert!(class_bits(with(SweepKernel::PerColour, Some(2)), 2).is_err());
     }
 
     #[test]

@@ -28,9 +28,9 @@
 // k+1 ride in registers (one load per plane, prefetched a plane ahead); the other own-row
 // neighbour (h - 1 + o or h + o) and rows j±1 by loads (the warp's own lines, L1). Two
 // planes share one set of addresses, and the update has no branch: lanes off the mesh
-// and held nodes compute and store nothing (143 -> 103 SASS instructions per update at
-// 512^3 f32, docs/PERFORMANCE.md). No value read is of the colour being written except the node's own, so no
-// read races a write. The update is the CPU engine's, operation for operation (no
+// and held nodes compute and store nothing (286 -> 211 SASS instructions per two planes
+// at 512^3 f32, docs/PERFORMANCE.md). No value read is of the colour being written
+// except the node's own, so no read races a write. The update is the CPU engine's, operation for operation (no
 // contraction: --fmad=false), so the engines agree bit for bit per node.
 
 #ifndef ES_BX
@@ -256,7 +256,6 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
     c.r = next;
 }
 
-// Planes k0 .. k1-1, the first with offset O0.
 // Pairs of planes k, k + 1 while k + 1 < kend, from one set of addresses (the second's
 // offsets are immediates); PF: the warp asks L2 for the planes ES_PF above the pair.
 template <int O0, bool PF>

@@ -17,7 +17,8 @@ pub struct ElectrostaticsBenchArgs {
     /// Cells per axis of the cube (default: 511 on a GPU, i.e. 512³ nodes; 96 on the CPU).
     #[arg(long)]
     pub(super) cells: Option<usize>,
-    /// Red-black iterations timed (default: 1000 on a GPU, the case; 10 on the CPU).
+    /// Red-black iterations timed (default on a GPU: 1000, the case, or 200 on
+    /// slabs (--devices); 10 on the CPU).
     #[arg(long)]
     pub(super) iterations: Option<u64>,
     #[arg(long, default_value_t = 3)]

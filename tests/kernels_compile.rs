@@ -86,22 +86,28 @@ fn nbody_force_variants_compile() {
 
 /// The staged electrostatics sweep is compiled only on request (ES_STAGED=1: its shared
 /// rings need room the other kernels' shapes do not leave), in its default shapes; the
-/// slabs' sweep with its residual plane range (ES_SUM_RANGE=1).
+/// slabs' sweep with its residual plane range (ES_SUM_RANGE=1); the sweep with the charge
+/// per node known at compile time (ES_QNODE, which the engine always sets) and with 4-bit
+/// class codes (ES_CBITS=4, opt-in: not yet run on a GPU, so at least compiled here).
 #[test]
 fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
     if nvrtc_missing(&KERNELS) {
         return;
     }
-    for (p, by, switch, kernel) in [
-        (Precision::F32, "8", "ES_STAGED", "es_staged"),
-        (Precision::F64, "4", "ES_STAGED", "es_staged"),
-        (Precision::F32, "8", "ES_SUM_RANGE", "es_sweep"),
-        (Precision::F64, "4", "ES_SUM_RANGE", "es_sweep"),
+    for (p, by, switch, value, kernel) in [
+        (Precision::F32, "8", "ES_STAGED", "1", "es_staged"),
+        (Precision::F64, "4", "ES_STAGED", "1", "es_staged"),
+        (Precision::F32, "8", "ES_SUM_RANGE", "1", "es_sweep"),
+        (Precision::F64, "4", "ES_SUM_RANGE", "1", "es_sweep"),
+        (Precision::F32, "8", "ES_QNODE", "1", "es_sweep"),
+        (Precision::F64, "8", "ES_QNODE", "0", "es_sweep"),
+        (Precision::F32, "8", "ES_CBITS", "4", "es_sweep"),
+        (Precision::F64, "8", "ES_CBITS", "4", "es_persist"),
     ] {
-        let defines = [("ES_BY", by.to_string()), (switch, "1".to_string())];
+        let defines = [("ES_BY", by.to_string()), (switch, value.to_string())];
         let ptx = compile(&KERNELS, p, "sm_90", &defines).unwrap_or_else(|e| panic!("{p}: {e}"));
-        assert!(ptx.to_src().contains(kernel), "{p} {switch}");
+        assert!(ptx.to_src().contains(kernel), "{p} {switch}={value}");
     }
 }
 

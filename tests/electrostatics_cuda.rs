@@ -111,21 +111,21 @@ fn cuda_matches_cpu_on_random_geometries() {
     for (n, charge) in charges.into_iter().enumerate() {
         let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
-        // Every kernel with the default launch, and the kernels that read 4-bit class
-        // codes with them (two a byte; odd and even nx end rows in either half).
-        let packed = [SweepKernel::PerColour, SweepKernel::Persistent].map(|kernel| {
-            electrostatics::Launch {
-                kernel,
-                class_bits: Some(4),
-                ..electrostatics::DEFAULT_LAUNCH
-            }
+        // Every kernel, the two that read 4-bit class codes with either code width
+        // (4 bits: both colours' codes of a compact index in one byte).
+        let launches = SweepKernel::ALL.iter().flat_map(|&kernel| {
+            let widths = match kernel {
+                SweepKernel::PerColour | SweepKernel::Persistent => vec![Some(4), Some(8)],
+                SweepKernel::Fused | SweepKernel::Staged => vec![None],
+            };
+            widths
+                .into_iter()
+                .map(move |class_bits| electrostatics::Launch {
+                    kernel,
+                    class_bits,
+                    ..electrostatics::DEFAULT_LAUNCH
+                })
         });
-        let launches = (SweepKernel::ALL.iter())
-            .map(|&kernel| electrostatics::Launch {
-                kernel,
-                ..electrostatics::DEFAULT_LAUNCH
-            })
-            .chain(packed);
         for launch in launches {
             let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
             // Same operations in the same order per node, no contraction: the same bits.

@@ -87,8 +87,9 @@ fn nbody_force_variants_compile() {
 /// The staged electrostatics sweep is compiled only on request (ES_STAGED=1: its shared
 /// rings need room the other kernels' shapes do not leave), in its default shapes; the
 /// slabs' sweep with its residual plane range (ES_SUM_RANGE=1); the sweep with the charge
-/// per node known at compile time (ES_QNODE, which the engine always sets) and with 4-bit
-/// class codes (ES_CBITS=4, opt-in: not yet run on a GPU, so at least compiled here).
+/// per node known at compile time (ES_QNODE, which the engine always sets), with 4-bit
+/// class codes (ES_CBITS=4, both colours' in one byte) and with its colour's face nodes
+/// (ES_FACES=1, the one-device engine's where the mesh has free face nodes).
 #[test]
 fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
@@ -104,6 +105,8 @@ fn electrostatics_variants_compile() {
         (Precision::F64, "8", "ES_QNODE", "0", "es_sweep"),
         (Precision::F32, "8", "ES_CBITS", "4", "es_sweep"),
         (Precision::F64, "8", "ES_CBITS", "4", "es_persist"),
+        (Precision::F32, "8", "ES_FACES", "1", "es_sweep"),
+        (Precision::F64, "4", "ES_FACES", "1", "es_sweep"),
     ] {
         let defines = [("ES_BY", by.to_string()), (switch, value.to_string())];
         let ptx = compile(&KERNELS, p, "sm_90", &defines).unwrap_or_else(|e| panic!("{p}: {e}"));

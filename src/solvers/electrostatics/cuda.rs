@@ -39,17 +39,15 @@ pub(super) fn skip_zero(g: &Geometry) -> u8 {
     g.q_node.is_none() as u8
 }
 
-/// Whether meshes of at most 16 classes get 4-bit codes without being asked. Not yet:
-/// the packed codes were built and checked here on 2026-11-26 (unit tests, NVRTC), but
-/// the session's device time ran out before the 4-bit launches of
-/// tests/electrostatics_cuda.rs ran on a GPU. A probe that halved the code traffic (one
-/// array read for both colours' codes) measured 772 against 822 µs per 512³ f32
-/// iteration on the H100; turn this on once that test passes and the bench confirms it.
-const PACK_BY_DEFAULT: bool = false;
+/// Whether meshes of at most 16 classes get 4-bit codes without being asked: yes, since
+/// they are the faster (512³ f32 on the H100, 2026-11-26: 794 against 831 µs per
+/// iteration, docs/PERFORMANCE.md); KEISAN_ES_CLASS_BITS=8 asks for bytes.
+const PACK_BY_DEFAULT: bool = true;
 
-/// Bits per class code for `launch` over a mesh of `classes` classes: 4 (two codes a
-/// byte: one byte of codes per node and iteration instead of two) for the kernels that
-/// read packed codes when the codes fit (and [`PACK_BY_DEFAULT`]), else 8;
+/// Bits per class code for `launch` over a mesh of `classes` classes: 4 (both colours'
+/// codes of a compact index in one byte: one byte of codes per node and iteration instead
+/// of two, one stream instead of two) for the kernels that read packed codes when the
+/// codes fit (and [`PACK_BY_DEFAULT`]), else 8;
 /// `launch.class_bits` (KEISAN_ES_CLASS_BITS) asks for one.
 pub(super) fn class_bits(launch: Launch, classes: usize) -> Result<u8> {
     let packed = matches!(
@@ -80,12 +78,19 @@ pub(super) fn class_bits(launch: Launch, classes: usize) -> Result<u8> {
     }
 }
 
-/// Codes below 16 two to a byte: code n in byte n / 2, bits 4·(n % 2) up (kernels.cu's
-/// ES_CBITS 4).
-fn nibbles(codes: &[u8]) -> Vec<u8> {
-    codes
-        .chunks(2)
-        .map(|p| p[0] | p.get(1).map_or(0, |&h| h << 4))
+/// Both colours' codes (below 16) at each compact index in one byte: colour 0's in bits
+/// 0–3, colour 1's in bits 4–7 (kernels.cu's ES_CBITS 4).
+fn paired(c0: &[u8], c1: &[u8]) -> Vec<u8> {
+    c0.iter().zip(c1).map(|(&a, &b)| a | b << 4).collect()
+}
+
+/// The class table for [`paired`] codes: 256 entries per colour, entry 256·oe + b the
+/// class of colour oe's code in byte b (kernels.cu's ES_TABLE), so the sweeps look codes
+/// up from their bytes with no shift or mask. `table`: (εr, held) per class.
+fn paired_table<T: Copy>(table: &[T]) -> Vec<T> {
+    (0..2)
+        .flat_map(|oe| (0..256usize).map(move |b| (b >> (4 * oe)) & 15))
+        .flat_map(|class| [table[2 * class], table[2 * class + 1]])
         .collect()
 }
 
@@ -467,6 +472,10 @@ impl<T: Real> CudaElectrostatics<T> {
         defines.push(("ES_STAGED", staged.to_string()));
         defines.push(("ES_SKIP_ZERO", skip_zero(g).to_string()));
         defines.push(("ES_QNODE", (qnode.is_some() as u8).to_string()));
+        // The per-colour sweep does its colour's face nodes itself (kernels.cu ES_FACES).
+        let free_faces = has_free_face_nodes(g.counts, &classes, 0);
+        let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
+        defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
@@ -515,8 +524,7 @@ impl<T: Real> CudaElectrostatics<T> {
             block_dim: (block.0, block.1, 1),
             shared_mem_bytes: 0,
         };
-        let faces_cfg =
-            has_free_face_nodes(g.counts, &classes, 0).then(|| faces_config(g.counts, &(0..nz)));
+        let faces_cfg = (free_faces && !sweep_faces).then(|| faces_config(g.counts, &(0..nz)));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
         let s = &gpu.stream;
         let (v0, step, status) = match restart {
@@ -533,10 +541,12 @@ impl<T: Real> CudaElectrostatics<T> {
             Some(q) => (upload(&layout.split(&q))?, 1),
             None => ([s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?], 0),
         };
-        let [c0, c1] = layout.split(&classes.code).map(|c| match class_bits {
-            4 => nibbles(&c),
-            _ => c,
-        });
+        // 4-bit codes: one array for both colours in code[0] (see `codes`).
+        let [c0, c1] = layout.split(&classes.code);
+        let code = match class_bits {
+            4 => [s.clone_htod(&paired(&c0, &c1))?, s.alloc_zeros::<u8>(1)?],
+            _ => [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
+        };
         // Held nodes are written by no launch, so both buffers start from the same V; the
         // state after `step` iterations lives in buffer step % 2.
         let parts = layout.split(&v0);
@@ -547,8 +557,11 @@ impl<T: Real> CudaElectrostatics<T> {
         let v = [upload(&parts)?, second];
         Ok(Self {
             v,
-            code: [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
-            classes: s.clone_htod(&classes.table::<T>())?,
+            code,
+            classes: s.clone_htod(&match class_bits {
+                4 => paired_table(&classes.table::<T>()),
+                _ => classes.table::<T>(),
+            })?,
             qnode,
             has_qnode,
             q: T::lit(g.q_uniform),
@@ -622,7 +635,7 @@ impl<T: Real> CudaElectrostatics<T> {
         l.arg(&v[write[0]][oe])
             .arg(&v[write[1]][oe])
             .arg(&v[read][1 - oe])
-            .arg(&self.code[oe])
+            .arg(codes(&self.code, self.class_bits, oe).0)
             .arg(&self.classes);
         l.arg(&nx)
             .arg(&ny)
@@ -658,13 +671,11 @@ impl<T: Real> CudaElectrostatics<T> {
     fn launch_sweep(&mut self, oe: i32, iteration: u64) -> Result<()> {
         let k = self.scalars();
         let c = &self.coefficients;
+        let own = oe as usize;
+        let (cc, cd) = codes(&self.code, self.class_bits, own);
         let (vc, vd) = colours(&mut self.v[0], oe);
-        let (own, other) = (oe as usize, 1 - oe as usize);
         let mut l = self.gpu.stream.launch_builder(&self.sweep);
-        l.arg(vc)
-            .arg(vd)
-            .arg(&self.code[own])
-            .arg(&self.code[other]);
+        l.arg(vc).arg(vd).arg(cc).arg(cd);
         l.arg(&self.classes)
             .arg(&self.qnode[own])
             .arg(&self.has_qnode)
@@ -747,9 +758,10 @@ impl<T: Real> CudaElectrostatics<T> {
         );
         let has_faces = self.faces_cfg.is_some() as i32;
         let (first, last) = (self.launched, self.launched + steps);
+        let (c0, c1) = codes(&self.code, self.class_bits, 0);
         let [v0, v1] = &mut self.v[0];
         let mut l = self.gpu.stream.launch_builder(&self.sweep);
-        l.arg(v0).arg(v1).arg(&self.code[0]).arg(&self.code[1]);
+        l.arg(v0).arg(v1).arg(c0).arg(c1);
         l.arg(&self.classes)
             .arg(&self.qnode[0])
             .arg(&self.qnode[1])
@@ -795,6 +807,15 @@ struct SweepScalars<T> {
 }
 
 /// Colour `oe`'s V (written) and the other colour's (read).
+/// The arrays of codes of colour `oe` and of the other colour: with 4-bit codes the same
+/// array, whose bytes hold both (in code[0]).
+fn codes(code: &[CudaSlice<u8>; 2], class_bits: u8, oe: usize) -> (&CudaSlice<u8>, &CudaSlice<u8>) {
+    match class_bits {
+        4 => (&code[0], &code[0]),
+        _ => (&code[oe], &code[1 - oe]),
+    }
+}
+
 fn colours<T>(v: &mut [CudaSlice<T>; 2], oe: i32) -> (&mut CudaSlice<T>, &CudaSlice<T>) {
     let [a, b] = v;
     if oe == 0 { (a, b) } else { (b, a) }
@@ -1025,13 +1046,27 @@ mod tests {
     }
 
     #[test]
-    fn four_bit_codes_pack_two_a_byte_low_first() {
-        assert_eq!(nibbles(&[1, 2, 15, 0, 7]), vec![0x21, 0x0f, 0x07]);
-        // What kernels.cu's code_at reads back, node by node.
-        let codes: Vec<u8> = (0..37).map(|n| (n * 7 % 16) as u8).collect();
-        let packed = nibbles(&codes);
-        for (n, &c) in codes.iter().enumerate() {
-            assert_eq!((packed[n >> 1] >> (4 * (n & 1))) & 15, c, "node {n}");
+    fn four_bit_codes_hold_both_colours_of_a_compact_index_colour_0_low() {
+        assert_eq!(paired(&[1, 15, 0], &[2, 0, 7]), vec![0x21, 0x0f, 0x70]);
+        // What kernels.cu's code_at reads back, colour by colour.
+        let c0: Vec<u8> = (0..37).map(|n| (n * 7 % 16) as u8).collect();
+        let c1: Vec<u8> = (0..37).map(|n| (n * 5 % 16) as u8).collect();
+        let both = paired(&c0, &c1);
+        // The table's entry for each colour's code from its byte (kernels.cu's code_at).
+        let table: Vec<u32> = (0..16).flat_map(|c| [100 + c, c % 2]).collect();
+        let paired = paired_table(&table);
+        assert_eq!(paired.len(), 2 * 512);
+        for (oe, c) in [&c0, &c1].into_iter().enumerate() {
+            for (n, &code) in c.iter().enumerate() {
+                assert_eq!((both[n] >> (4 * oe)) & 15, code, "colour {oe}, index {n}");
+                let entry = 256 * oe + both[n] as usize;
+                let class = code as usize;
+                assert_eq!(
+                    paired[2 * entry..2 * entry + 2],
+                    table[2 * class..2 * class + 2],
+                    "colour {oe}, index {n}"
+                );
+            }
         }
     }
 

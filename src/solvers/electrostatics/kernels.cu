@@ -19,7 +19,7 @@
 // reads ahead past the top face.
 //
 // One byte per node, `code`, indexes a class table of (epsr, held): the study's
-// idVolt/idEpsr in one byte. Held nodes (electrodes, fixed faces) compute an update and
+// idVolt/idEpsr in one byte (4 bits where they fit, ES_CBITS). Held nodes (electrodes, fixed faces) compute an update and
 // keep `old`; faces are updated by es_faces, so the interior sweep has no face branch.
 //
 // es_sweep updates the interior nodes of one colour. Thread (tx, j) owns compact column
@@ -73,25 +73,22 @@
 #define ES_SHIFT 0
 #endif
 
-// Bits per class code in the colour arrays of codes: 8 (a byte per node), or 4 where a
-// mesh has at most 16 classes (the per-colour and persistent sweeps): the node at compact
-// index n in byte n >> 1, bits 4·(n & 1) up. Per iteration the sweeps then read 1 byte of
-// codes per node instead of 2 (512^3 f32: 13 B/node instead of 14). Row and plane strides
-// are even, so every node of a thread's column shares the parity of its index.
+// Bits per class code: 8 (each colour's array of codes, a byte per node), or 4 where a
+// mesh has at most 16 classes (the per-colour and persistent sweeps): one array of bytes
+// for both colours, compact index n holding colour 0's code in bits 0-3 and colour 1's in
+// bits 4-7; both "colours' arrays" of codes are then that array. A sweep reads it once
+// (per iteration 1 byte of codes per node instead of 2: 512^3 f32, 13 B/node instead of
+// 14) as one stream, not two. The class table then has ES_TABLE = 512 entries, 256 per
+// colour: entry 256·oe + b is the class of colour oe's code in byte b, so a code is
+// looked up from its byte with no shift or mask.
 #ifndef ES_CBITS
 #define ES_CBITS 8
 #endif
-// The byte offset of a code `n` values away, n even (or any n with ES_CBITS 8).
-#define ES_CB(n) (ES_CBITS == 8 ? (n) : (n) / 2)
+#define ES_TABLE (ES_CBITS == 4 ? 512 : 256)
 
-// A code from its byte: the bits at `shift` (4-bit codes), else the byte.
-__device__ __forceinline__ int code_of(unsigned char b, int shift) {
-    return ES_CBITS == 8 ? (int)b : (b >> shift) & 15;
-}
-
-// The code of compact index n of an array of codes.
-__device__ __forceinline__ int code_at(const unsigned char* c, size_t n) {
-    return ES_CBITS == 8 ? (int)c[n] : code_of(c[n >> 1], 4 * (int)(n & 1));
+// The class-table entry of colour oe's node at compact index n of its array of codes.
+__device__ __forceinline__ int code_at(const unsigned char* c, size_t n, int oe) {
+    return (ES_CBITS == 4 ? 256 * oe : 0) + c[n];
 }
 
 // Slab sweeps (ES_SUM_RANGE = 1) sweep the planes kfirst..kend-1 but add to the residual
@@ -124,8 +121,9 @@ __device__ __forceinline__ real sor_residual(real num, real den, real old, real 
 }
 
 // The class table into shared memory (the caller synchronises before reading it).
-__device__ __forceinline__ void load_classes(es_class* cls, const real* classes, int tid) {
-    for (int t = tid; t < 256; t += ES_BX * ES_BY) {
+__device__ __forceinline__ void load_classes(es_class* cls, const real* classes, int tid,
+                                             int entries = 256) {
+    for (int t = tid; t < entries; t += ES_BX * ES_BY) {
         cls[t].eps = classes[2 * t];
         cls[t].held = classes[2 * t + 1];
     }
@@ -162,50 +160,46 @@ struct Column {
 struct Sweep {
     real* vc; const unsigned char* cc; const real* qc;      // colour C
     const real* vd; const unsigned char* cd;                // colour D
-    int csh;             // 4-bit codes: the bit offset of the thread's codes (0 or 4)
-    const es_class* cls;
+    const es_class* clc; // the class table of C's codes
+    const es_class* cls; // of D's
     int has_qnode; real q, omega;
     const es_z* zt;      // the chunk's z coefficients, indexed by the plane k
     real xp0, xm0, xp1, xm1, yp, ym;
     bool in0, in1;       // node 2h + o interior in x and y, for o = 0, 1
     // The lane's share of its warp's L2 prefetch (one 32-byte sector of a row segment of
     // V, the other colour's V, the class bytes or the charge, ES_PF planes above node
-    // index n: pf + n * pf_size / 2, pf_size in half bytes per value), when pf_on.
+    // index n: pf + n * pf_size, pf_size in bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
 };
 
 // The arrays at one index: a plane's reads are these pointers plus constant offsets.
-// cx: the byte of the own-row D neighbour at h - 1 (4-bit codes; its code has the other
-// parity: byte (n - 1) >> 1, and the one at h + 1 the byte after).
 struct At {
     real* vc; const unsigned char* cc; const real* qc;
-    const real* vd; const unsigned char* cd; const unsigned char* cx;
+    const real* vd; const unsigned char* cd;
 };
 
 __device__ __forceinline__ At at(const Sweep& w, unsigned n) {
-    const unsigned b = ES_CB(n);
-    return {w.vc + n, w.cc + b, w.qc + n, w.vd + n, w.cd + b,
-            w.cd + (ES_CBITS == 8 ? n : b + (w.csh >> 2) - 1)};
+    return {w.vc + n, w.cc + n, w.qc + n, w.vd + n, w.cd + n};
 }
 
 // The reads of the plane P planes above p (P = 0 or 1), whose node is 2h + O.
 template <int O, int P>
 __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
-    constexpr int z = P * ES_HK, zb = ES_CB(P * ES_HK);
+    constexpr int z = P * ES_HK;
     Reads r;
     r.old = p.vc[z];
-    r.cl = code_of(p.cc[zb], w.csh);
+    r.cl = p.cc[z];
     r.ds = p.vd[z - ES_HJ];
     r.dN = p.vd[z + ES_HJ];
-    r.cs = code_of(p.cd[zb - ES_CB(ES_HJ)], w.csh);
-    r.cN = code_of(p.cd[zb + ES_CB(ES_HJ)], w.csh);
+    r.cs = p.cd[z - ES_HJ];
+    r.cN = p.cd[z + ES_HJ];
     r.q = ES_HAS_Q(w) ? p.qc[z] : w.q;
     // The own-row neighbour other than the z-stream's: at h - 1 (O = 0) or h + 1 (O = 1).
     // Every lane loads it (the warp's own lines, in L1): no shuffle, no edge lanes.
     constexpr int x = O ? z + 1 : z - 1;
     r.xe = p.vd[x];
-    r.xec = ES_CBITS == 8 ? p.cx[x] : code_of(p.cx[zb + O], 4 - w.csh);
+    r.xec = p.cd[x];
     return r;
 }
 
@@ -214,7 +208,7 @@ template <int O, int P>
 __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
                                       int k) {
     const real dnn = p.vd[(P + 2) * ES_HK];
-    const int cnn = code_of(p.cd[ES_CB((P + 2) * ES_HK)], w.csh);
+    const int cnn = p.cd[(P + 2) * ES_HK];
     const Reads next = reads<1 - O, P + 1>(w, p);
     const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
@@ -222,7 +216,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
     {
         const real vxm = O ? c.dc : xo, vxp = O ? xo : c.dc;
         const real exm = O ? c.ec : exo, exp = O ? exo : c.ec;
-        const es_class me = w.cls[r.cl];
+        const es_class me = w.clc[r.cl];
         const real e = me.eps;
         const real axp = (e + exp) * (O ? w.xp1 : w.xp0);
         const real axm = (e + exm) * (O ? w.xm1 : w.xm0);
@@ -264,10 +258,10 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         const At p = at(w, c.n);
 #if ES_PF
         if (PF && w.pf_on) {
-            const char* a = w.pf + ((size_t)c.n * w.pf_size >> 1);
+            const char* a = w.pf + (size_t)c.n * w.pf_size;
             asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
             if (!ES_PF_SPLIT)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(a + ((size_t)ES_HK * w.pf_size >> 1)));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(a + (size_t)ES_HK * w.pf_size));
         }
 #endif
         const es_z* zk = w.zt + k;
@@ -398,8 +392,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     Sweep w;
     w.vc = vc; w.cc = cc; w.qc = qc;
     w.vd = vd; w.cd = cd;
-    w.csh = 4 * ((ES_SHIFT + h) & 1);
-    w.cls = cls;
+    w.clc = cls + (ES_CBITS == 4 ? 256 * oe : 0);
+    w.cls = cls + (ES_CBITS == 4 ? 256 * (1 - oe) : 0);
     w.has_qnode = has_qnode; w.q = q; w.omega = omega;
     w.zt = zt - k0;
     const int i0 = 2 * h - ES_XOFF, i0c = min(max(i0, 1), nx - 2),
@@ -411,7 +405,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     {
         // One 32-byte sector per lane: a warp's row segment of V is S = sizeof(real) sectors
         // (lanes 0..S-1 for this colour, S..2S-1 for the other), its class bytes one sector
-        // each (lanes 2S, 2S+1), its charge S more (from 2S+2, with a per-node charge).
+        // each (lanes 2S, 2S+1; 4-bit codes: one array, lane 2S), its charge S more (from
+        // 2S+2, with a per-node charge).
         constexpr int S = sizeof(real);
         // Two planes per trip: where a plane's sectors take at most 16 lanes (f32), lanes
         // 16..31 ask for the trip's second plane, else each lane asks for both.
@@ -425,9 +420,10 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                         : arr == 2 ? (const char*)cc
                         : arr == 3 ? (const char*)cd
                                    : (const char*)qc;
-        w.pf_size = arr == 2 || arr == 3 ? ES_CBITS / 4 : 2 * S;
-        w.pf_on = l < 2 * S + 2 || (has_qnode && l < 3 * S + 2);
-        w.pf = a + (((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size >> 1) +
+        w.pf_size = arr == 2 || arr == 3 ? 1 : S;
+        w.pf_on = (l < 2 * S + 2 && !(ES_CBITS == 4 && arr == 3)) ||
+                  (has_qnode && l < 3 * S + 2);
+        w.pf = a + ((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size +
                32 * sec;
     }
     w.s0 = sfirst;
@@ -439,9 +435,9 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         c.n = ES_SHIFT + (unsigned)(k0 - kbase) * ES_HK + (unsigned)jr * ES_HJ + h;
         const At p = at(w, c.n);
         c.dm = p.vd[-ES_HK]; c.dc = p.vd[0]; c.dn = p.vd[ES_HK];
-        c.em = cls[code_of(p.cd[-ES_CB(ES_HK)], w.csh)].eps;
-        c.ec = cls[code_of(p.cd[0], w.csh)].eps;
-        c.cn = code_of(p.cd[ES_CB(ES_HK)], w.csh);
+        c.em = w.cls[p.cd[-ES_HK]].eps;
+        c.ec = w.cls[p.cd[0]].eps;
+        c.cn = p.cd[ES_HK];
         // o = (C + s + ES_XOFF) & 1 with s = (j + k) & 1; from j, not jr: every lane of a
         // warp (one row: ES_BX is a multiple of 32) takes the same branch.
         if ((oe + j + k0 + ES_XOFF) & 1) {
@@ -456,16 +452,88 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     v2 += c.v2;
 }
 
+// Face node (a, b) of face f (see es_faces): whether it is of colour oe, on a plane
+// kfirst..kend-1 and not owned by an earlier face (x, then y, then z own shared edges and
+// corners); then n, its index (plane 0 of the arrays is plane kbase), and m, its inner
+// neighbour's (of the other colour).
+__device__ __forceinline__ bool face_at(int nx, int ny, int nz, int kfirst, int kend,
+                                        int kbase, int oe, int f, int a, int b, size_t& n,
+                                        size_t& m) {
+    const int axis = f >> 1, high = f & 1;
+    int i, j, k;
+    if (axis == 0) { i = high ? nx - 1 : 0; j = a; k = b; }
+    else if (axis == 1) { i = a; j = high ? ny - 1 : 0; k = b; }
+    else { i = a; j = b; k = high ? nz - 1 : 0; }
+    if (i >= nx || j >= ny || k >= nz || k < kfirst || k >= kend || ((i + j + k + oe) & 1))
+        return false;
+    if (axis >= 1 && (i == 0 || i == nx - 1)) return false;
+    if (axis == 2 && (j == 0 || j == ny - 1)) return false;
+    n = ES_SHIFT + (size_t)(k - kbase) * ES_HK + (size_t)j * ES_HJ + ((i + ES_XOFF) >> 1);
+    const int d = high ? -1 : 1;
+    if (axis == 0) m = n - ((i + ES_XOFF) >> 1) + ((i + d + ES_XOFF) >> 1);
+    else if (axis == 1) m = n + (ptrdiff_t)d * ES_HJ;
+    else m = n + (ptrdiff_t)d * ES_HK;
+    return true;
+}
+
+// Face node (a, b) of face f (see es_faces) when it is of colour oe, free and on a plane
+// kfirst..kend-1: the value of its inner neighbour, into vc and vc2 (whose plane 0 is
+// plane kbase).
+__device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
+                                          const unsigned char* __restrict__ cc,
+                                          const real* __restrict__ classes, int nx, int ny,
+                                          int nz, int kfirst, int kend, int kbase, int oe,
+                                          int f, int a, int b) {
+    size_t n, m;
+    if (!face_at(nx, ny, nz, kfirst, kend, kbase, oe, f, a, b, n, m)) return;
+    if (classes[2 * code_at(cc, n, oe) + 1] != (real)0) return;
+    const real v = vd[m];
+    vc[n] = v;
+    vc2[n] = v;
+}
+
+// ES_FACES = 1: es_sweep also does es_faces' work for its colour (the whole mesh's face
+// nodes, one entry per thread of the launch while there are as many): the two commute (see
+// es_faces), and a launch of their own cost 22.5 us twice per 512^3 f32 iteration on the
+// H100, against 361 us per sweep (mostly the x faces' scattered sectors at low
+// occupancy). The first entry's loads go out with the class table's and its store
+// follows the table's barrier, so it adds no wait of its own to the sweep.
+#ifndef ES_FACES
+#define ES_FACES 0
+#endif
+
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
 // vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_sweep(ES_SWEEP_PARAMS) {
     if (((volatile u64*)ctl)[1] != 0) return;
-    __shared__ es_class cls[256];
+    __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
-    load_classes(cls, classes, tid);
+#if ES_FACES
+    const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
+    const unsigned block_threads = ES_BX * ES_BY,
+                   threads = block_threads * gridDim.x * gridDim.y * gridDim.z;
+    unsigned e = tid + block_threads * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+    size_t fn = 0, fm;
+    int fcode = 0;
+    real fv = 0;
+    const bool face = e < nface && face_at(nx, ny, nz, 0, nz, 0, oe, e / (fa * fb),
+                                           e % (fa * fb) % fa, e % (fa * fb) / fa, fn, fm);
+    if (face) {
+        fcode = code_at(cc, fn, oe);
+        fv = vd[fm];
+    }
+#endif
+    load_classes(cls, classes, tid, ES_TABLE);
+#if ES_FACES
+    __syncthreads();
+    if (face && cls[fcode].held == (real)0) vc[fn] = fv;
+    for (e += threads; e < nface; e += threads)
+        face_node(vc, vc, vd, cc, classes, nx, ny, nz, 0, nz, 0, oe, e / (fa * fb),
+                  e % (fa * fb) % fa, e % (fa * fb) / fa);
+#endif
     double res2 = 0.0, v2 = 0.0;
 #if !ES_SUM_RANGE
     const int sfirst = kfirst, send = kend;  // every swept plane counts
@@ -491,38 +559,6 @@ es_sweep(ES_SWEEP_PARAMS) {
 // vc = vc2 = the output buffer). `after` >= 0: run only if iteration `after` is done
 // (ctl[0] == after + 1), so the black faces of the iteration that converged still run;
 // else only while no stop is flagged.
-// Face node (a, b) of face f (see es_faces) when it is of colour oe, free and on a plane
-// kfirst..kend-1: the value of its inner neighbour, into vc and vc2 (whose plane 0 is
-// plane kbase).
-__device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
-                                          const unsigned char* __restrict__ cc,
-                                          const real* __restrict__ classes, int nx, int ny,
-                                          int nz, int kfirst, int kend, int kbase, int oe,
-                                          int f, int a, int b) {
-    const int axis = f >> 1, high = f & 1;
-    int i, j, k;
-    if (axis == 0) { i = high ? nx - 1 : 0; j = a; k = b; }
-    else if (axis == 1) { i = a; j = high ? ny - 1 : 0; k = b; }
-    else { i = a; j = b; k = high ? nz - 1 : 0; }
-    if (i >= nx || j >= ny || k >= nz || k < kfirst || k >= kend || ((i + j + k + oe) & 1))
-        return;
-    // Earlier faces own shared edges and corners.
-    if (axis >= 1 && (i == 0 || i == nx - 1)) return;
-    if (axis == 2 && (j == 0 || j == ny - 1)) return;
-    const size_t n =
-        ES_SHIFT + (size_t)(k - kbase) * ES_HK + (size_t)j * ES_HJ + ((i + ES_XOFF) >> 1);
-    if (classes[2 * code_at(cc, n) + 1] != (real)0) return;
-    // The inner neighbour, of the other colour.
-    const int d = high ? -1 : 1;
-    size_t m;
-    if (axis == 0) m = n - ((i + ES_XOFF) >> 1) + ((i + d + ES_XOFF) >> 1);
-    else if (axis == 1) m = n + (ptrdiff_t)d * ES_HJ;
-    else m = n + (ptrdiff_t)d * ES_HK;
-    const real v = vd[m];
-    vc[n] = v;
-    vc2[n] = v;
-}
-
 extern "C" __global__ void es_faces(real* vc, real* vc2,
                                     const real* __restrict__ vd,
                                     const unsigned char* __restrict__ cc,
@@ -610,12 +646,12 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
            unsigned* bar, u64* __restrict__ ctl, double* __restrict__ hist,
            unsigned hist_len) {
     if (((volatile u64*)ctl)[1] != 0) return;
-    __shared__ es_class cls[256];
+    __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
     __shared__ int stop;
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     const unsigned nthreads = ES_BX * ES_BY, nb = gridDim.x;
-    load_classes(cls, classes, tid);
+    load_classes(cls, classes, tid, ES_TABLE);
     __syncthreads();
     const unsigned tiles = (unsigned)tiles_x * tiles_y * tiles_z;
     const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;

@@ -11,8 +11,9 @@ use keisan::solvers::electrostatics::{
 };
 use rand::Rng;
 
-/// A random problem: two electrodes (random voltages), a dielectric sphere of random εr
-/// and place, a nonuniform x mesh, a fixed z_min face; an odd or even node count in x
+/// A random problem: two electrodes (random voltages; a bar of the first across x holds
+/// nodes of both x faces), a dielectric sphere of random εr and place, a nonuniform x
+/// mesh, a fixed z_min face; an odd or even node count in x
 /// (the colour-split rows then end on either colour), random counts in y and z.
 fn random_problem(
     rng: &mut rand::rngs::StdRng,
@@ -39,7 +40,8 @@ fn random_problem(
          [electrostatics.faces]\nz_min = 0.25\n\
          [[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [{}, {}, {}]\nradius = 0.2\ndielectric = 1\n\
          [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.1, 0.1, 0.5]\nmax = [0.3, 0.9, 0.6]\nelectrode = 1\n\
-         [[electrostatics.shapes]]\nkind = \"cylinder\"\naxis = \"y\"\ncenter = [0.8, 0.7]\nradius = 0.1\nrange = [0.0, 1.0]\nelectrode = 2\n",
+         [[electrostatics.shapes]]\nkind = \"cylinder\"\naxis = \"y\"\ncenter = [0.8, 0.7]\nradius = 0.1\nrange = [0.0, 1.0]\nelectrode = 2\n\
+         [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.0, 0.45, 0.75]\nmax = [1.0, 0.5, 0.8]\nelectrode = 1\n",
         c[0], c[1], c[2]
     );
     keisan::problem::parse(&toml, "test", None, &Default::default())

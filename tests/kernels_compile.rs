@@ -108,7 +108,10 @@ fn electrostatics_variants_compile() {
         (Precision::F32, "8", "ES_FACES", "1", "es_sweep"),
         (Precision::F64, "4", "ES_FACES", "1", "es_sweep"),
     ] {
-        let defines = [("ES_BY", by.to_string()), (switch, value.to_string())];
+        let mut defines = vec![("ES_BY", by.to_string()), (switch, value.to_string())];
+        if switch == "ES_FACES" {
+            defines.push(("ES_XOFF", "1".to_string())); // as the engine compiles it
+        }
         let ptx = compile(&KERNELS, p, "sm_90", &defines).unwrap_or_else(|e| panic!("{p}: {e}"));
         assert!(ptx.to_src().contains(kernel), "{p} {switch}={value}");
     }

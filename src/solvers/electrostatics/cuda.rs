@@ -476,6 +476,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let free_faces = has_free_face_nodes(g.counts, &classes, 0);
         let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
+        defines.push(("ES_NX_ODD", (nx % 2).to_string()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
@@ -517,7 +518,8 @@ impl<T: Real> CudaElectrostatics<T> {
                     1,
                 )
             }
-            _ => tiles,
+            // The per-colour sweep's last layer of blocks copies face nodes (ES_FACES).
+            _ => (tiles.0, tiles.1, tiles.2 + sweep_faces as u32),
         };
         let cfg = LaunchConfig {
             grid_dim,

@@ -157,6 +157,27 @@ struct Column {
 #define ES_HAS_Q(w) ((w).has_qnode)
 #endif
 
+// ES_FACES = 1 (the one-device per-colour engine, where the mesh has free face nodes):
+// es_sweep also does es_faces' work for its colour, which commutes with it (see
+// es_faces). Their own launch cost 22.5 us twice per 512^3 f32 iteration on the H100,
+// against 361 us per sweep, mostly for the x faces' scattered sectors; done by the sweep's
+// threads when a block starts, the same. So the x-face nodes of the swept rows and planes
+// are copied by the lane that passes their inner neighbour (its own-column D node, in a
+// register; the face node's sectors are beside the row's), in the blocks that have such
+// lanes only (the others run the plain sweep: XF in march), and the rest (the y and z
+// faces, whole rows, and the x faces' edges) by one more layer of blocks in z, which the
+// device starts last, in the slots the sweep's last wave leaves idle.
+#ifndef ES_FACES
+#define ES_FACES 0
+#endif
+#if ES_FACES && ES_XOFF != 1
+#error "ES_FACES assumes the pairs (1, 2), (3, 4), ... of ES_XOFF = 1"
+#endif
+// nx & 1 (with ES_FACES).
+#ifndef ES_NX_ODD
+#define ES_NX_ODD 0
+#endif
+
 struct Sweep {
     real* vc; const unsigned char* cc; const real* qc;      // colour C
     const real* vd; const unsigned char* cd;                // colour D
@@ -171,6 +192,13 @@ struct Sweep {
     // index n: pf + n * pf_size, pf_size in bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
+#if ES_FACES
+    // The lane copies the x-face node of colour C at index n - 1 on its planes of offset 1
+    // (xf & 1: column 1, node 0) and the one at n + 1 - ES_NX_ODD on its planes of offset
+    // ES_NX_ODD (xf & 2: the column of node nx - 2; node nx - 1 is in the next column when
+    // nx is even).
+    int xf;
+#endif
 };
 
 // The arrays at one index: a plane's reads are these pointers plus constant offsets.
@@ -203,8 +231,14 @@ __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
     return r;
 }
 
-// One plane: the update of node 2h + O, then the planes shift down.
-template <int O, int P>
+// The x-face node of colour C at p + at takes v unless it is held (ES_FACES).
+__device__ __forceinline__ void x_face(const Sweep& w, const At& p, int at, real v) {
+    if (w.clc[p.cc[at]].held == (real)0) p.vc[at] = v;
+}
+
+// One plane: the update of node 2h + O (XF: and the lane's x-face nodes), then the planes
+// shift down.
+template <int O, int P, bool XF>
 __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
                                       int k) {
     const real dnn = p.vd[(P + 2) * ES_HK];
@@ -244,6 +278,11 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
             c.v2 = fma((double)nv, (double)nv, c.v2);
         }
     }
+#if ES_FACES
+    // c.dc, the lane's D node on plane k, is the inner neighbour of those x-face nodes.
+    if (XF && O == 1 && (w.xf & 1)) x_face(w, p, P * ES_HK - 1, c.dc);
+    if (XF && O == ES_NX_ODD && (w.xf & 2)) x_face(w, p, P * ES_HK + 1 - ES_NX_ODD, c.dc);
+#endif
     c.dm = c.dc; c.em = c.ec;
     c.dc = c.dn; c.ec = en;
     c.dn = dnn; c.cn = cnn;
@@ -252,7 +291,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
 
 // Pairs of planes k, k + 1 while k + 1 < kend, from one set of addresses (the second's
 // offsets are immediates); PF: the warp asks L2 for the planes ES_PF above the pair.
-template <int O0, bool PF>
+template <int O0, bool PF, bool XF>
 __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int kend) {
     for (; k + 1 < kend; k += 2) {
         const At p = at(w, c.n);
@@ -265,22 +304,31 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         }
 #endif
         const es_z* zk = w.zt + k;
-        plane<O0, 0>(w, c, p, zk, k);
-        plane<1 - O0, 1>(w, c, p, zk, k + 1);
+        plane<O0, 0, XF>(w, c, p, zk, k);
+        plane<1 - O0, 1, XF>(w, c, p, zk, k + 1);
         c.n += 2 * ES_HK;
     }
     return k;
 }
 
 // Planes k0 .. k1-1, the first with offset O0; the prefetches reach plane k1 at most.
-template <int O0>
+template <int O0, bool XF>
 __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1) {
     int k = k0;
 #if ES_PF
-    k = march_pairs<O0, true>(w, c, k, k1 - ES_PF + 1);
+    k = march_pairs<O0, true, XF>(w, c, k, k1 - ES_PF + 1);
 #endif
-    k = march_pairs<O0, false>(w, c, k, k1);
-    if (k < k1) plane<O0, 0>(w, c, at(w, c.n), w.zt + k, k);
+    k = march_pairs<O0, false, XF>(w, c, k, k1);
+    if (k < k1) plane<O0, 0, XF>(w, c, at(w, c.n), w.zt + k, k);
+}
+
+// march<O0, XF> for the block: XF (its copies of x-face nodes) only in the blocks whose
+// lanes have some (two of a row's), so that the others run the plain sweep.
+template <int O0>
+__device__ __forceinline__ void march_block(const Sweep& w, Column& c, int k0, int k1,
+                                            bool xblock) {
+    if (ES_FACES && xblock) march<O0, true>(w, c, k0, k1);
+    else march<O0, false>(w, c, k0, k1);
 }
 
 // The parameters of one colour's sweep: es_sweep and es_staged take the same, so one
@@ -428,6 +476,15 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     }
     w.s0 = sfirst;
     w.s1 = send;
+    bool xblock = false;  // some lane of the block copies x-face nodes
+#if ES_FACES
+    {
+        const int h0 = ES_XOFF + bx * ES_BX, hh = h0 + threadIdx.x;  // unclamped
+        const int hd = (nx - 1) >> 1;
+        w.xf = row ? (hh == 1) | (hh == hd) << 1 : 0;
+        xblock = h0 <= 1 || (h0 <= hd && hd < h0 + ES_BX);
+    }
+#endif
 
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
@@ -442,10 +499,10 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         // warp (one row: ES_BX is a multiple of 32) takes the same branch.
         if ((oe + j + k0 + ES_XOFF) & 1) {
             c.r = reads<1, 0>(w, p);
-            march<1>(w, c, k0, k1);
+            march_block<1>(w, c, k0, k1, xblock);
         } else {
             c.r = reads<0, 0>(w, p);
-            march<0>(w, c, k0, k1);
+            march_block<0>(w, c, k0, k1, xblock);
         }
     }
     res2 += c.res2;
@@ -492,15 +549,15 @@ __device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
     vc2[n] = v;
 }
 
-// ES_FACES = 1: es_sweep also does es_faces' work for its colour (the whole mesh's face
-// nodes, one entry per thread of the launch while there are as many): the two commute (see
-// es_faces), and a launch of their own cost 22.5 us twice per 512^3 f32 iteration on the
-// H100, against 361 us per sweep (mostly the x faces' scattered sectors at low
-// occupancy). The first entry's loads go out with the class table's and its store
-// follows the table's barrier, so it adds no wait of its own to the sweep.
-#ifndef ES_FACES
-#define ES_FACES 0
-#endif
+
+// Entry e of es_faces' work (six faces of fa x fb entries) that es_sweep does when a block
+// starts (ES_FACES): all but the x-face nodes of the swept rows and planes.
+__device__ __forceinline__ bool sweep_face_at(unsigned e, unsigned fa, unsigned fb, int nx,
+                                              int ny, int nz, int oe, size_t& n, size_t& m) {
+    const int f = e / (fa * fb), r = e % (fa * fb), a = r % fa, b = r / fa;
+    if (f < 2 && a >= 1 && a <= ny - 2 && b >= 1 && b <= nz - 2) return false;
+    return face_at(nx, ny, nz, 0, nz, 0, oe, f, a, b, n, m);
+}
 
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
@@ -511,36 +568,29 @@ es_sweep(ES_SWEEP_PARAMS) {
     __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
-#if ES_FACES
-    const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
-    const unsigned block_threads = ES_BX * ES_BY,
-                   threads = block_threads * gridDim.x * gridDim.y * gridDim.z;
-    unsigned e = tid + block_threads * (blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    size_t fn = 0, fm;
-    int fcode = 0;
-    real fv = 0;
-    const bool face = e < nface && face_at(nx, ny, nz, 0, nz, 0, oe, e / (fa * fb),
-                                           e % (fa * fb) % fa, e % (fa * fb) / fa, fn, fm);
-    if (face) {
-        fcode = code_at(cc, fn, oe);
-        fv = vd[fm];
-    }
-#endif
     load_classes(cls, classes, tid, ES_TABLE);
-#if ES_FACES
-    __syncthreads();
-    if (face && cls[fcode].held == (real)0) vc[fn] = fv;
-    for (e += threads; e < nface; e += threads)
-        face_node(vc, vc, vd, cc, classes, nx, ny, nz, 0, nz, 0, oe, e / (fa * fb),
-                  e % (fa * fb) % fa, e % (fa * fb) / fa);
-#endif
     double res2 = 0.0, v2 = 0.0;
 #if !ES_SUM_RANGE
     const int sfirst = kfirst, send = kend;  // every swept plane counts
 #endif
-    sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx, ny,
-               kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y, blockIdx.z, sfirst,
-               send, res2, v2);
+#if ES_FACES
+    if (blockIdx.z == gridDim.z - 1) {
+        // The launch's last layer of blocks: the face nodes the lanes do not copy.
+        __syncthreads();
+        const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
+        const unsigned threads = ES_BX * ES_BY * gridDim.x * gridDim.y;
+        for (unsigned e = tid + ES_BX * ES_BY * (blockIdx.x + gridDim.x * blockIdx.y); e < nface;
+             e += threads) {
+            size_t n, m;
+            if (sweep_face_at(e, fa, fb, nx, ny, nz, oe, n, m) &&
+                cls[code_at(cc, n, oe)].held == (real)0)
+                vc[n] = vd[m];
+        }
+    } else
+#endif
+        sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
+                   ny, kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y,
+                   blockIdx.z, sfirst, send, res2, v2);
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }

@@ -96,14 +96,14 @@ impl SweepKernel {
     }
 
     /// Blocks per multiprocessor the compiler must fit by default (measured on the H100,
-    /// docs/PERFORMANCE.md): 4 in f32; in f64 2 for large meshes (at 3 the per-colour sweep
-    /// spills: 1.78 against 1.58 ms per 512³ iteration) and 3 for small ones.
-    pub fn default_min_blocks(self, precision: Precision, nodes: usize) -> u32 {
+    /// docs/PERFORMANCE.md): 4 in f32, 3 in f64 (512³ per-colour, 2026-11-26: 1.33–1.37
+    /// against 1.40–1.42 ms per iteration at 2, in four calls; it spilled at 3 before the
+    /// sweep's rewrite), 2 for the fused kernel.
+    pub fn default_min_blocks(self, precision: Precision, _nodes: usize) -> u32 {
         match (self, precision) {
             (SweepKernel::Fused, _) => 2,
             (_, Precision::F32) => 4,
-            (_, Precision::F64) if nodes <= SMALL_MESH => 3,
-            (_, Precision::F64) => 2,
+            (_, Precision::F64) => 3,
         }
     }
 }

@@ -19,8 +19,9 @@
 // reads ahead past the top face.
 //
 // One byte per node, `code`, indexes a class table of (epsr, held): the study's
-// idVolt/idEpsr in one byte (4 bits where they fit, ES_CBITS). Held nodes (electrodes, fixed faces) compute an update and
-// keep `old`; faces are updated by es_faces, so the interior sweep has no face branch.
+// idVolt/idEpsr in one byte (4 bits where they fit, ES_CBITS). Held nodes (electrodes,
+// fixed faces) compute an update and keep `old`; face nodes are copied by es_faces or, on
+// one device, beside the sweep (ES_FACES), so the update has no face branch.
 //
 // es_sweep updates the interior nodes of one colour. Thread (tx, j) owns compact column
 // h of row j and marches up z through a chunk of planes; o alternates with k, so two
@@ -30,8 +31,9 @@
 // planes share one set of addresses, and the update has no branch: lanes off the mesh
 // and held nodes compute and store nothing (286 -> 211 SASS instructions per two planes
 // at 512^3 f32, docs/PERFORMANCE.md). No value read is of the colour being written
-// except the node's own, so no read races a write. The update is the CPU engine's, operation for operation (no
-// contraction: --fmad=false), so the engines agree bit for bit per node.
+// except the node's own, so no read races a write (an off-mesh lane's read of a face node
+// that ES_FACES writes is never used). The update is the CPU engine's, operation for
+// operation (no contraction: --fmad=false), so the engines agree bit for bit per node.
 
 #ifndef ES_BX
 #define ES_BX 32
@@ -549,7 +551,6 @@ __device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
     vc2[n] = v;
 }
 
-
 // Entry e of es_faces' work (six faces of fa x fb entries) that es_sweep does when a block
 // starts (ES_FACES): all but the x-face nodes of the swept rows and planes.
 __device__ __forceinline__ bool sweep_face_at(unsigned e, unsigned fa, unsigned fb, int nx,
@@ -599,8 +600,9 @@ es_sweep(ES_SWEEP_PARAMS) {
 // neighbour (the study's order: x faces, then y, then z: a node on several faces takes
 // the first). The neighbour is of the other colour, so this launch and es_sweep of the
 // same colour commute. Launched before es_sweep of its colour, so an iteration's four
-// launches all see the same stop flag. blockIdx.z is the face, threads cover (a, b), its
-// two in-plane indices (fastest first).
+// launches all see the same stop flag (the one-device per-colour engine launches none:
+// its es_sweep does this work, ES_FACES). blockIdx.z is the face, threads cover (a, b),
+// its two in-plane indices (fastest first).
 //
 // With the fused sweep (es_fused, ping-pong buffers) an iteration is: red faces (vd: the
 // black values read, from the input buffer; written to vc and vc2, the input and output

@@ -84,10 +84,26 @@ fn paired(c0: &[u8], c1: &[u8]) -> Vec<u8> {
     c0.iter().zip(c1).map(|(&a, &b)| a | b << 4).collect()
 }
 
+/// Interleaved planes of codes (a slab's: colour 0's half, then colour 1's, `half` codes
+/// each) with both colours' codes of a compact index in one byte, as [`paired`], in both
+/// halves.
+pub(super) fn paired_halves(planes: &mut [u8], half: usize) {
+    for plane in planes.chunks_mut(2 * half) {
+        if plane.len() < 2 * half {
+            continue;
+        }
+        let (a, b) = plane.split_at_mut(half);
+        for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+            *x |= *y << 4;
+            *y = *x;
+        }
+    }
+}
+
 /// The class table for [`paired`] codes: 256 entries per colour, entry 256·oe + b the
 /// class of colour oe's code in byte b (kernels.cu's ES_TABLE), so the sweeps look codes
 /// up from their bytes with no shift or mask. `table`: (εr, held) per class.
-fn paired_table<T: Copy>(table: &[T]) -> Vec<T> {
+pub(super) fn paired_table<T: Copy>(table: &[T]) -> Vec<T> {
     (0..2)
         .flat_map(|oe| (0..256usize).map(move |b| (b >> (4 * oe)) & 15))
         .flat_map(|class| [table[2 * class], table[2 * class + 1]])
@@ -1070,6 +1086,16 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_slabs_halves_both_hold_both_colours_codes() {
+        // Two planes of three codes per colour: [c0 | c1] each.
+        let mut planes = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        paired_halves(&mut planes, 3);
+        let p0 = paired(&[1, 2, 3], &[4, 5, 6]);
+        let p1 = paired(&[7, 8, 9], &[10, 11, 12]);
+        assert_eq!(planes, [&p0[..], &p0, &p1, &p1].concat());
     }
 
     #[test]

@@ -21,7 +21,7 @@ use cudarc::driver::{
 
 use super::cuda::{
     Classes, KERNELS, MAX_PLANES, STOP_CHECK, Split, faces_config, has_free_face_nodes,
-    interior_columns, sweep_planes, upload_coefficients,
+    interior_columns, paired_halves, paired_table, sweep_planes, upload_coefficients,
 };
 use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
 use crate::device::cuda::Gpu;
@@ -48,6 +48,8 @@ pub struct CudaElectrostaticsSlab<T: Real> {
     /// 2ρ/ε0 per node (interleaved like V) when ρ varies, else a 1-value placeholder.
     qnode: CudaSlice<T>,
     classes: CudaSlice<T>,
+    /// Bits per class code (4: both colours' codes in each byte, kernels.cu's ES_CBITS).
+    class_bits: u8,
     has_qnode: i32,
     q: T,
     coefficients: Vec<CudaSlice<T>>,
@@ -104,7 +106,18 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let min_blocks = launch.min_blocks.unwrap_or_else(|| {
             super::SweepKernel::PerColour.default_min_blocks(T::PRECISION, p.points())
         });
+        // The slab's planes only: its class codes, charges and whether its face nodes
+        // need the face launches.
+        let classes = Classes::of_window(g, &window)?;
+        let class_bits = super::cuda::class_bits(
+            Launch {
+                kernel: super::SweepKernel::PerColour,
+                ..launch
+            },
+            classes.present,
+        )?;
         let mut defines = layout.defines(block, min_blocks);
+        defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_SUM_RANGE", "1".into()));
         defines.push(("ES_SKIP_ZERO", super::cuda::skip_zero(g).to_string()));
         defines.push(("ES_QNODE", (g.q_node.is_some() as u8).to_string()));
@@ -125,16 +138,22 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
                 window.own.len(),
             )?)
             .clamp(1, MAX_PLANES);
-        // The slab's planes only: its class codes, charges and whether its face nodes
-        // need the face launches.
-        let classes = Classes::of_window(g, &window)?;
         let free_faces = has_free_face_nodes(g.counts, &classes, window.base as usize);
         let s = &gpu.stream;
         let qnode = match &qnode {
             Some(q) => s.clone_htod(&layout.interleave(q, parity))?,
             None => s.alloc_zeros::<T>(1)?,
         };
-        let code = layout.interleave(&classes.code, parity);
+        let mut code = layout.interleave(&classes.code, parity);
+        let table = classes.table::<T>();
+        let table = match class_bits {
+            // Both colours' 4-bit codes in each half of a plane (each sweep reads its own).
+            4 => {
+                paired_halves(&mut code[layout.shift..], layout.colour_offset());
+                paired_table(&table)
+            }
+            _ => table,
+        };
         let coefficients = upload_coefficients(s, p)?;
         let most = tiles.0 as usize * tiles.1 as usize * window.rows.div_ceil(planes);
         let scratch = (0..CALLS)
@@ -144,7 +163,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             v: s.clone_htod(&layout.interleave(&slab_of(&window, v, plane), parity))?,
             code: s.clone_htod(&code)?,
             qnode,
-            classes: s.clone_htod(&classes.table::<T>())?,
+            classes: s.clone_htod(&table)?,
+            class_bits,
             has_qnode: g.q_node.is_some() as i32,
             q: T::lit(g.q_uniform),
             coefficients,
@@ -240,6 +260,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let t = std::mem::size_of::<T>();
         let (vc, vd) = self.colours(self.address(&self.v), oe, t);
         let (cc, cd) = self.colours(self.address(&self.code), oe, 1);
+        // 4-bit codes: the other colour's from the same bytes (one stream of codes).
+        let cd = if self.class_bits == 4 { cc } else { cd };
         let qc = match self.has_qnode {
             0 => self.address(&self.qnode),
             _ => self.colours(self.address(&self.qnode), oe, t).0,

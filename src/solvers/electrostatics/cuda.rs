@@ -81,20 +81,21 @@ pub(super) fn class_bits(launch: Launch, classes: usize) -> Result<u8> {
 /// Both colours' codes (below 16) at each compact index in one byte: colour 0's in bits
 /// 0–3, colour 1's in bits 4–7 (kernels.cu's ES_CBITS 4).
 fn paired(c0: &[u8], c1: &[u8]) -> Vec<u8> {
-    c0.iter().zip(c1).map(|(&a, &b)| a | b << 4).collect()
+    c0.iter().zip(c1).map(|(&a, &b)| pair(a, b)).collect()
+}
+
+fn pair(c0: u8, c1: u8) -> u8 {
+    c0 | c1 << 4
 }
 
 /// Interleaved planes of codes (a slab's: colour 0's half, then colour 1's, `half` codes
 /// each) with both colours' codes of a compact index in one byte, as [`paired`], in both
 /// halves.
 pub(super) fn paired_halves(planes: &mut [u8], half: usize) {
-    for plane in planes.chunks_mut(2 * half) {
-        if plane.len() < 2 * half {
-            continue;
-        }
+    for plane in planes.chunks_exact_mut(2 * half) {
         let (a, b) = plane.split_at_mut(half);
         for (x, y) in a.iter_mut().zip(b.iter_mut()) {
-            *x |= *y << 4;
+            *x = pair(*x, *y);
             *y = *x;
         }
     }
@@ -824,7 +825,6 @@ struct SweepScalars<T> {
     hist_len: u32,
 }
 
-/// Colour `oe`'s V (written) and the other colour's (read).
 /// The arrays of codes of colour `oe` and of the other colour: with 4-bit codes the same
 /// array, whose bytes hold both (in code[0]).
 fn codes(code: &[CudaSlice<u8>; 2], class_bits: u8, oe: usize) -> (&CudaSlice<u8>, &CudaSlice<u8>) {
@@ -834,6 +834,7 @@ fn codes(code: &[CudaSlice<u8>; 2], class_bits: u8, oe: usize) -> (&CudaSlice<u8
     }
 }
 
+/// Colour `oe`'s V (written) and the other colour's (read).
 fn colours<T>(v: &mut [CudaSlice<T>; 2], oe: i32) -> (&mut CudaSlice<T>, &CudaSlice<T>) {
     let [a, b] = v;
     if oe == 0 { (a, b) } else { (b, a) }

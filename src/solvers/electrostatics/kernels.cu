@@ -551,13 +551,23 @@ __device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
     vc2[n] = v;
 }
 
-// Entry e of es_faces' work (six faces of fa x fb entries) that es_sweep does when a block
-// starts (ES_FACES): all but the x-face nodes of the swept rows and planes.
-__device__ __forceinline__ bool sweep_face_at(unsigned e, unsigned fa, unsigned fb, int nx,
-                                              int ny, int nz, int oe, size_t& n, size_t& m) {
-    const int f = e / (fa * fb), r = e % (fa * fb), a = r % fa, b = r / fa;
-    if (f < 2 && a >= 1 && a <= ny - 2 && b >= 1 && b <= nz - 2) return false;
-    return face_at(nx, ny, nz, 0, nz, 0, oe, f, a, b, n, m);
+// es_faces' work for colour oe as one list of 6·fa·fb entries (face f = e / (fa·fb), its
+// in-plane indices (a, b) from e mod fa·fb, a fastest): the entries first, first + stride,
+// ...; without the x-face nodes of the swept rows and planes unless `swept_x` (es_sweep's
+// lanes copy those, ES_FACES). The class table `cls` must be visible to the block.
+__device__ __forceinline__ void copy_faces(real* vc, const real* vd, const unsigned char* cc,
+                                           const es_class* cls, int nx, int ny, int nz,
+                                           int oe, unsigned first, unsigned stride,
+                                           bool swept_x) {
+    const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
+    for (unsigned e = first; e < nface; e += stride) {
+        const int f = e / (fa * fb), r = e % (fa * fb), a = r % fa, b = r / fa;
+        if (!swept_x && f < 2 && a >= 1 && a <= ny - 2 && b >= 1 && b <= nz - 2) continue;
+        size_t n, m;
+        if (face_at(nx, ny, nz, 0, nz, 0, oe, f, a, b, n, m) &&
+            cls[code_at(cc, n, oe)].held == (real)0)
+            vc[n] = vd[m];
+    }
 }
 
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
@@ -578,15 +588,9 @@ es_sweep(ES_SWEEP_PARAMS) {
     if (blockIdx.z == gridDim.z - 1) {
         // The launch's last layer of blocks: the face nodes the lanes do not copy.
         __syncthreads();
-        const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
-        const unsigned threads = ES_BX * ES_BY * gridDim.x * gridDim.y;
-        for (unsigned e = tid + ES_BX * ES_BY * (blockIdx.x + gridDim.x * blockIdx.y); e < nface;
-             e += threads) {
-            size_t n, m;
-            if (sweep_face_at(e, fa, fb, nx, ny, nz, oe, n, m) &&
-                cls[code_at(cc, n, oe)].held == (real)0)
-                vc[n] = vd[m];
-        }
+        copy_faces(vc, vd, cc, cls, nx, ny, nz, oe,
+                   tid + ES_BX * ES_BY * (blockIdx.x + gridDim.x * blockIdx.y),
+                   ES_BX * ES_BY * gridDim.x * gridDim.y, false);
     } else
 #endif
         sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
@@ -706,7 +710,6 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
     load_classes(cls, classes, tid, ES_TABLE);
     __syncthreads();
     const unsigned tiles = (unsigned)tiles_x * tiles_y * tiles_z;
-    const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
     for (u64 it = first; it < last; ++it) {
         double* part = partials + (it & 1) * 4 * nb;
         for (int oe = 0; oe < 2; ++oe) {
@@ -715,11 +718,8 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
             const unsigned char* cc = oe ? c1 : c0;
             const unsigned char* cd = oe ? c0 : c1;
             if (has_faces)
-                for (unsigned e = blockIdx.x * nthreads + tid; e < nface; e += nb * nthreads) {
-                    const unsigned f = e / (fa * fb), r = e % (fa * fb);
-                    face_node(vc, vc, vd, cc, classes, nx, ny, nz, 0, nz, 0, oe, f, r % fa,
-                              r / fa);
-                }
+                copy_faces(vc, vd, cc, cls, nx, ny, nz, oe, blockIdx.x * nthreads + tid,
+                           nb * nthreads, true);
             double res2 = 0.0, v2 = 0.0;
             for (unsigned t = blockIdx.x; t < tiles; t += nb)
                 sweep_tile(vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,

@@ -406,3 +406,61 @@ pub fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// A TMA tensor map (the driver's `CUtensorMap`) as a kernel argument: common.cuh's
+/// `tensor_map`, taken by the kernel as a `__grid_constant__` parameter.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct TensorMap(cudarc::driver::sys::CUtensorMap);
+
+// SAFETY: plain bytes the driver copies into the kernel's parameter space.
+unsafe impl cudarc::driver::DeviceRepr for TensorMap {}
+
+/// The element types [`tensor_map_3d`] maps.
+#[derive(Clone, Copy, Debug)]
+pub enum TensorElement {
+    U8,
+    F32,
+    F64,
+}
+
+/// The 3-D tensor map of `dims` elements (x fastest) from device address `base` (16-byte
+/// aligned), y and z `strides` bytes apart (multiples of 16), read in boxes of `boxed`
+/// elements (x · element bytes a multiple of 16, each at most 256); boxes reaching outside
+/// `dims` read zeros. Tensor maps hold the address: one made for an allocation is valid
+/// while it lives.
+pub fn tensor_map_3d(
+    base: u64,
+    element: TensorElement,
+    dims: [u64; 3],
+    strides: [u64; 2],
+    boxed: [u32; 3],
+) -> Result<TensorMap> {
+    use cudarc::driver::sys;
+    let data = match element {
+        TensorElement::U8 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+        TensorElement::F32 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        TensorElement::F64 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+    };
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: the arrays hold the rank's entries; the driver only encodes the map (it
+    // checks alignment and limits and reports them as an error).
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data,
+            3,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            strides.as_ptr(),
+            boxed.as_ptr(),
+            [1u32; 3].as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()?;
+        Ok(TensorMap(map.assume_init()))
+    }
+}

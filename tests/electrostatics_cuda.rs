@@ -114,25 +114,19 @@ fn cuda_matches_cpu_on_random_geometries() {
         let p = random_problem(&mut rng, n % 2 == 0, 60, 0.0, charge);
         let g = Geometry::build(&p).unwrap();
         // Every kernel, the two that read 4-bit class codes with either code width
-        // (4 bits: both colours' codes of a compact index in one byte), the per-colour
-        // sweep with its operands by loads and by bulk copies (a ring of 4 slots: what fits in f64 with a charge per node).
+        // (4 bits: both colours' codes of a compact index in one byte).
         let launches = SweepKernel::ALL.iter().flat_map(|&kernel| {
-            let (widths, rings) = match kernel {
-                SweepKernel::PerColour => (vec![Some(4), Some(8)], vec![Some(0), Some(4)]),
-                SweepKernel::Persistent => (vec![Some(4), Some(8)], vec![None]),
-                SweepKernel::Fused | SweepKernel::Staged => (vec![None], vec![None]),
+            let widths = match kernel {
+                SweepKernel::PerColour | SweepKernel::Persistent => vec![Some(4), Some(8)],
+                SweepKernel::Fused | SweepKernel::Staged => vec![None],
             };
-            widths.into_iter().flat_map(move |class_bits| {
-                rings
-                    .clone()
-                    .into_iter()
-                    .map(move |ring| electrostatics::Launch {
-                        kernel,
-                        class_bits,
-                        ring,
-                        ..electrostatics::DEFAULT_LAUNCH
-                    })
-            })
+            widths
+                .into_iter()
+                .map(move |class_bits| electrostatics::Launch {
+                    kernel,
+                    class_bits,
+                    ..electrostatics::DEFAULT_LAUNCH
+                })
         });
         for launch in launches {
             let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
@@ -206,35 +200,17 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
             (persistent, (64, 2), Some(3)),
         ];
         let grids = [None, Some(1), Some(7), Some(64)];
-        // The per-colour sweep's bulk ring: 3 slots (the fewest), 4 with one plane per block,
-        // as many as fit (f64, a charge per node) with wide and narrow blocks.
-        let rings = [
-            ((32, 8), None, 3),
-            ((32, 4), Some(1), 4),
-            ((64, 2), Some(5), 7),
-            ((128, 1), None, 6),
-        ];
-        let shapes: Vec<_> = (shapes.iter().map(|&(k, b, p)| (k, b, p, None, None)))
-            .chain(
-                grids
-                    .iter()
-                    .map(|&g| (persistent, (32, 4), Some(2), g, None)),
-            )
-            .chain(
-                rings
-                    .iter()
-                    .map(|&(b, p, r)| (per_colour, b, p, None, Some(r))),
-            )
+        let shapes: Vec<_> = (shapes.iter().map(|&(k, b, p)| (k, b, p, None)))
+            .chain(grids.iter().map(|&g| (persistent, (32, 4), Some(2), g)))
             .collect();
         let runs: Vec<Vec<f64>> = shapes
             .iter()
-            .map(|&(kernel, block, planes, persistent_blocks, ring)| {
+            .map(|&(kernel, block, planes, persistent_blocks)| {
                 let launch = electrostatics::Launch {
                     block: Some(block),
                     planes,
                     kernel,
                     persistent_blocks,
-                    ring,
                     ..electrostatics::DEFAULT_LAUNCH
                 };
                 solve(

@@ -112,11 +112,6 @@ __device__ __forceinline__ void mbar_init_ring(unsigned long long* bars, int n) 
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
-// One arrival on bar (release: this thread's earlier shared-memory reads are done).
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
 __device__ __forceinline__ void mbar_expect(unsigned long long* bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
                  "r"(bytes)
@@ -143,20 +138,5 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
             smem_addr(dst)),
         "l"(src), "r"(bytes), "r"(smem_addr(bar))
-        : "memory");
-}
-
-// A TMA tensor map (the driver's CUtensorMap, encoded by the host), passed to a kernel as a
-// __grid_constant__ parameter.
-struct __align__(64) tensor_map { unsigned long long opaque[16]; };
-
-// The box at (x, y, z) of the 3-D tensor `map` into shared dst (128-byte aligned), counted
-// against bar's transaction (the whole box's bytes, out-of-range elements as zeros).
-__device__ __forceinline__ void tma_load_3d(void* dst, const tensor_map* map, int x, int y,
-                                            int z, unsigned long long* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-        " [%0], [%1, {%2, %3, %4}], [%5];" ::"r"(smem_addr(dst)),
-        "l"(map), "r"(x), "r"(y), "r"(z), "r"(smem_addr(bar))
         : "memory");
 }

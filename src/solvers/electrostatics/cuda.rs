@@ -10,14 +10,14 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 
 use super::{ElectrostaticsProblem, Geometry, Launch, SweepKernel, cpu};
-use crate::device::cuda::{Gpu, KernelSource, TensorElement, TensorMap, tensor_map_3d};
+use crate::device::cuda::{Gpu, KernelSource};
 use crate::error::{Error, Result};
 use crate::parallel::{Window, slab_of};
-use crate::precision::{Precision, Real};
+use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
 pub const KERNELS: KernelSource = KernelSource {
@@ -185,140 +185,6 @@ impl Classes {
     }
 }
 
-/// Values a row of the colour arrays holds beyond its last column for the bulk sweep: its
-/// tensor maps' rows start up to 15 values before column 0 (kernels.cu ES_TXV, ES_TXC),
-/// and a map reads zeros past its row's end, so the columns the sweep reads must lie
-/// within that many values less than the row.
-const TENSOR_MARGIN: usize = 16;
-
-/// Bytes of one slot of the bulk ring (kernels.cu ES_SLOT) for `block` with `bytes`-byte
-/// values: the D values and codes of the tile's rows and one more each side (16 bytes more
-/// each side of a row), C's V, its codes with 8-bit codes and a per-node charge, each
-/// region on 128 bytes.
-fn ring_slot(block: (u32, u32), bytes: usize, class_bits: u8, qnode: bool) -> usize {
-    let (bx, by) = (block.0 as usize, block.1 as usize);
-    let up = |b: usize| b.next_multiple_of(128);
-    let own = up(by * bx * bytes);
-    up((by + 2) * (bx + 2 * 16 / bytes) * bytes)
-        + up((by + 2) * (bx + 32))
-        + own
-        + if class_bits == 8 { up(by * bx) } else { 0 }
-        + if qnode { own } else { 0 }
-}
-
-/// Slots of the per-colour sweep's bulk ring (kernels.cu ES_BULK, ES_RING; 0: none): as
-/// `launch.ring` asks, else none; the ring, the class table
-/// and the z table share the 48 KB of a block's static shared memory.
-fn bulk_ring(
-    launch: Launch,
-    block: (u32, u32),
-    bytes: usize,
-    class_bits: u8,
-    qnode: bool,
-) -> Result<u32> {
-    let table = if class_bits == 4 { 512 } else { 256 };
-    // The class and z tables, the residual sums' scratch, and two barriers per slot.
-    let fixed = (table + MAX_PLANES) * 2 * bytes + 1024;
-    let slot = ring_slot(block, bytes, class_bits, qnode) + 16;
-    let most = ((48 * 1024 - fixed) / slot) as u32;
-    match launch.ring {
-        Some(0) => Ok(0),
-        Some(r) if launch.kernel != SweepKernel::PerColour => Err(Error::invalid(
-            "KEISAN_ES_RING",
-            r,
-            format!(
-                "the bulk ring is the per-colour kernel's, not the {}",
-                launch.kernel.name()
-            ),
-        )),
-        Some(r) if r < 3 || r > most => Err(Error::invalid(
-            "KEISAN_ES_RING",
-            r,
-            format!(
-                "3 to {most} slots of {slot} bytes fit in a block's shared memory for the block                  {}x{}",
-                block.0, block.1
-            ),
-        )),
-        Some(r) => Ok(r),
-        // Measured slower than the loads at every ring size (docs/PERFORMANCE.md): none.
-        None => Ok(0),
-    }
-}
-
-/// The bulk sweep's tensor maps (kernels.cu EsMaps), per colour: its V in the tile's
-/// boxes (own) and with a row and 16 bytes more each side (halo, as the other colour),
-/// its codes so (with 4-bit codes both colours' maps are of the one array) and its charge.
-struct SweepMaps {
-    own_v: [TensorMap; 2],
-    halo_v: [TensorMap; 2],
-    own_code: [TensorMap; 2],
-    halo_code: [TensorMap; 2],
-    own_q: [TensorMap; 2],
-}
-
-impl SweepMaps {
-    #[allow(clippy::too_many_arguments)]
-    fn new<T: Real>(
-        s: &Arc<CudaStream>,
-        layout: &Split,
-        block: (u32, u32),
-        v: &[CudaSlice<T>; 2],
-        code: &[CudaSlice<u8>; 2],
-        q: &[CudaSlice<T>; 2],
-        class_bits: u8,
-        has_qnode: i32,
-    ) -> Result<Self> {
-        let t = std::mem::size_of::<T>();
-        let element = match T::PRECISION {
-            Precision::F32 => TensorElement::F32,
-            Precision::F64 => TensorElement::F64,
-        };
-        let (bx, by) = block;
-        let own = [bx, by];
-        let halo_v = [bx + 2 * (16 / t as u32), by + 2];
-        let halo_code = [bx + 32, by + 2];
-        let map = |base: u64, element, bytes: usize, boxed: [u32; 2]| {
-            let [_, ny, nz] = layout.counts;
-            let ph = layout.ph;
-            tensor_map_3d(
-                base + ((layout.shift * bytes) & !15) as u64,
-                element,
-                [ph as u64, ny as u64, nz as u64 + 2],
-                [(ph * bytes) as u64, (ny * ph * bytes) as u64],
-                [boxed[0], boxed[1], 1],
-            )
-        };
-        let values = |a: &[CudaSlice<T>; 2], boxed| -> Result<[TensorMap; 2]> {
-            let (p0, _s0) = a[0].device_ptr(s);
-            let (p1, _s1) = a[1].device_ptr(s);
-            Ok([map(p0, element, t, boxed)?, map(p1, element, t, boxed)?])
-        };
-        // With 4-bit codes both colours' codes are in code[0].
-        let codes = |boxed| -> Result<[TensorMap; 2]> {
-            let (p0, _s0) = code[0].device_ptr(s);
-            let (p1, _s1) = code[1].device_ptr(s);
-            let p1 = if class_bits == 4 { p0 } else { p1 };
-            Ok([
-                map(p0, TensorElement::U8, 1, boxed)?,
-                map(p1, TensorElement::U8, 1, boxed)?,
-            ])
-        };
-        let own_v = values(v, own)?;
-        Ok(Self {
-            own_v,
-            halo_v: values(v, halo_v)?,
-            // Unread (4-bit codes, no charge per node): any map will do.
-            own_code: if class_bits == 8 { codes(own)? } else { own_v },
-            halo_code: codes(halo_code)?,
-            own_q: if has_qnode != 0 {
-                values(q, own)?
-            } else {
-                own_v
-            },
-        })
-    }
-}
-
 /// Values per row of a colour array (kernels.cu): node nx-1's column and the one past
 /// it (a lane beyond the mesh feeds its neighbour's shuffle), rounded to whole 128-byte
 /// lines of `bytes`-byte values (rows that start mid-line were measured 8 % slower at
@@ -370,21 +236,9 @@ pub(super) struct Split {
 
 impl Split {
     pub(super) fn new(counts: [usize; 3], xoff: usize, bytes: usize) -> Self {
-        Self::with_margin(counts, xoff, bytes, 0)
-    }
-
-    /// As [`Split::new`] with `margin` more values per row before the rounding up (the bulk
-    /// sweep's tensor maps see a row from up to 15 values before its column 0:
-    /// [`TENSOR_MARGIN`]).
-    pub(super) fn with_margin(
-        counts: [usize; 3],
-        xoff: usize,
-        bytes: usize,
-        margin: usize,
-    ) -> Self {
         Self {
             counts,
-            ph: (compact_pitch(counts[0], xoff, bytes) + margin).next_multiple_of(128 / bytes),
+            ph: compact_pitch(counts[0], xoff, bytes),
             xoff,
             shift: xoff * (128 / bytes - 1),
             interleaved: false,
@@ -543,9 +397,6 @@ pub struct CudaElectrostatics<T: Real> {
     planes: usize,
     /// Bits per class code in `code` (kernels.cu's ES_CBITS).
     class_bits: u8,
-    /// Slots of the sweep's bulk ring (0: its operands by loads) and its tensor maps.
-    ring: u32,
-    maps: Option<SweepMaps>,
     launched: u64,
     reported: u64,
 }
@@ -600,18 +451,7 @@ impl<T: Real> CudaElectrostatics<T> {
             SweepKernel::PerColour | SweepKernel::Persistent => 1,
             SweepKernel::Fused | SweepKernel::Staged => 0,
         };
-        let qnode = cpu::charge_per_node::<T>(g);
-        let classes = Classes::of(g)?;
-        let class_bits = class_bits(launch, classes.present)?;
-        let ring = bulk_ring(
-            launch,
-            block,
-            std::mem::size_of::<T>(),
-            class_bits,
-            qnode.is_some(),
-        )?;
-        let margin = if ring > 0 { TENSOR_MARGIN } else { 0 };
-        let layout = Split::with_margin(g.counts, xoff, std::mem::size_of::<T>(), margin);
+        let layout = Split::new(g.counts, xoff, std::mem::size_of::<T>());
         if layout.len() > u32::MAX as usize {
             return Err(Error::invalid(
                 "electrostatics mesh",
@@ -619,6 +459,7 @@ impl<T: Real> CudaElectrostatics<T> {
                 "the CUDA engine indexes each colour with 32 bits: at most about 8.5e9 nodes",
             ));
         }
+        let qnode = cpu::charge_per_node::<T>(g);
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         let buffers = match launch.kernel {
             SweepKernel::Fused => 2,
@@ -640,6 +481,8 @@ impl<T: Real> CudaElectrostatics<T> {
         // The staged kernel's shared rings exceed 48 KB for some shapes of the others: it
         // is compiled only when used.
         let staged = (launch.kernel == SweepKernel::Staged) as u8;
+        let classes = Classes::of(g)?;
+        let class_bits = class_bits(launch, classes.present)?;
         let mut defines = layout.defines(block, min_blocks);
         defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_FUSED_UNROLL", unroll.to_string()));
@@ -651,10 +494,6 @@ impl<T: Real> CudaElectrostatics<T> {
         let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
-        if ring > 0 {
-            defines.push(("ES_BULK", "1".into()));
-            defines.push(("ES_RING", ring.to_string()));
-        }
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
@@ -735,12 +574,6 @@ impl<T: Real> CudaElectrostatics<T> {
             _ => [s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?],
         };
         let v = [upload(&parts)?, second];
-        let maps = match ring {
-            0 => None,
-            _ => Some(SweepMaps::new::<T>(
-                s, &layout, block, &v[0], &code, &qnode, class_bits, has_qnode,
-            )?),
-        };
         Ok(Self {
             v,
             code,
@@ -769,8 +602,6 @@ impl<T: Real> CudaElectrostatics<T> {
             layout,
             planes,
             class_bits,
-            ring,
-            maps,
             launched: step,
             reported: step,
             gpu,
@@ -784,18 +615,14 @@ impl<T: Real> CudaElectrostatics<T> {
         let threads = self.cfg.block_dim.0 * self.cfg.block_dim.1;
         Ok(format!(
             "grid {:?}, block {:?}, {} planes per block, {} registers/thread, {} blocks/SM, \
-             {}-bit class codes, {}",
+             {}-bit class codes",
             self.cfg.grid_dim,
             self.cfg.block_dim,
             self.planes,
             self.sweep.num_regs()?,
             self.sweep
                 .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?,
-            self.class_bits,
-            match self.ring {
-                0 => "operands by loads".to_string(),
-                r => format!("operands by bulk copies into {r} slots"),
-            }
+            self.class_bits
         ))
     }
 
@@ -891,14 +718,6 @@ impl<T: Real> CudaElectrostatics<T> {
         // The interior planes of the whole mesh; no slot: the sweep keeps its own books.
         let (kfirst, kend, kbase, slot) = (1i32, k.nz - 1, 0i32, 0u64);
         l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
-        if let Some(m) = &self.maps {
-            let other = 1 - own;
-            l.arg(&m.own_v[own])
-                .arg(&m.halo_v[other])
-                .arg(&m.own_code[own])
-                .arg(&m.halo_code[other])
-                .arg(&m.own_q[own]);
-        }
         // SAFETY: each colour's V, class bytes and per-node charge (when present) hold
         // (nz+2)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
         // axis's nodes, partials two values per block, hist HISTORY values.

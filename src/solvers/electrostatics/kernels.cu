@@ -238,44 +238,6 @@ __device__ __forceinline__ void x_face(const Sweep& w, const At& p, int at, real
     if (w.clc[p.cc[at]].held == (real)0) p.vc[at] = v;
 }
 
-// The SOR update of colour C's node 2h + O on plane k from its operands: r (its own
-// reads), the D values and epsr of its z-stream in c (planes k-1, k) and en, dn (plane
-// k+1), exo (epsr of r.xe), z (the plane's z coefficients). Stores into *dst and adds to
-// c's sums where the node is free and on the mesh. The CPU engine's arithmetic, operation
-// for operation.
-template <int O>
-__device__ __forceinline__ void update(const Sweep& w, Column& c, const Reads& r, real dn,
-                                       real en, real exo, es_z z, real* dst, int k) {
-    const real xo = r.xe;
-    const real vxm = O ? c.dc : xo, vxp = O ? xo : c.dc;
-    const real exm = O ? c.ec : exo, exp = O ? exo : c.ec;
-    const es_class me = w.clc[r.cl];
-    const real e = me.eps;
-    const real axp = (e + exp) * (O ? w.xp1 : w.xp0);
-    const real axm = (e + exm) * (O ? w.xm1 : w.xm0);
-    const real ayp = (e + w.cls[r.cN].eps) * w.yp;
-    const real aym = (e + w.cls[r.cs].eps) * w.ym;
-    const real azp = (e + en) * z.p;
-    const real azm = (e + c.em) * z.m;
-    const real sum = axp * vxp + axm * vxm + ayp * r.dN + aym * r.ds + azp * dn + azm * c.dm;
-    const real den = axp + axm + ayp + aym + azp + azm;
-    const real old = r.old;
-    const real res = sor_residual(sum + r.q, den, old, w.omega);
-    // Off-mesh lanes and held nodes compute too and store nothing (predicated, no
-    // branch). The sums take an FMA each: their order is the GPU's own anyway.
-    const bool upd = (O ? w.in1 : w.in0) && me.held == (real)0;
-    const real nv = old + res;
-    if (upd) *dst = nv;
-    bool sums = upd;
-#if ES_SUM_RANGE
-    sums = sums && k >= w.s0 && k < w.s1;
-#endif
-    if (sums) {
-        c.res2 = fma((double)res, (double)res, c.res2);
-        c.v2 = fma((double)nv, (double)nv, c.v2);
-    }
-}
-
 // One plane: the update of node 2h + O (XF: and the lane's x-face nodes), then the planes
 // shift down.
 template <int O, int P, bool XF>
@@ -284,8 +246,40 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
     const real dnn = p.vd[(P + 2) * ES_HK];
     const int cnn = p.cd[(P + 2) * ES_HK];
     const Reads next = reads<1 - O, P + 1>(w, p);
+    const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
-    update<O>(w, c, c.r, c.dn, en, w.cls[c.r.xec].eps, zk[P], p.vc + P * ES_HK, k);
+    const real xo = r.xe, exo = w.cls[r.xec].eps;
+    {
+        const real vxm = O ? c.dc : xo, vxp = O ? xo : c.dc;
+        const real exm = O ? c.ec : exo, exp = O ? exo : c.ec;
+        const es_class me = w.clc[r.cl];
+        const real e = me.eps;
+        const real axp = (e + exp) * (O ? w.xp1 : w.xp0);
+        const real axm = (e + exm) * (O ? w.xm1 : w.xm0);
+        const real ayp = (e + w.cls[r.cN].eps) * w.yp;
+        const real aym = (e + w.cls[r.cs].eps) * w.ym;
+        const es_z z = zk[P];
+        const real azp = (e + en) * z.p;
+        const real azm = (e + c.em) * z.m;
+        const real sum =
+            axp * vxp + axm * vxm + ayp * r.dN + aym * r.ds + azp * c.dn + azm * c.dm;
+        const real den = axp + axm + ayp + aym + azp + azm;
+        const real old = r.old;
+        const real res = sor_residual(sum + r.q, den, old, w.omega);
+        // Off-mesh lanes and held nodes compute too and store nothing (predicated, no
+        // branch). The sums take an FMA each: their order is the GPU's own anyway.
+        const bool upd = (O ? w.in1 : w.in0) && me.held == (real)0;
+        const real nv = old + res;
+        if (upd) p.vc[P * ES_HK] = nv;
+        bool sums = upd;
+#if ES_SUM_RANGE
+        sums = sums && k >= w.s0 && k < w.s1;
+#endif
+        if (sums) {
+            c.res2 = fma((double)res, (double)res, c.res2);
+            c.v2 = fma((double)nv, (double)nv, c.v2);
+        }
+    }
 #if ES_FACES
     // c.dc, the lane's D node on plane k, is the inner neighbour of those x-face nodes.
     if (XF && O == 1 && (w.xf & 1)) x_face(w, p, P * ES_HK - 1, c.dc);
@@ -415,47 +409,6 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
     record_iteration(rel, verdict, iteration, ctl, hist, hist_len);
 }
 
-// The fields of w that every tile sweep sets (all but the prefetch's): the arrays, the
-// class tables, the x and y coefficients of the thread's column h (clamped to the row) and
-// row j, whether its nodes are interior, the planes that count in the sums and (ES_FACES)
-// its x-face nodes. True when some lane of the block (compact columns from
-// ES_XOFF + bx·ES_BX) copies x-face nodes.
-__device__ __forceinline__ bool setup_sweep(Sweep& w, real* vc, const real* vd,
-                                            const unsigned char* cc, const unsigned char* cd,
-                                            const es_class* cls, const es_z* zt,
-                                            const real* qc, int has_qnode, real q,
-                                            const real* rxp, const real* rxm, const real* ryp,
-                                            const real* rym, int nx, int ny, int k0, int oe,
-                                            real omega, int bx, int h, int j, int sfirst,
-                                            int send) {
-    const bool row = j < ny - 1;
-    const int jr = row ? j : 1;
-    w.vc = vc; w.cc = cc; w.qc = qc;
-    w.vd = vd; w.cd = cd;
-    w.clc = cls + (ES_CBITS == 4 ? 256 * oe : 0);
-    w.cls = cls + (ES_CBITS == 4 ? 256 * (1 - oe) : 0);
-    w.has_qnode = has_qnode; w.q = q; w.omega = omega;
-    w.zt = zt - k0;
-    const int i0 = 2 * h - ES_XOFF, i0c = min(max(i0, 1), nx - 2),
-              i1c = min(max(i0 + 1, 1), nx - 2);
-    w.xp0 = rxp[i0c]; w.xm0 = rxm[i0c]; w.xp1 = rxp[i1c]; w.xm1 = rxm[i1c];
-    w.yp = ryp[jr]; w.ym = rym[jr];
-    w.in0 = row && i0 >= 1 && i0 <= nx - 2;
-    w.in1 = row && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
-    w.s0 = sfirst;
-    w.s1 = send;
-    bool xblock = false;
-#if ES_FACES
-    {
-        const int h0 = ES_XOFF + bx * ES_BX, hh = h0 + threadIdx.x;  // unclamped
-        const int hd = (nx - 1) >> 1;
-        w.xf = row ? (hh == 1) | (hh == hd) << 1 : 0;
-        xblock = h0 <= 1 || (h0 <= hd && hd < h0 + ES_BX);
-    }
-#endif
-    return xblock;
-}
-
 // One block's tile of colour oe's sweep: compact columns from bx·ES_BX, rows from
 // 1 + by·ES_BY, the z-chunk bz of `planes` (<= ES_ZCAP) planes from plane kfirst (planes
 // kfirst..kend-1 are swept; the arrays' plane 0 is plane kbase); adds its nodes' (res², V²)
@@ -487,8 +440,18 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         zt[t] = {rzp[k0 + t], rzm[k0 + t]};
     __syncthreads();
     Sweep w;
-    const bool xblock = setup_sweep(w, vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp,
-                                    rym, nx, ny, k0, oe, omega, bx, h, j, sfirst, send);
+    w.vc = vc; w.cc = cc; w.qc = qc;
+    w.vd = vd; w.cd = cd;
+    w.clc = cls + (ES_CBITS == 4 ? 256 * oe : 0);
+    w.cls = cls + (ES_CBITS == 4 ? 256 * (1 - oe) : 0);
+    w.has_qnode = has_qnode; w.q = q; w.omega = omega;
+    w.zt = zt - k0;
+    const int i0 = 2 * h - ES_XOFF, i0c = min(max(i0, 1), nx - 2),
+              i1c = min(max(i0 + 1, 1), nx - 2);
+    w.xp0 = rxp[i0c]; w.xm0 = rxm[i0c]; w.xp1 = rxp[i1c]; w.xm1 = rxm[i1c];
+    w.yp = ryp[jr]; w.ym = rym[jr];
+    w.in0 = row && i0 >= 1 && i0 <= nx - 2;
+    w.in1 = row && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
     {
         // One 32-byte sector per lane: a warp's row segment of V is S = sizeof(real) sectors
         // (lanes 0..S-1 for this colour, S..2S-1 for the other), its class bytes one sector
@@ -513,6 +476,18 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         w.pf = a + ((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size +
                32 * sec;
     }
+    w.s0 = sfirst;
+    w.s1 = send;
+    bool xblock = false;  // some lane of the block copies x-face nodes
+#if ES_FACES
+    {
+        const int h0 = ES_XOFF + bx * ES_BX, hh = h0 + threadIdx.x;  // unclamped
+        const int hd = (nx - 1) >> 1;
+        w.xf = row ? (hh == 1) | (hh == hd) << 1 : 0;
+        xblock = h0 <= 1 || (h0 <= hd && hd < h0 + ES_BX);
+    }
+#endif
+
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
     if (k0 < k1) {
@@ -535,214 +510,6 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     res2 += c.res2;
     v2 += c.v2;
 }
-
-// ES_BULK = 1: the one-device per-colour sweep takes its operands from shared memory, where
-// TMA copies put them ES_RING - 2 planes ahead of the march, instead of loading them
-// through L1 with an L2 prefetch ahead. ncu (512^3 f32, H100): the loads' sweep keeps the
-// L2's fabric between its two halves 88 % busy (each prefetched sector is asked of L2 twice,
-// once by the prefetch and once by the load that misses L1) while DRAM moves 70 % of its
-// peak; a TMA copy asks for each byte once and holds no register while it is in flight.
-// Slot p of a block's ring holds plane k0 - 1 + p of its tile: the D values and the codes
-// of rows j0 - 1 .. j0 + ES_BY with ES_XH values and 16 code bytes beyond each side of the
-// tile's ES_BX columns, and, for the planes it updates, C's V (its codes with 8-bit codes,
-// the charge per node where there is one) of rows j0 .. j0 + ES_BY - 1. Each is one box of
-// a 3-D tensor map (x the compact column, y the row, z the plane) whose origin is the
-// array's element ES_SHIFT rounded down to 16 bytes, so that column h is x = h + ES_TXV
-// (values) or h + ES_TXC (codes); boxes reaching past the rows, the mesh or the origin
-// read zeros, which only lanes off the mesh use. Per plane one thread issues 3 to 5
-// copies: issued per row by bulk copies, the copies' own instructions (about 40 a row, on
-// one lane of each warp) tripled the sweep's.
-#ifndef ES_BULK
-#define ES_BULK 0
-#endif
-#if ES_BULK
-#ifndef ES_RING
-#define ES_RING 6
-#endif
-#if !defined(ES_QNODE) || ES_XOFF != 1 || ES_RING < 3
-#error "ES_BULK needs ES_QNODE, ES_XOFF = 1 and ES_RING >= 3"
-#endif
-#define ES_XH (16 / (int)sizeof(real))
-#define ES_WD (ES_BX + 2 * ES_XH)
-#define ES_WC (ES_BX + 32)
-#define ES_TXV (ES_SHIFT - ((ES_SHIFT * (int)sizeof(real)) & ~15) / (int)sizeof(real))
-#define ES_TXC (ES_SHIFT - (ES_SHIFT & ~15))
-// Regions of a slot, each on 128 bytes (the copies' destinations).
-constexpr int es_up128(int b) { return (b + 127) & ~127; }
-constexpr int ES_SLOT_C = es_up128((ES_BY + 2) * ES_WD * (int)sizeof(real));
-constexpr int ES_SLOT_V = ES_SLOT_C + es_up128((ES_BY + 2) * ES_WC);
-constexpr int ES_SLOT_CC = ES_SLOT_V + es_up128(ES_BY * ES_BX * (int)sizeof(real));
-constexpr int ES_SLOT_Q = ES_SLOT_CC + (ES_CBITS == 8 ? es_up128(ES_BY * ES_BX) : 0);
-constexpr int ES_SLOT =
-    ES_SLOT_Q + (ES_QNODE ? es_up128(ES_BY * ES_BX * (int)sizeof(real)) : 0);
-
-// The tensor maps of a sweep: C's and D's V, codes (with 4-bit codes both are the one
-// array) and charge.
-struct EsMaps { const tensor_map *vc, *vd, *cc, *cd, *qc; };
-
-// Plane k's boxes of the tile (compact columns from h0, rows from j0) into `slot`, counted
-// by `bar`; `own`: C's boxes too. Thread 0 of the block.
-__device__ __forceinline__ void bulk_plane(unsigned char* slot, unsigned long long* bar,
-                                           const EsMaps& m, int k, int kbase, int j0, int h0,
-                                           bool own) {
-    constexpr int D = (ES_BY + 2) * (ES_WD * (int)sizeof(real) + ES_WC);
-    constexpr int O = ES_BY * ES_BX * ((int)sizeof(real) * (1 + ES_QNODE) + (ES_CBITS == 8));
-    mbar_expect(bar, D + (own ? O : 0));
-    const int z = k - kbase;
-    tma_load_3d(slot, m.vd, h0 - ES_XH + ES_TXV, j0 - 1, z, bar);
-    tma_load_3d(slot + ES_SLOT_C, m.cd, h0 - 16 + ES_TXC, j0 - 1, z, bar);
-    if (!own) return;
-    tma_load_3d(slot + ES_SLOT_V, m.vc, h0 + ES_TXV, j0, z, bar);
-    if (ES_CBITS == 8) tma_load_3d(slot + ES_SLOT_CC, m.cc, h0 + ES_TXC, j0, z, bar);
-    if (ES_QNODE) tma_load_3d(slot + ES_SLOT_Q, m.qc, h0 + ES_TXV, j0, z, bar);
-}
-
-// The thread's operands in a slot: its D value (h, j) and code, the node's V, and
-// (8-bit codes, charge per node) its own code and charge.
-struct SlotAt { int d, c, v, cc, q; };
-
-// The reads of plane update O (node 2h + O) from slot s.
-template <int O>
-__device__ __forceinline__ Reads slot_reads(const Sweep& w, const unsigned char* s,
-                                            const SlotAt& o) {
-    const real* d = (const real*)(s + o.d);
-    const unsigned char* cd = s + o.c;
-    Reads r;
-    r.old = *(const real*)(s + o.v);
-    r.cl = ES_CBITS == 4 ? cd[0] : s[o.cc];
-    r.ds = d[-ES_WD];
-    r.dN = d[ES_WD];
-    r.cs = cd[-ES_WC];
-    r.cN = cd[ES_WC];
-    r.q = ES_QNODE ? *(const real*)(s + o.q) : w.q;
-    r.xe = d[O ? 1 : -1];
-    r.xec = cd[O ? 1 : -1];
-    return r;
-}
-
-// An update parity as a type (for march_bulk's step).
-template <int O>
-struct Parity { static constexpr int value = O; };
-
-// Each warp, done with slot p: its arrival on the slot's `empty` barrier.
-__device__ __forceinline__ void release_slot(unsigned long long* empty, int p) {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) mbar_arrive(&empty[p % ES_RING]);
-}
-
-// A block's march through slots 1 .. np - 2 (planes k0 .. k0 + np - 3; slot p is ring slot
-// p % ES_RING in its (p / ES_RING)-th use), the first plane's update O0; c holds the D
-// values and epsr of planes k0 - 1 and k0. A warp waits for a slot's copies (`full`) and
-// arrives on its `empty` barrier when done with it; thread 0 refills a slot once every
-// warp has, so no barrier holds the block's warps together and they drift apart by up to
-// the ring's lead.
-template <int O0, bool XF>
-__device__ __forceinline__ void march_bulk(const Sweep& w, Column& c, unsigned char* ring,
-                                           unsigned long long* full, unsigned long long* empty,
-                                           const EsMaps& m,
-                                           const SlotAt& o, int k0, int np, int kbase, int j0,
-                                           int h0) {
-    auto step = [&](auto oc, int p) {
-        constexpr int O = decltype(oc)::value;
-        const int k = k0 + p - 1;
-        const int sn = (p + 1) % ES_RING;
-        mbar_wait(&full[sn], (unsigned)((p + 1) / ES_RING) & 1u);
-        const unsigned char* s = ring + (p % ES_RING) * ES_SLOT;
-        const unsigned char* nxt = ring + sn * ES_SLOT;
-        const real dn = *(const real*)(nxt + o.d);
-        const real en = w.cls[nxt[o.c]].eps;
-        const Reads r = slot_reads<O>(w, s, o);
-        update<O>(w, c, r, dn, en, w.cls[r.xec].eps, w.zt[k], w.vc + c.n, k);
-#if ES_FACES
-        if (XF) {
-            const At g = at(w, c.n);
-            if (O == 1 && (w.xf & 1)) x_face(w, g, -1, c.dc);
-            if (O == ES_NX_ODD && (w.xf & 2)) x_face(w, g, 1 - ES_NX_ODD, c.dc);
-        }
-#endif
-        c.dm = c.dc; c.em = c.ec;
-        c.dc = dn; c.ec = en;
-        c.n += ES_HK;
-        release_slot(empty, p);
-        // Thread 0: the slot of plane p - 1 (every warp is done with it unless one lags)
-        // refilled ES_RING planes on.
-        const int f = p - 1;
-        if (threadIdx.x + threadIdx.y == 0 && f + ES_RING < np) {
-            mbar_wait(&empty[f % ES_RING], (unsigned)(f / ES_RING) & 1u);
-            bulk_plane(ring + (f % ES_RING) * ES_SLOT, &full[f % ES_RING], m,
-                       k0 - 1 + f + ES_RING, kbase, j0, h0, f + ES_RING <= np - 2);
-        }
-    };
-    int p = 1;
-    for (; p + 1 <= np - 2; p += 2) {
-        step(Parity<O0>{}, p);
-        step(Parity<1 - O0>{}, p + 1);
-    }
-    if (p <= np - 2) step(Parity<O0>{}, p);
-}
-
-// sweep_tile with the operands from the block's ring of slots (ES_BULK): ring holds
-// ES_RING slots of ES_SLOT bytes (128-byte aligned), full and empty their barriers.
-__device__ __forceinline__ void sweep_tile_bulk(
-    real* vc, const real* vd, const unsigned char* cc, const unsigned char* cd,
-    const es_class* cls, es_z* zt, unsigned char* ring, unsigned long long* full,
-    unsigned long long* empty, const EsMaps& m, const real* qc, int has_qnode, real q, const real* rxp, const real* rxm, const real* ryp,
-    const real* rym, const real* rzp, const real* rzm, int nx, int ny, int kfirst, int kend,
-    int kbase, int planes, int oe, real omega, int bx, int by, int bz, int sfirst, int send,
-    double& res2, double& v2) {
-    const int h0 = ES_XOFF + bx * ES_BX;
-    const int h = min(h0 + (int)threadIdx.x, ES_HJ - 1);
-    const int j0 = 1 + by * ES_BY, j = j0 + threadIdx.y;
-    const int k0 = kfirst + bz * planes;
-    const int k1 = min(k0 + planes, kend);
-    if (k0 >= k1) return;
-    const int np = k1 - k0 + 2;
-    for (int t = threadIdx.x + ES_BX * threadIdx.y; t < k1 - k0; t += ES_BX * ES_BY)
-        zt[t] = {rzp[k0 + t], rzm[k0 + t]};
-    if (threadIdx.x == 0 && threadIdx.y == 0) {
-        for (int s = 0; s < ES_RING; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], ES_BX * ES_BY / 32);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if (threadIdx.x + threadIdx.y == 0)
-        for (int p = 0; p < min(ES_RING, np); ++p)
-            bulk_plane(ring + p * ES_SLOT, &full[p], m, k0 - 1 + p, kbase, j0, h0,
-                       p >= 1 && p <= np - 2);
-    Sweep w;
-    const bool xblock = setup_sweep(w, vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp,
-                                    rym, nx, ny, k0, oe, omega, bx, h, j, sfirst, send);
-    SlotAt o;
-    o.d = ((threadIdx.y + 1) * ES_WD + ES_XH + threadIdx.x) * (int)sizeof(real);
-    o.c = ES_SLOT_C + (threadIdx.y + 1) * ES_WC + 16 + threadIdx.x;
-    o.v = ES_SLOT_V + (threadIdx.y * ES_BX + threadIdx.x) * (int)sizeof(real);
-    o.cc = ES_SLOT_CC + threadIdx.y * ES_BX + threadIdx.x;
-    o.q = ES_SLOT_Q + (threadIdx.y * ES_BX + threadIdx.x) * (int)sizeof(real);
-    Column c;
-    c.res2 = 0.0; c.v2 = 0.0;
-    c.n = ES_SHIFT + (unsigned)(k0 - kbase) * ES_HK + (unsigned)(j < ny - 1 ? j : 1) * ES_HJ + h;
-    mbar_wait(&full[0], 0);
-    c.dm = *(const real*)(ring + o.d);
-    c.em = w.cls[ring[o.c]].eps;
-    mbar_wait(&full[1], 0);
-    c.dc = *(const real*)(ring + ES_SLOT + o.d);
-    c.ec = w.cls[ring[ES_SLOT + o.c]].eps;
-    release_slot(empty, 0);
-    // The update's parity: as sweep_tile's, uniform in a warp (one row).
-    const bool odd = (oe + j + k0 + ES_XOFF) & 1;
-    if (ES_FACES && xblock) {
-        if (odd) march_bulk<1, true>(w, c, ring, full, empty, m, o, k0, np, kbase, j0, h0);
-        else march_bulk<0, true>(w, c, ring, full, empty, m, o, k0, np, kbase, j0, h0);
-    } else {
-        if (odd) march_bulk<1, false>(w, c, ring, full, empty, m, o, k0, np, kbase, j0, h0);
-        else march_bulk<0, false>(w, c, ring, full, empty, m, o, k0, np, kbase, j0, h0);
-    }
-    res2 += c.res2;
-    v2 += c.v2;
-}
-#endif
 
 // Face node (a, b) of face f (see es_faces): whether it is of colour oe, on a plane
 // kfirst..kend-1 and not owned by an earlier face (x, then y, then z own shared edges and
@@ -806,18 +573,8 @@ __device__ __forceinline__ void copy_faces(real* vc, const real* vd, const unsig
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
 // vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
-// ES_BULK: the sweep's tensor maps (EsMaps), after the common parameters.
-#if ES_BULK
-#define ES_MAP_PARAMS                                                                      \
-    , const __grid_constant__ tensor_map tm_vc, const __grid_constant__ tensor_map tm_vd,   \
-        const __grid_constant__ tensor_map tm_cc, const __grid_constant__ tensor_map tm_cd, \
-        const __grid_constant__ tensor_map tm_qc
-#else
-#define ES_MAP_PARAMS
-#endif
-
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
-es_sweep(ES_SWEEP_PARAMS ES_MAP_PARAMS) {
+es_sweep(ES_SWEEP_PARAMS) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
@@ -836,20 +593,9 @@ es_sweep(ES_SWEEP_PARAMS ES_MAP_PARAMS) {
                    ES_BX * ES_BY * gridDim.x * gridDim.y, false);
     } else
 #endif
-    {
-#if ES_BULK
-        __shared__ __align__(128) unsigned char ring[ES_RING * ES_SLOT];
-        __shared__ unsigned long long full[ES_RING], empty[ES_RING];
-        const EsMaps m = {&tm_vc, &tm_vd, &tm_cc, &tm_cd, &tm_qc};
-        sweep_tile_bulk(vc, vd, cc, cd, cls, zt, ring, full, empty, m, qc, has_qnode, q, rxp, rxm, ryp,
-                        rym, rzp, rzm, nx, ny, kfirst, kend, kbase, planes, oe, omega,
-                        blockIdx.x, blockIdx.y, blockIdx.z, sfirst, send, res2, v2);
-#else
         sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
                    ny, kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y,
                    blockIdx.z, sfirst, send, res2, v2);
-#endif
-    }
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }

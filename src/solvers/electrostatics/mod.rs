@@ -52,10 +52,6 @@ pub struct Launch {
     /// Bits per class code on the device, 4 or 8; None: 4 where the kernel reads packed
     /// codes (per-colour, persistent) and the mesh has at most 16 classes, else 8.
     pub class_bits: Option<u8>,
-    /// The per-colour sweep's operands by bulk copies into a ring of this many planes'
-    /// slots in shared memory (kernels.cu ES_BULK; at least 3), or 0: by loads through L1
-    /// with an L2 prefetch ahead. None: the measured default for the precision and mesh.
-    pub ring: Option<u32>,
 }
 
 impl SweepKernel {
@@ -137,13 +133,12 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
     persistent_blocks: None,
     kernel: SweepKernel::PerColour,
     class_bits: None,
-    ring: None,
 };
 
 impl Launch {
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
     /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged and
-    /// KEISAN_ES_CLASS_BITS=4|8 and KEISAN_ES_RING=0|3..=16 for tuning runs; a value that does not parse is an error
+    /// KEISAN_ES_CLASS_BITS=4|8 for tuning runs; a value that does not parse is an error
     /// naming its variable.
     pub fn from_env() -> Result<Self> {
         use crate::tuning::{at_least, knob, number, pair};
@@ -172,11 +167,6 @@ impl Launch {
             "8" => Some(8u8),
             _ => None,
         })?;
-        let ring = knob("KEISAN_ES_RING", "0 (loads) or 3 to 16 slots", |v| {
-            v.parse()
-                .ok()
-                .filter(|r: &u32| *r == 0 || (3..=16).contains(r))
-        })?;
         Ok(Self {
             block,
             planes,
@@ -184,7 +174,6 @@ impl Launch {
             persistent_blocks,
             kernel,
             class_bits,
-            ring,
         })
     }
 }

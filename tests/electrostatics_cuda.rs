@@ -190,6 +190,7 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
             (fused, (96, 5), Some(100)),
             (fused, (32, 16), Some(3)),
             (per_colour, (32, 8), None),
+            (per_colour, (32, 16), Some(9)),
             (per_colour, (128, 1), Some(100)),
             (per_colour, (64, 2), Some(3)),
             (staged, (32, 4), None),

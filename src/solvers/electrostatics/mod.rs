@@ -84,11 +84,14 @@ impl SweepKernel {
     /// kernel 8 rows owned between 2 halo rows; the staged kernel's f64 rings fit 4 warps
     /// in 48 KB; the per-colour sweeps of small meshes (the 128³ Poisson case) fill the
     /// device best with blocks of two 2-warp rows (15.4–15.8 ms against 18.7 at 32×8;
-    /// 512³ is 10 % slower so).
+    /// 512³ is 10 % slower so); large f32 meshes with 16 rows of one warp, two blocks per
+    /// multiprocessor (512³, 2026-11-26: 764.2–764.5 µs per iteration against 777.0–778.8
+    /// at 32×8, four blocks; 64×8 767.6–767.8), whose tiles read fewer halo rows.
     pub fn default_block(self, precision: Precision, nodes: usize) -> (u32, u32) {
         match (self, precision) {
             (SweepKernel::Fused, _) => (32, 10),
             (SweepKernel::PerColour, _) if nodes <= SMALL_MESH => (64, 2),
+            (SweepKernel::PerColour, Precision::F32) => (32, 16),
             (SweepKernel::PerColour | SweepKernel::Persistent, _)
             | (SweepKernel::Staged, Precision::F32) => (32, 8),
             (SweepKernel::Staged, Precision::F64) => (32, 4),
@@ -98,10 +101,12 @@ impl SweepKernel {
     /// Blocks per multiprocessor the compiler must fit by default (measured on the H100,
     /// docs/PERFORMANCE.md): 4 in f32, 3 in f64 (512³ per-colour, 2026-11-26: 1.33–1.37
     /// against 1.40–1.42 ms per iteration at 2, in four calls; it spilled at 3 before the
-    /// sweep's rewrite), 2 for the fused kernel.
-    pub fn default_min_blocks(self, precision: Precision, _nodes: usize) -> u32 {
+    /// sweep's rewrite), 2 for the fused kernel and for the per-colour sweep's 512-thread
+    /// blocks of large f32 meshes (the same registers as 4 of 256).
+    pub fn default_min_blocks(self, precision: Precision, nodes: usize) -> u32 {
         match (self, precision) {
             (SweepKernel::Fused, _) => 2,
+            (SweepKernel::PerColour, Precision::F32) if nodes > SMALL_MESH => 2,
             (_, Precision::F32) => 4,
             (_, Precision::F64) => 3,
         }

@@ -406,3 +406,85 @@ pub fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
     }
     Ok(())
 }
+
+/// A kernel's arguments by value (each at most 8 bytes), for launches cudarc's builder
+/// cannot make ([`launch_with_args`]).
+#[derive(Default)]
+pub struct KernelArgs(Vec<u64>);
+
+impl KernelArgs {
+    /// `v` as the next argument.
+    pub fn value<T: cudarc::driver::DeviceRepr + Copy>(&mut self, v: &T) -> &mut Self {
+        let n = std::mem::size_of::<T>();
+        assert!(n <= 8, "kernel arguments of at most 8 bytes");
+        let mut x = 0u64;
+        // SAFETY: n <= 8 bytes of a Copy value into the first bytes of x; the driver reads
+        // the parameter's own size from the start of the pointed-to value.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                v as *const T as *const u8,
+                &mut x as *mut u64 as *mut u8,
+                n,
+            )
+        };
+        self.0.push(x);
+        self
+    }
+
+    /// The device address of `s` as the next argument.
+    pub fn slice<T>(&mut self, s: &cudarc::driver::CudaSlice<T>, stream: &CudaStream) -> &mut Self {
+        use cudarc::driver::DevicePtr;
+        let (p, _sync) = s.device_ptr(stream);
+        self.value(&p)
+    }
+}
+
+/// Launch `f` on `stream`; `programmatic`: as a programmatic dependent launch (sm_90),
+/// whose blocks may be scheduled while the stream's previous kernel drains, once every
+/// block of that kernel has run `griddepcontrol.launch_dependents` or exited. `f` must
+/// then run `griddepcontrol.wait` (which returns once the previous kernel is complete and
+/// its writes are visible) before it touches anything that kernel writes.
+///
+/// # Safety
+/// `args` are `f`'s parameters in order, of their types; the buffers they point to stay
+/// alive until the kernel completes.
+pub unsafe fn launch_with_args(
+    stream: &CudaStream,
+    f: &CudaFunction,
+    cfg: LaunchConfig,
+    args: &KernelArgs,
+    programmatic: bool,
+) -> Result<()> {
+    use cudarc::driver::sys;
+    // SAFETY: a zeroed attribute is valid; the union's field for this id is set below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: cfg.grid_dim.0,
+        gridDimY: cfg.grid_dim.1,
+        gridDimZ: cfg.grid_dim.2,
+        blockDimX: cfg.block_dim.0,
+        blockDimY: cfg.block_dim.1,
+        blockDimZ: cfg.block_dim.2,
+        sharedMemBytes: cfg.shared_mem_bytes,
+        hStream: stream.cu_stream(),
+        attrs: &mut attr,
+        numAttrs: programmatic as u32,
+    };
+    let mut params: Vec<*mut std::ffi::c_void> =
+        args.0.iter().map(|x| x as *const u64 as *mut _).collect();
+    stream.context().bind_to_thread()?;
+    // SAFETY: the caller's contract; the parameter pointers live until the call returns
+    // (the driver copies the values at launch).
+    unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            f.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+        .result()?
+    };
+    Ok(())
+}

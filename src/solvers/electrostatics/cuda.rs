@@ -14,7 +14,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 use rayon::prelude::*;
 
 use super::{ElectrostaticsProblem, Geometry, Launch, SweepKernel, cpu};
-use crate::device::cuda::{Gpu, KernelSource};
+use crate::device::cuda::{Gpu, KernelArgs, KernelSource, launch_with_args};
 use crate::error::{Error, Result};
 use crate::parallel::{Window, slab_of};
 use crate::precision::Real;
@@ -397,6 +397,8 @@ pub struct CudaElectrostatics<T: Real> {
     planes: usize,
     /// Bits per class code in `code` (kernels.cu's ES_CBITS).
     class_bits: u8,
+    /// es_sweep launched as a programmatic dependent launch (see `launch_sweep`).
+    programmatic: bool,
     launched: u64,
     reported: u64,
 }
@@ -505,6 +507,13 @@ impl<T: Real> CudaElectrostatics<T> {
         // Columns holding interior nodes (a thread each), from column xoff. The fused
         // kernel's blocks own 30 pairs per warp and all rows but the first and last.
         let (bx, by) = (block.0 as usize, block.1 as usize);
+        // KEISAN_ES_PDL=0: the per-colour sweeps as plain launches (a tuning knob).
+        let programmatic = crate::tuning::knob("KEISAN_ES_PDL", "0 or 1", |v| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        })?
+        .unwrap_or(true);
         let (pairs_per_block, rows_per_block) = match launch.kernel {
             SweepKernel::Fused => (30 * bx / 32, by - 2),
             SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => (bx, by),
@@ -602,6 +611,7 @@ impl<T: Real> CudaElectrostatics<T> {
             layout,
             planes,
             class_bits,
+            programmatic,
             launched: step,
             reported: step,
             gpu,
@@ -689,43 +699,45 @@ impl<T: Real> CudaElectrostatics<T> {
     /// One colour's in-place sweep (per-colour kernel), in buffer 0.
     fn launch_sweep(&mut self, oe: i32, iteration: u64) -> Result<()> {
         let k = self.scalars();
-        let c = &self.coefficients;
+        let s = &self.gpu.stream;
         let own = oe as usize;
         let (cc, cd) = codes(&self.code, self.class_bits, own);
-        let (vc, vd) = colours(&mut self.v[0], oe);
-        let mut l = self.gpu.stream.launch_builder(&self.sweep);
-        l.arg(vc).arg(vd).arg(cc).arg(cd);
-        l.arg(&self.classes)
-            .arg(&self.qnode[own])
-            .arg(&self.has_qnode)
-            .arg(&self.q);
-        for axis in c {
-            l.arg(axis);
+        let (vc, vd) = (&self.v[0][own], &self.v[0][1 - own]);
+        let mut a = KernelArgs::default();
+        a.slice(vc, s).slice(vd, s).slice(cc, s).slice(cd, s);
+        a.slice(&self.classes, s)
+            .slice(&self.qnode[own], s)
+            .value(&self.has_qnode)
+            .value(&self.q);
+        for axis in &self.coefficients {
+            a.slice(axis, s);
         }
-        l.arg(&k.nx)
-            .arg(&k.ny)
-            .arg(&k.nz)
-            .arg(&k.ph)
-            .arg(&k.planes)
-            .arg(&oe)
-            .arg(&k.omega)
-            .arg(&k.tol)
-            .arg(&iteration);
-        l.arg(&mut self.partials)
-            .arg(&mut self.ticket)
-            .arg(&mut self.ctl);
-        l.arg(&mut self.acc).arg(&mut self.hist).arg(&k.hist_len);
+        a.value(&k.nx)
+            .value(&k.ny)
+            .value(&k.nz)
+            .value(&k.ph)
+            .value(&k.planes)
+            .value(&oe)
+            .value(&k.omega)
+            .value(&k.tol)
+            .value(&iteration);
+        a.slice(&self.partials, s)
+            .slice(&self.ticket, s)
+            .slice(&self.ctl, s);
+        a.slice(&self.acc, s)
+            .slice(&self.hist, s)
+            .value(&k.hist_len);
         // The interior planes of the whole mesh; no slot: the sweep keeps its own books.
         let (kfirst, kend, kbase, slot) = (1i32, k.nz - 1, 0i32, 0u64);
-        l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
-        // SAFETY: each colour's V, class bytes and per-node charge (when present) hold
-        // (nz+2)·ny rows of `ph` values, the class table 256 entries, each coefficient array its
-        // axis's nodes, partials two values per block, hist HISTORY values.
-        unsafe { l.launch(self.cfg) }?;
-        Ok(())
+        a.value(&kfirst).value(&kend).value(&kbase).value(&slot);
+        // SAFETY: es_sweep's parameters in order. Each colour's V, class bytes and per-node
+        // charge (when present) hold (nz+2)·ny rows of `ph` values, the class table 256
+        // entries, each coefficient array its axis's nodes, partials two values per block,
+        // hist HISTORY values; all live as long as the engine. A programmatic launch:
+        // es_sweep reads nothing the previous launch writes before griddepcontrol.wait.
+        unsafe { launch_with_args(s, &self.sweep, self.cfg, &a, self.programmatic) }
     }
 
-    /// Both colours' interior in one pass, from buffer `iteration % 2` into the other.
     fn launch_fused(&mut self, iteration: u64) -> Result<()> {
         let k = self.scalars();
         let c = &self.coefficients;
@@ -832,12 +844,6 @@ fn codes(code: &[CudaSlice<u8>; 2], class_bits: u8, oe: usize) -> (&CudaSlice<u8
         4 => (&code[0], &code[0]),
         _ => (&code[oe], &code[1 - oe]),
     }
-}
-
-/// Colour `oe`'s V (written) and the other colour's (read).
-fn colours<T>(v: &mut [CudaSlice<T>; 2], oe: i32) -> (&mut CudaSlice<T>, &CudaSlice<T>) {
-    let [a, b] = v;
-    if oe == 0 { (a, b) } else { (b, a) }
 }
 
 /// The mesh coefficients rxp, rxm, ryp, rym, rzp, rzm (cpu::axis_coefficients) on the

@@ -575,11 +575,19 @@ __device__ __forceinline__ void copy_faces(real* vc, const real* vd, const unsig
 // vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_sweep(ES_SWEEP_PARAMS) {
-    if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     load_classes(cls, classes, tid, ES_TABLE);
+#if __CUDA_ARCH__ >= 900
+    // Launched as a programmatic dependent launch (the one-device engine): the next
+    // sweep's blocks may take the slots ours leave as the grid drains and load their class
+    // table; nothing the previous launch writes (V, the sums' books, the stop flag) is
+    // touched before the wait. Without that launch attribute both return at once.
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    if (((volatile u64*)ctl)[1] != 0) return;
     double res2 = 0.0, v2 = 0.0;
 #if !ES_SUM_RANGE
     const int sfirst = kfirst, send = kend;  // every swept plane counts

@@ -738,6 +738,7 @@ impl<T: Real> CudaElectrostatics<T> {
         unsafe { launch_with_args(s, &self.sweep, self.cfg, &a, self.programmatic) }
     }
 
+    /// Both colours' interior in one pass, from buffer `iteration % 2` into the other.
     fn launch_fused(&mut self, iteration: u64) -> Result<()> {
         let k = self.scalars();
         let c = &self.coefficients;

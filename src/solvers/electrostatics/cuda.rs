@@ -474,7 +474,7 @@ impl<T: Real> CudaElectrostatics<T> {
         )?;
         let min_blocks = launch
             .min_blocks
-            .unwrap_or_else(|| launch.kernel.default_min_blocks(T::PRECISION, p.points()));
+            .unwrap_or_else(|| launch.kernel.default_min_blocks(T::PRECISION, block));
         // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
         let unroll = crate::tuning::knob("KEISAN_ES_FUSED_UNROLL", "2 or 4", |v| {
             v.parse().ok().filter(|u: &u32| [2, 4].contains(u))

@@ -104,7 +104,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             super::SweepKernel::PerColour.default_block(T::PRECISION, p.points())
         });
         let min_blocks = launch.min_blocks.unwrap_or_else(|| {
-            super::SweepKernel::PerColour.default_min_blocks(T::PRECISION, p.points())
+            super::SweepKernel::PerColour.default_min_blocks(T::PRECISION, block)
         });
         // The slab's planes only: its class codes, charges and whether its face nodes
         // need the face launches.

@@ -101,12 +101,13 @@ impl SweepKernel {
     /// Blocks per multiprocessor the compiler must fit by default (measured on the H100,
     /// docs/PERFORMANCE.md): 4 in f32, 3 in f64 (512³ per-colour, 2026-11-26: 1.33–1.37
     /// against 1.40–1.42 ms per iteration at 2, in four calls; it spilled at 3 before the
-    /// sweep's rewrite), 2 for the fused kernel and for the per-colour sweep's 512-thread
-    /// blocks of large f32 meshes (the same registers as 4 of 256).
-    pub fn default_min_blocks(self, precision: Precision, nodes: usize) -> u32 {
+    /// sweep's rewrite), 2 for the fused kernel and for the per-colour sweep's blocks of
+    /// 512 threads or more in f32 (the large meshes' default 32×16: the same registers
+    /// and warps per multiprocessor as 4 blocks of 256), for `block`, the launch's.
+    pub fn default_min_blocks(self, precision: Precision, block: (u32, u32)) -> u32 {
         match (self, precision) {
             (SweepKernel::Fused, _) => 2,
-            (SweepKernel::PerColour, Precision::F32) if nodes > SMALL_MESH => 2,
+            (SweepKernel::PerColour, Precision::F32) if block.0 * block.1 >= 512 => 2,
             (_, Precision::F32) => 4,
             (_, Precision::F64) => 3,
         }

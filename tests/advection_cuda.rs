@@ -26,7 +26,6 @@ fn problem_nx(nx: usize, boundary: &str, velocity: &str, steps: u64) -> Advectio
 }
 
 const ROTATION: &str = "{ kind = \"rotation\", center = [0.43, 0.61] }";
-const UNIFORM: &str = "{ kind = \"uniform\", u = -0.7, v = 0.4 }";
 
 fn largest(a: &[f64]) -> f64 {
     a.iter().fold(0.0f64, |s, v| s.max(v.abs()))
@@ -200,70 +199,4 @@ fn single_steps_from_bulk_copies_match_the_cpu() {
             );
         }
     }
-}
-
-/// adv_wave (velocity arrays, several steps per pass) with blocks small enough that the
-/// grid has many: blocks with one displacement sign per axis take its fast path, those
-/// around the rotation's centre and those at the sides its general one; every one equals
-/// single steps bit for bit, in both precisions and boundaries, on an even and an odd nx.
-#[test]
-fn wave_passes_equal_single_steps_bit_for_bit() {
-    use keisan::solvers::advection::cuda::PassLayout;
-    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection wave passes") else {
-        return;
-    };
-    let mut rng = common::rng();
-    fn run<T: keisan::precision::Real>(
-        gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
-        p: &AdvectionProblem,
-        f0: &[f64],
-        per_pass: usize,
-        layout: PassLayout,
-    ) -> (Vec<T>, Option<(usize, usize)>) {
-        let q = AdvectionProblem {
-            steps_per_pass: Some(per_pass),
-            ..p.clone()
-        };
-        let f0 = f0.iter().map(|v| T::lit(*v)).collect();
-        let mut e =
-            CudaAdvection::<T>::with_layout(gpu.clone(), &q, f0, VelocitySource::Arrays, layout)
-                .unwrap();
-        assert_eq!(e.steps_per_pass(), per_pass as u64);
-        let blocks = e.wave_uniform_blocks();
-        e.advance(q.steps).unwrap();
-        (e.snapshot().unwrap().data, blocks)
-    }
-    let mut uniform_seen = 0;
-    // Rotation: blocks of every sign class and mixed ones; a uniform velocity on the
-    // periodic grid: uniform blocks whose strips wrap (the general path) or not (fast).
-    for (nx, boundary, velocity) in [
-        (BULK_NX, "contest", ROTATION),
-        (BULK_NX, "periodic", UNIFORM),
-        (133, "contest", ROTATION),
-    ] {
-        // 13 steps: whole passes, then single steps for the rest.
-        let p = problem_nx(nx, boundary, velocity, 13);
-        let f0 = common::random_field(p.cells(), &mut rng);
-        let single64 = run::<f64>(&gpu, &p, &f0, 1, PassLayout::default()).0;
-        let single32 = run::<f32>(&gpu, &p, &f0, 1, PassLayout::default()).0;
-        for (threads, rows, steps) in [(32, 8, &[2, 3, 4][..]), (64, 5, &[4])] {
-            let layout = PassLayout {
-                rows: Some(rows),
-                threads: Some(threads),
-            };
-            for &per_pass in steps {
-                let case = format!(
-                    "nx {nx} {boundary} {velocity}, {per_pass} steps per pass, {threads} threads x {rows} rows"
-                );
-                let (wave, blocks) = run::<f64>(&gpu, &p, &f0, per_pass, layout);
-                let (uniform, all) = blocks.expect("adv_wave takes the passes");
-                eprintln!("{case}: {uniform} of {all} blocks with one sign per axis");
-                uniform_seen += uniform;
-                assert!(common::same_bits(&single64, &wave), "f64 {case}");
-                let (wave, _) = run::<f32>(&gpu, &p, &f0, per_pass, layout);
-                assert!(common::same_bits(&single32, &wave), "f32 {case}");
-            }
-        }
-    }
-    assert!(uniform_seen > 0, "no block took the fast path");
 }

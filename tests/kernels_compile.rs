@@ -152,7 +152,6 @@ fn advection_variants_compile() {
                 "adv_step",
                 "adv_pass",
                 "adv_step_bulk",
-                "adv_wave",
             ] {
                 assert!(ptx.to_src().contains(kernel), "{p} {defines:?}: {kernel}");
             }

@@ -6,7 +6,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use rayon::prelude::*;
 
 use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_rows};
@@ -127,44 +126,31 @@ fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
     separable: bool,
-    wave: bool,
-    layout_rows: Option<usize>,
 ) -> Result<(usize, usize)> {
     use crate::precision::Precision::{F32, F64};
-    let rows = match (T::PRECISION, separable, wave) {
-        (_, _, true) => WAVE_ROWS,
-        (_, false, false) => 16,
-        (F32, true, _) => 30,
-        (F64, true, _) => 25,
+    let rows = match (T::PRECISION, separable) {
+        (_, false) => 16,
+        (F32, true) => 30,
+        (F64, true) => 25,
     };
     let passes = (arrays && !rows_of_16_bytes::<T>(p.nx)) || separable;
     let default = (if passes { 2 } else { 1 }, rows);
     let expect = "STEPS,ROWS (steps per pass, tile rows), both at least 1, e.g. 2,16";
     let env = tuning::pair("KEISAN_ADV_PASS", ',', expect, |&s, &ty| s >= 1 && ty >= 1)?;
     let (s, ty) = env.unwrap_or(default);
-    Ok((p.steps_per_pass.unwrap_or(s), layout_rows.unwrap_or(ty)))
+    Ok((p.steps_per_pass.unwrap_or(s), ty))
 }
-
-/// adv_wave: rows per segment (a block's rows of output) and the rows of each step's
-/// ring in shared memory (kernels.cu: ADV_WRING).
-const WAVE_ROWS: usize = 256;
-const WAVE_RING: usize = 6;
 
 /// Columns per thread of the pass (1, 2 or 4: each step's grown tile is then a whole
 /// number of them). The general form: one is fastest on the H100 (contest 5 with arrays,
 /// 2026-11-24: 1.72 s; 2 columns 1.81 s at 6 blocks per SM, 2.12 s at 8; on 2026-11-23,
 /// with the tile copied to shared memory, 2.18 s against 1.79). The separable form reads
 /// its rows in pairs and takes 2. KEISAN_ADV_PASS_COLS overrides it.
-/// adv_wave keeps a thread's columns through its steps, so takes 1 or 2 (2 by default).
-fn pass_cols(separable: bool, wave: bool) -> Result<usize> {
-    let (expect, allowed): (_, &[usize]) = match wave {
-        true => ("1 or 2", &[1, 2]),
-        false => ("1, 2 or 4", &[1, 2, 4]),
-    };
-    let env = tuning::knob("KEISAN_ADV_PASS_COLS", expect, |v| {
-        v.parse().ok().filter(|c| allowed.contains(c))
+fn pass_cols(separable: bool) -> Result<usize> {
+    let env = tuning::knob("KEISAN_ADV_PASS_COLS", "1, 2 or 4", |v| {
+        v.parse().ok().filter(|c| [1, 2, 4].contains(c))
     })?;
-    Ok(env.unwrap_or(if separable || wave { 2 } else { 1 }))
+    Ok(env.unwrap_or(if separable { 2 } else { 1 }))
 }
 
 /// Rows ahead of its walk that a pass's first step asks L2 for (kernels.cu: ADV_PF): 4
@@ -175,12 +161,6 @@ fn pass_cols(separable: bool, wave: bool) -> Result<usize> {
 fn prefetch_rows(separable: bool) -> Result<usize> {
     let env = tuning::number("KEISAN_ADV_PF", 0..=64)?;
     Ok(env.unwrap_or(if separable { 4 } else { 0 }))
-}
-
-/// Rows ahead of its first step that adv_wave's fast path asks L2 for (kernels.cu:
-/// ADV_WPF); KEISAN_ADV_WPF overrides it (0: none).
-fn wave_prefetch_rows() -> Result<usize> {
-    Ok(tuning::number("KEISAN_ADV_WPF", 0..=64)?.unwrap_or(4))
 }
 
 /// Threads per block of the pass: 128; KEISAN_ADV_PASS_BX (a multiple of 32) overrides it.
@@ -218,63 +198,6 @@ struct Pass {
     steps: u64,
     /// Rows per tile.
     rows: usize,
-    /// adv_wave's sign classes of its strips' rows (on the device and here) and the
-    /// strips per row of blocks.
-    wave: Option<(CudaSlice<u8>, i32, Vec<u8>)>,
-}
-
-/// The shape of a several-steps pass where the caller sets it (tests: blocks small enough
-/// that a small grid has many); unset fields take the defaults and knobs.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PassLayout {
-    /// Rows per tile (adv_pass) or segment (adv_wave).
-    pub rows: Option<usize>,
-    /// Threads per block.
-    pub threads: Option<usize>,
-}
-
-/// Whether the general form's passes with velocity arrays take adv_wave (strips walked
-/// down the rows) rather than adv_pass (tiles); KEISAN_ADV_WAVE=0 takes adv_pass.
-fn wave_passes() -> Result<bool> {
-    Ok(tuning::switch("KEISAN_ADV_WAVE")?.unwrap_or(true))
-}
-
-/// Per buffer row and strip of a wave pass, the signs du and dv take on the strip's
-/// first-step columns (kernels.cu adv_wave: bit 0 some du > 0, 1 some du <= 0, 2 some
-/// dv > 0, 3 some dv <= 0): a block whose rows all have one sign per axis takes the fast
-/// path. Strip b's first step computes grid columns b·tx − h + 2 .. + sw, wrapped or
-/// clamped as the kernel's velocity columns are.
-fn wave_classes<T: Real>(
-    du: &[T],
-    dv: &[T],
-    nx: usize,
-    strips: usize,
-    tx: usize,
-    sw: usize,
-    h: usize,
-    periodic: bool,
-) -> Vec<u8> {
-    let n = nx as isize;
-    let col = |x: isize| {
-        (if periodic {
-            x.rem_euclid(n)
-        } else {
-            x.clamp(0, n - 1)
-        }) as usize
-    };
-    let sign = |d: T, up: u8| if d > T::zero() { up } else { up << 1 };
-    let mut out = vec![0u8; du.len() / nx * strips];
-    out.par_chunks_mut(strips)
-        .zip(du.par_chunks(nx).zip(dv.par_chunks(nx)))
-        .for_each(|(row, (u, v))| {
-            for (b, class) in row.iter_mut().enumerate() {
-                let x0 = (b * tx) as isize - h as isize + 2;
-                *class = (x0..x0 + sw as isize)
-                    .map(col)
-                    .fold(0, |k, i| k | sign(u[i], 1) | sign(v[i], 4));
-            }
-        });
-    out
 }
 
 /// Where the kernel gets du, dv.
@@ -338,25 +261,10 @@ impl<T: Real> CudaAdvection<T> {
     /// Steps one launch takes (and so one halo exchange of a slab serves) for `source`.
     pub fn steps_per_pass_for(p: &AdvectionProblem, source: VelocitySource) -> Result<u64> {
         let mode = mode_of(Self::displacement(p, source));
-        let wave = mode == 0 && wave_passes()?;
-        Ok(
-            match pass_shape::<T>(p, mode == 0, separable(mode)?, wave, None)? {
-                (s, _) if s > 1 && !p.velocity.is_time_dependent() => s as u64,
-                _ => 1,
-            },
-        )
-    }
-
-    /// [`Self::with_velocity`] with the pass's shape set by the caller.
-    pub fn with_layout(
-        gpu: Arc<Gpu>,
-        p: &AdvectionProblem,
-        f0: Vec<T>,
-        source: VelocitySource,
-        layout: PassLayout,
-    ) -> Result<Self> {
-        let window = Window::whole(p.ny, p.periodic());
-        Self::build(gpu, p, window, &f0, 0, source, layout)
+        Ok(match pass_shape::<T>(p, mode == 0, separable(mode)?)? {
+            (s, _) if s > 1 && !p.velocity.is_time_dependent() => s as u64,
+            _ => 1,
+        })
     }
 
     /// An engine for the rows `window` owns; `full`: the whole field after `step0` steps
@@ -368,18 +276,6 @@ impl<T: Real> CudaAdvection<T> {
         full: &[T],
         step0: u64,
         source: VelocitySource,
-    ) -> Result<Self> {
-        Self::build(gpu, p, window, full, step0, source, PassLayout::default())
-    }
-
-    fn build(
-        gpu: Arc<Gpu>,
-        p: &AdvectionProblem,
-        window: Window,
-        full: &[T],
-        step0: u64,
-        source: VelocitySource,
-        layout: PassLayout,
     ) -> Result<Self> {
         let displacement = Self::displacement(p, source);
         let arrays = displacement == Displacement::Arrays;
@@ -393,34 +289,19 @@ impl<T: Real> CudaAdvection<T> {
         let separable = separable(mode)?;
         let step = Self::step(&gpu, p, window.own.len(), mode, arrays, separable)?;
         let s = &gpu.stream;
-        let host = if arrays {
+        let (du, dv) = if arrays {
             let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
-            Some(displacement_rows::<T>(p, &rows)?)
+            let (du, dv) = displacement_rows::<T>(p, &rows)?;
+            (s.clone_htod(&du)?, s.clone_htod(&dv)?)
         } else {
-            None
+            (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
         };
-        let (du, dv) = match &host {
-            Some((du, dv)) => (s.clone_htod(du)?, s.clone_htod(dv)?),
-            None => (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?),
-        };
-        let wave = match &host {
-            Some((du, dv)) if wave_passes()? => Some((du.as_slice(), dv.as_slice())),
+        let pass = match pass_shape::<T>(p, arrays, separable)? {
+            (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
+                Some(Self::pass(&gpu, p, window.own.len(), mode, s, ty)?)
+            }
             _ => None,
         };
-        let pass = match pass_shape::<T>(p, arrays, separable, wave.is_some(), layout.rows)? {
-            (s, ty) if s > 1 && !p.velocity.is_time_dependent() => Some(Self::pass(
-                &gpu,
-                p,
-                window.own.len(),
-                mode,
-                s,
-                ty,
-                layout.threads,
-                wave,
-            )?),
-            _ => None,
-        };
-        drop(host);
         let (pad, after) = (pad::<T>(), pad_after::<T>());
         let mut padded = vec![T::zero(); pad + buffer + after];
         padded[pad..pad + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
@@ -497,14 +378,10 @@ impl<T: Real> CudaAdvection<T> {
             },
             steps: 1,
             rows: shape.rows,
-            wave: None,
         })
     }
 
-    /// Compile the pass of `steps` steps over tiles of `ty` rows, for `rows` rows:
-    /// adv_wave over strips of segments of `ty` rows where `wave` gives the velocity
-    /// arrays (the general form), else adv_pass or adv_pass_sep over tiles.
-    #[allow(clippy::too_many_arguments)]
+    /// Compile the pass of `steps` steps over tiles of `ty` rows, for `rows` rows.
     fn pass(
         gpu: &Gpu,
         p: &AdvectionProblem,
@@ -512,38 +389,17 @@ impl<T: Real> CudaAdvection<T> {
         mode: u8,
         steps: usize,
         ty: usize,
-        threads: Option<usize>,
-        wave: Option<(&[T], &[T])>,
     ) -> Result<Pass> {
         let separable = separable(mode)?;
-        let cols = pass_cols(separable, wave.is_some())?;
-        let threads = match threads {
-            Some(t) => t,
-            None => pass_threads()?,
-        };
-        let tx = (cols * threads)
-            .checked_sub(4 * (steps - 1))
-            .filter(|&tx| tx > 0)
-            .ok_or_else(|| {
-                Error::invalid(
-                    "KEISAN_ADV_PASS",
-                    format!("{steps},{ty}"),
-                    format!(
-                        "{steps} steps per pass need blocks wider than {cols} x {threads} columns"
-                    ),
-                )
-            })?;
+        let (cols, threads) = (pass_cols(separable)?, pass_threads()?);
+        let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
         // Field buffers (kernels.cu: ADV_NBUF): one at 2 steps (the first step reads f, the
         // last writes g), two from 3; and the separable kernel's x weights (Lagrange, six
-        // values aligned to 16 bytes per tile row). adv_wave: rings of ADV_WRING rows per
-        // step but the last.
+        // values aligned to 16 bytes per tile row).
         let buffers = if steps == 2 { 1 } else { 2 };
         let weights = (6 * std::mem::size_of::<T>()).next_multiple_of(16);
-        let shared = match wave {
-            Some(_) => (steps - 1) * WAVE_RING * w * std::mem::size_of::<T>(),
-            None => buffers * w * r * std::mem::size_of::<T>() + r * weights * separable as usize,
-        };
+        let shared = buffers * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
         if shared > crate::device::cuda::MAX_DYNAMIC_SHARED || ty == 0 {
             return Err(Error::invalid(
                 "KEISAN_ADV_PASS",
@@ -556,16 +412,13 @@ impl<T: Real> CudaAdvection<T> {
         // Blocks per SM the compiler must fit: 8 for the general f32 pass (64 registers;
         // contest 5 with arrays: 1.72 s against 2.32 s uncapped, 2026-11-24); the others
         // gain nothing from a cap.
-        let min_blocks = match (T::PRECISION, separable, wave.is_some()) {
-            (_, _, true) => 1,
-            (crate::precision::Precision::F32, false, _) => 8,
+        let min_blocks = match (T::PRECISION, separable) {
+            (crate::precision::Precision::F32, false) => 8,
             _ => 1,
         };
-        let min_blocks = tuning::number("KEISAN_ADV_PASS_MINB", 1..=32)?.unwrap_or(min_blocks);
         let defines = [
             ("ADV_PASS_MINB", min_blocks.to_string()),
             ("ADV_PF", prefetch_rows(separable)?.to_string()),
-            ("ADV_WPF", wave_prefetch_rows()?.to_string()),
             ("ADV_BX", threads.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
@@ -575,61 +428,23 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_PAD", pad::<T>().to_string()),
             ("ADV_PAD_AFTER", pad_after::<T>().to_string()),
         ];
-        let name = match (separable, wave.is_some()) {
-            (true, _) => "adv_pass_sep",
-            (false, true) => "adv_wave",
-            (false, false) => "adv_pass",
+        let name = if separable {
+            "adv_pass_sep"
+        } else {
+            "adv_pass"
         };
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
         crate::device::cuda::allow_shared(&function, shared)?;
-        let strips = p.nx.div_ceil(tx);
-        let wave = match wave {
-            Some((du, dv)) => {
-                let (sw, h) = (cols * threads, 2 * steps);
-                let classes = wave_classes(du, dv, p.nx, strips, tx, sw, h, p.periodic());
-                Some((gpu.stream.clone_htod(&classes)?, strips as i32, classes))
-            }
-            None => None,
-        };
         Ok(Pass {
             function,
             cfg: LaunchConfig {
-                grid_dim: (strips as u32, rows.div_ceil(ty) as u32, 1),
+                grid_dim: (p.nx.div_ceil(tx) as u32, rows.div_ceil(ty) as u32, 1),
                 block_dim: (threads as u32, 1, 1),
                 shared_mem_bytes: shared as u32,
             },
             steps: steps as u64,
             rows: ty,
-            wave,
         })
-    }
-
-    /// adv_wave's blocks over the whole grid whose displacements have one sign per axis
-    /// (they take its fast path where they read f at fixed offsets), and all its blocks;
-    /// None without adv_wave or on a slab.
-    pub fn wave_uniform_blocks(&self) -> Option<(usize, usize)> {
-        let pass = self.pass.as_ref()?;
-        let (_, strips, classes) = pass.wave.as_ref()?;
-        let (ny, strips) = (self.p.ny, *strips as usize);
-        if self.window.rows != ny {
-            return None;
-        }
-        let h = 2 * (pass.steps as isize - 1);
-        let row = |r: isize| match self.p.periodic() {
-            true => r.rem_euclid(ny as isize) as usize,
-            false => r.clamp(0, ny as isize - 1) as usize,
-        };
-        let segments = ny.div_ceil(pass.rows);
-        let uniform = (0..segments)
-            .flat_map(|b| (0..strips).map(move |x| (b, x)))
-            .filter(|&(b, x)| {
-                let j0 = (b * pass.rows) as isize;
-                let j1 = (j0 + pass.rows as isize).min(ny as isize);
-                let bits = (j0 - h..j1 + h).fold(0, |k, r| k | classes[row(r) * strips + x]);
-                bits & 3 != 3 && bits & 12 != 12
-            })
-            .count();
-        Some((uniform, segments * strips))
     }
 
     /// Steps per launch (1 without the several-steps pass).
@@ -648,11 +463,9 @@ impl<T: Real> CudaAdvection<T> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (function, mut cfg, tile, wave) = match &self.pass {
-            Some(pass) if steps == pass.steps => {
-                (&pass.function, pass.cfg, pass.rows, pass.wave.as_ref())
-            }
-            _ if steps == 1 => (&self.step.function, self.step.cfg, self.step.rows, None),
+        let (function, mut cfg, tile) = match &self.pass {
+            Some(pass) if steps == pass.steps => (&pass.function, pass.cfg, pass.rows),
+            _ if steps == 1 => (&self.step.function, self.step.cfg, self.step.rows),
             _ => {
                 return Err(Error::Parse(format!(
                     "internal: {steps} steps in one launch of the advection engine"
@@ -675,12 +488,8 @@ impl<T: Real> CudaAdvection<T> {
             .arg(&jw0)
             .arg(&jw1)
             .arg(&tile);
-        if let Some((classes, strips, _)) = wave {
-            l.arg(classes).arg(strips);
-        }
         // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
-        // du and dv nbuf rows in the arrays mode (else they are not read), adv_wave's
-        // classes nbuf rows of its strips; jw0..jw1 lie
+        // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
         // in the owned rows; the kernels read f and write g's rows jw0..jw1 only (the
         // pass's shared memory is its launch's); adv_step_bulk copies f's rows from two
         // values before a row to two after its end (inside the padding) and whole du, dv

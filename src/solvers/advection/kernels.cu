@@ -3,13 +3,12 @@
 //
 // A thread owns ADV_COLS adjacent columns of a tile of `rows` rows and walks down them. The x-interpolation
 // of row r at column i needs f_{i-2..i+2} of that row and du of the output cell; its
-// coefficients (c0, c2 and c1, c3 of both upwind branches) do not depend on du, so each
-// row's are computed once and serve the five output rows r-2..r+2 (five rows of
-// coefficients ride in registers). The cubic of the branch the displacement picks (d <= 0:
-// the points i-2 .. i+1; d > 0: i-1 .. i+2, the mirror image) in Horner form, as the CPU
-// reference takes it. Neighbouring columns come through L1 (each row's 5 loads hit the
-// lines the warp's own loads bring in). Per cell and step, DRAM moves f in, f out, du and
-// dv: 4 values.
+// coefficients (c0..c3 of the u >= 0 branch and dif = c3p - c3m) do not depend on du, so
+// each row's are computed once and serve the five output rows r-2..r+2 (five rows of
+// coefficients ride in registers). The branch-free form of the study:
+// f = fp - dif·d·(d² - 1)·[d > 0], fp the u >= 0 polynomial in Horner form.
+// Neighbouring columns come through L1 (each row's 5 loads hit the lines the warp's own
+// loads bring in). Per cell and step, DRAM moves f in, f out, du and dv: 4 values.
 
 // Values before the grid's first cell in f and g (the engine's pad()).
 #ifndef ADV_PAD
@@ -27,56 +26,36 @@
 #define ADV_PERIODIC 0
 #endif
 
-struct Coef { real c0, c1, c2, c3, c1m, c3m; };
+struct Coef { real c0, c1, c2, c3, dif; };
 
 // The combinations are written with explicit fma() (the build contracts nothing else),
-// so every kernel that uses them rounds alike: multi-step passes equal single steps. The
-// d > 0 branch is the d <= 0 one mirrored (i+k <-> i-k) and negated where odd, operation
-// for operation, so a mirrored field rounds as a mirror image.
-constexpr real ADV_HALF = (real)0.5, ADV_THIRD = (real)(1.0 / 3.0), ADV_SIXTH = (real)(1.0 / 6.0);
-
-__device__ __forceinline__ real coef_c2(real fm1, real f0, real fp1) {
-    return fma(ADV_HALF, fp1 + fm1, -f0);
-}
-// c3 and c1 of one branch: M = 0 (d <= 0) from fm2 .. fp1, M = 1 (d > 0) from fm1 .. fp2.
-template <int M>
-__device__ __forceinline__ real coef_c3(real fm2, real fm1, real f0, real fp1, real fp2) {
-    return M ? fma(ADV_SIXTH, fp2 - fm1, ADV_HALF * (f0 - fp1))
-             : fma(ADV_SIXTH, fp1 - fm2, ADV_HALF * (fm1 - f0));
-}
-template <int M>
-__device__ __forceinline__ real coef_c1(real fm2, real fm1, real f0, real fp1, real fp2) {
-    return M ? fma(-ADV_THIRD, fm1, fma(-ADV_HALF, f0, fma(-ADV_SIXTH, fp2, fp1)))
-             : fma(ADV_THIRD, fp1, fma(ADV_HALF, f0, fma(ADV_SIXTH, fm2, -fm1)));
-}
-
+// so every kernel that uses them rounds alike: multi-step passes equal single steps.
 __device__ __forceinline__ Coef coef(real fm2, real fm1, real f0, real fp1, real fp2) {
+    const real h = (real)0.5, s3 = (real)(1.0 / 3.0), s6 = (real)(1.0 / 6.0);
     Coef c;
     c.c0 = f0;
-    c.c2 = coef_c2(fm1, f0, fp1);
-    c.c3 = coef_c3<0>(fm2, fm1, f0, fp1, fp2);
-    c.c1 = coef_c1<0>(fm2, fm1, f0, fp1, fp2);
-    c.c3m = coef_c3<1>(fm2, fm1, f0, fp1, fp2);
-    c.c1m = coef_c1<1>(fm2, fm1, f0, fp1, fp2);
+    c.c2 = fma(h, fp1 + fm1, -f0);
+    c.c3 = fma(s6, fp1 - fm2, h * (fm1 - f0));
+    c.c1 = fma(s3, fp1, fma(h, f0, fma(s6, fm2, -fm1)));
+    const real c3m = fma(s6, fp2 - fm1, h * (f0 - fp1));
+    c.dif = c.c3 - c3m;
     return c;
 }
 
-// The displacement and its branch (m: d > 0), once per output cell and axis.
-struct Offset { real d; bool m; };
+// d and d·(d² − 1), once per output cell and axis.
+struct Offset { real d, w; bool m; };
 
 __device__ __forceinline__ Offset offset(real d) {
     Offset o;
     o.d = d;
+    o.w = d * fma(d, d, (real)-1);
     o.m = d > (real)0;
     return o;
 }
 
-__device__ __forceinline__ real horner(real c0, real c1, real c2, real c3, real d) {
-    return fma(fma(fma(c3, d, c2), d, c1), d, c0);
-}
-
 __device__ __forceinline__ real eval(const Coef& c, const Offset& o) {
-    return horner(c.c0, o.m ? c.c1m : c.c1, c.c2, o.m ? c.c3m : c.c3, o.d);
+    const real fp = fma(fma(fma(c.c3, o.d, c.c2), o.d, c.c1), o.d, c.c0);
+    return fma(-(o.m ? c.dif : (real)0), o.w, fp);
 }
 
 // Velocity source: 0 arrays du, dv; 1 uniform (a0, a1); 2 rotation du = a0 (j - a1),
@@ -729,313 +708,4 @@ adv_step_bulk(ADV_PARAMS) {
         release(q);
         k0 = k1; k1 = k2; k2 = k3; k3 = k4;
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Wave passes: ADV_STEPS steps per pass over a strip of columns walked down the rows, for
-// velocity arrays (the general form; the velocity is steady). A block computes the output
-// columns of a strip, ADV_TX wide, over up to ADV_TY rows (a segment). Step s of the pass
-// (a level) computes the strip grown by h = 2·(ADV_STEPS − s) columns and rows, one row per
-// iteration, ADV_LAG rows behind level s − 1, whose rows it reads from a small ring in
-// shared memory (level 1 reads f, level ADV_STEPS writes g); one barrier per iteration.
-// Against the tiles of adv_pass, only the strip's sides and the segment's ends are
-// computed twice (4 steps, 244 columns by 256 rows: 5 % more cells than the output,
-// against 23 % for 30-row tiles), and the rings are a few rows, not whole tiles.
-//
-// The fast path: where every displacement a block evaluates has one sign per axis (the
-// engine classifies each strip's rows once, from the arrays), x takes the branch's four
-// coefficients per row and y four of the five rows, so a cell costs a row's coefficients
-// (9 operations), four Horner evaluations (12) and y (12), against ≈ 64 for the general
-// cell; each level keeps the coefficients of its last four rows in registers. Blocks with
-// both signs on an axis (or whose first step cannot read f at fixed offsets) take the
-// general path: each level reads five rows back from its ring and computes general_cell.
-// Both paths compute each cell with the operations of adv_step's general_cell (coef_c*,
-// horner in the same order), so passes equal single steps bit for bit.
-#define ADV_LAG 5
-#define ADV_WRING 6
-// Rows ahead that the fast path's first step asks L2 for (f, du, dv).
-#ifndef ADV_WPF
-#define ADV_WPF 4
-#endif
-
-struct Coef4 { real c0, c1, c2, c3; };
-
-template <int M>
-__device__ __forceinline__ Coef4 coef4(real fm2, real fm1, real f0, real fp1, real fp2) {
-    Coef4 c;
-    c.c0 = f0;
-    c.c2 = coef_c2(fm1, f0, fp1);
-    c.c3 = coef_c3<M>(fm2, fm1, f0, fp1, fp2);
-    c.c1 = coef_c1<M>(fm2, fm1, f0, fp1, fp2);
-    return c;
-}
-
-__device__ __forceinline__ real eval4(const Coef4& c, real d) {
-    return horner(c.c0, c.c1, c.c2, c.c3, d);
-}
-
-// A level's rows: level s (1 .. ADV_STEPS) computes rows j0 − h .. j0 + L + h − 1, row j
-// of them at iteration ADV_LAG·(s − 1) + j.
-__device__ __forceinline__ int wave_grow(int s) { return 2 * (ADV_STEPS - s); }
-
-// The thread's columns (buffer columns c .. c + C − 1, buffer column 0 at grid column
-// x0): their velocity columns (wrapped or clamped), whether the grid computes them (the
-// contest holds its outer two), and the levels that compute them (level s: columns 2s ..
-// ADV_W − 2s − 1).
-struct WaveColumns {
-    int c;
-    int vi[ADV_COLS];
-    bool col[ADV_COLS];
-    bool act[ADV_STEPS + 1];
-};
-
-__device__ __forceinline__ WaveColumns wave_columns(int x0, int nx) {
-    WaveColumns w;
-    w.c = 2 + ADV_COLS * threadIdx.x;
-    for (int m = 0; m < ADV_COLS; ++m) {
-        const int x = x0 + w.c + m;
-        w.vi[m] = grid_index(x, nx);
-        w.col[m] = ADV_PERIODIC || (x >= 2 && x < nx - 2);
-    }
-    for (int s = 1; s <= ADV_STEPS; ++s)
-        w.act[s] = w.c >= 2 * s && w.c + ADV_COLS <= ADV_W - 2 * s;
-    return w;
-}
-
-// Ring slot k of level s's output rows (s < ADV_STEPS).
-__device__ __forceinline__ real* wave_slot(real* rings, int s, int k) {
-    return rings + ((s - 1) * ADV_WRING + k) * ADV_W;
-}
-
-// Level ADV_STEPS's row y (grid) into g: columns below nx (pairs on an even nx).
-__device__ __forceinline__ void wave_to_g(real* g, const WaveColumns& w, int x0, int y, int base,
-                                          int nx, const real* out) {
-    const int x = x0 + w.c;
-    real* q = g + (size_t)(y - base) * nx + x;
-    if (ADV_COLS % 2 == 0 && (nx & 1) == 0) {
-        if (x < nx) store_pairs(q, out);
-    } else {
-        for (int m = 0; m < ADV_COLS; ++m)
-            if (x + m < nx) q[m] = out[m];
-    }
-}
-
-template <int N> struct AdvInt { static constexpr int v = N; };
-
-// The fast path, XS and YS the block's branches (0: d <= 0, 1: d > 0) for x and y. f rows
-// are read at fixed offsets from one pointer a row (the block is direct). The loop is
-// unrolled by 4 so that each level's four-row window of coefficients and its ring slots
-// (4 of the ring's 6 suffice here) have indices fixed at compile time. An iteration loads
-// every level's input row and velocities first, then computes, then stores, and the
-// iterations where every level computes (all but the first and last few) test nothing,
-// so the levels' arithmetic may interleave (the threads a level leaves idle compute
-// unused values there; their ring writes lie outside what the next level reads).
-template <int XS, int YS>
-__device__ __forceinline__ void wave_fast(real* rings, const real* f, real* g, const real* du,
-                                          const real* dv, int x0, int j0, int L, int nx, int ny,
-                                          int base, int nbuf) {
-    constexpr int C = ADV_COLS, S = ADV_STEPS;
-    const WaveColumns w = wave_columns(x0, nx);
-    const int c = w.c;
-    // Level 1's input row i: grid row j0 − 2·ADV_STEPS + i.
-    const real* fc = f + x0 + c - 2;
-    auto f_row = [&](int i) {
-        return row_pairs(fc + (size_t)buffer_row(j0 - ADV_H + i, base, nbuf, ny) * nx);
-    };
-    // Level s's velocity row offset at its output row j.
-    auto v_row = [&](int s, int j) {
-        return (size_t)buffer_row(j0 - wave_grow(s) + j, base, nbuf, ny) * nx;
-    };
-    auto prefetch = [&](const real* p) {
-        if (ADV_WPF > 0 && (threadIdx.x & ADV_PF_LANES) == 0)
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-    };
-    // Level 1's velocities, loaded an iteration ahead (ADV_WPF rows ahead asked of L2).
-    real va[C], vb[C];
-    for (int m = 0; m < C; ++m) {
-        va[m] = du[v_row(1, 0) + w.vi[m]];
-        vb[m] = dv[v_row(1, 0) + w.vi[m]];
-    }
-    Coef4 win[S][4][C];
-    // Level 1's next input row, loaded an iteration ahead (a level ingests input row
-    // j + 3 + YS at its iteration j, from j = -3 on).
-    RowVals next = f_row(YS);
-    auto iteration = [&](auto U, auto K, int q) {
-        constexpr int u = decltype(U)::v;
-        constexpr bool checked = decltype(K)::v;
-        RowVals in[S];
-        real a[S][C], b[S][C];
-        bool act[S + 1], emit[S + 1];
-#pragma unroll
-        for (int s = 1; s <= S; ++s) {
-            const int j = q - ADV_LAG * (s - 1);
-            act[s] = !checked || (j >= -3 && j < L + 2 * wave_grow(s) && w.act[s]);
-            emit[s] = !checked || (act[s] && j >= 0);
-            if (!act[s]) continue;
-            if (s == 1) {
-                in[0] = next;
-                next = f_row(j + 4 + YS);
-                if (ADV_WPF > 0) {
-                    prefetch(fc + (size_t)buffer_row(j0 - ADV_H + j + 4 + YS + ADV_WPF, base, nbuf,
-                                                     ny) * nx);
-                    const size_t pr = v_row(1, j + ADV_WPF) + w.vi[0];
-                    prefetch(du + pr);
-                    prefetch(dv + pr);
-                }
-            } else {
-                // Level s − 1's row j + 3 + YS.
-                in[s - 1] = row_pairs(wave_slot(rings, s - 1, ((u - s + 1 + YS) % 4 + 4) % 4) + c - 2);
-            }
-            if (!emit[s]) continue;
-            for (int m = 0; m < C; ++m) {
-                if (s == 1) {
-                    a[0][m] = va[m];
-                    b[0][m] = vb[m];
-                    va[m] = du[v_row(1, j + 1) + w.vi[m]];
-                    vb[m] = dv[v_row(1, j + 1) + w.vi[m]];
-                } else {
-                    a[s - 1][m] = du[v_row(s, j) + w.vi[m]];
-                    b[s - 1][m] = dv[v_row(s, j) + w.vi[m]];
-                }
-            }
-        }
-        real out[S][C];
-#pragma unroll
-        for (int s = 1; s <= S; ++s) {
-            if (!act[s]) continue;
-            // Window slot of this ingest ((j + 3) mod 4).
-            const int ws = ((u - s + 1) % 4 + 4) % 4;
-            const RowVals& v = in[s - 1];
-            for (int m = 0; m < C; ++m)
-                win[s - 1][ws][m] = coef4<XS>(v.v[m], v.v[m + 1], v.v[m + 2], v.v[m + 3], v.v[m + 4]);
-            if (!emit[s]) continue;
-            const int y = j0 - wave_grow(s) + q - ADV_LAG * (s - 1);
-            const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
-            for (int m = 0; m < C; ++m) {
-                real x[4];
-                for (int k = 0; k < 4; ++k) x[k] = eval4(win[s - 1][(ws + 1 + k) % 4][m], a[s - 1][m]);
-                const Coef4 cy = YS ? coef4<1>(x[0], x[0], x[1], x[2], x[3])
-                                    : coef4<0>(x[0], x[1], x[2], x[3], x[3]);
-                const real centre = win[s - 1][(ws + 3 - YS) % 4][m].c0;
-                out[s - 1][m] = row && w.col[m] ? eval4(cy, b[s - 1][m]) : centre;
-            }
-        }
-#pragma unroll
-        for (int s = 1; s <= S; ++s) {
-            if (!emit[s]) continue;
-            if (s < S) {
-                // Row j into slot j mod 4.
-                store_pairs(wave_slot(rings, s, ((u - s + 2) % 4 + 4) % 4) + c, out[s - 1]);
-            } else if (w.act[S]) {
-                const int y = j0 + q - ADV_LAG * (S - 1);
-                wave_to_g(g, w, x0, y, base, nx, out[S - 1]);
-            }
-        }
-    };
-    const int Q = ADV_LAG * (S - 1) + L;
-    // Every level computes at iterations ADV_LAG·(S − 1) .. L + 4·S − 5.
-    const int q0s = ADV_LAG * (S - 1), q1s = L + 4 * S - 4;
-    for (int q0 = -3; q0 < Q; q0 += 4) {
-#define ADV_WAVE_ITER(U)                                                                     \
-        {                                                                                    \
-            const int q = q0 + U;                                                            \
-            if (q >= Q) break;                                                               \
-            if (q >= q0s && q < q1s) iteration(AdvInt<U>(), AdvInt<0>(), q);                 \
-            else iteration(AdvInt<U>(), AdvInt<1>(), q);                                     \
-            __syncthreads();                                                                 \
-        }
-        ADV_WAVE_ITER(0)
-        ADV_WAVE_ITER(1)
-        ADV_WAVE_ITER(2)
-        ADV_WAVE_ITER(3)
-#undef ADV_WAVE_ITER
-    }
-}
-
-// The general path: each level reads its five input rows (ring slots mod 6, or f) and
-// computes general_cell. DIRECT: f's rows at fixed offsets from one pointer, else each
-// value's column wrapped or clamped.
-template <bool DIRECT>
-__device__ __forceinline__ void wave_general(real* rings, const real* f, real* g, const real* du,
-                                             const real* dv, int x0, int j0, int L, int nx,
-                                             int ny, int base, int nbuf) {
-    constexpr int C = ADV_COLS, S = ADV_STEPS;
-    const WaveColumns w = wave_columns(x0, nx);
-    const int c = w.c;
-    auto f_row = [&](int i) {
-        const real* fr = f + (size_t)buffer_row(j0 - ADV_H + i, base, nbuf, ny) * nx;
-        if (DIRECT) return row_pairs(fr + x0 + c - 2);
-        RowVals k;
-        for (int o = 0; o < C + 4; ++o) k.v[o] = fr[grid_index(x0 + c - 2 + o, nx)];
-        return k;
-    };
-    const int Q = ADV_LAG * (S - 1) + L;
-    for (int q = 0; q < Q; ++q) {
-#pragma unroll
-        for (int s = 1; s <= S; ++s) {
-            const int j = q - ADV_LAG * (s - 1);
-            if (j < 0 || j >= L + 2 * wave_grow(s) || !w.act[s]) continue;
-            RowCoef k[5];
-            for (int r = 0; r < 5; ++r)
-                k[r] = row_coefs(s == 1 ? f_row(j + r)
-                                        : row_pairs(wave_slot(rings, s - 1, (j + r) % ADV_WRING) + c - 2));
-            const int y = j0 - wave_grow(s) + j;
-            const size_t vrow = (size_t)buffer_row(y, base, nbuf, ny) * nx;
-            const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
-            real out[C];
-            for (int m = 0; m < C; ++m) {
-                out[m] = k[2].c[m].c0;
-                if (row && w.col[m])
-                    out[m] = general_cell(k[0], k[1], k[2], k[3], k[4], m, du[vrow + w.vi[m]],
-                                          dv[vrow + w.vi[m]]);
-            }
-            if (s < S) store_pairs(wave_slot(rings, s, j % ADV_WRING) + c, out);
-            else wave_to_g(g, w, x0, y, base, nx, out);
-        }
-        __syncthreads();
-    }
-}
-
-// Whether a wave block's first step may read f at fixed offsets from each row's pointer:
-// its columns x0 .. x0 + ADV_W + ADV_COLS lie inside the grid, or (the contest's boundary)
-// in the padding before it or the rows after, which the allocation holds up to its last
-// buffer row read; on an even nx where rows are read in pairs. (As tile_direct, with
-// rows clamped per row.)
-__device__ __forceinline__ bool wave_direct(int x0, int j0, int L, int nx, int base, int nbuf,
-                                            int ny) {
-    constexpr bool padded = !ADV_PERIODIC && ADV_H + 2 <= ADV_PAD;
-    // The fast path's level 1 loads one row past the last it uses.
-    const int lmax = buffer_row(j0 + L + ADV_H, base, nbuf, ny);
-    const long long last = (long long)lmax * nx + x0 + ADV_W + ADV_COLS;
-    const bool inside = last < (long long)nbuf * nx + ADV_PAD_AFTER;
-    return (ADV_COLS % 2 == 1 || (nx & 1) == 0) &&
-           ((padded && inside) || (x0 >= 0 && x0 + ADV_W <= nx));
-}
-
-// classes: per buffer row and strip, bit 0 some du > 0, bit 1 some du <= 0, bit 2 some
-// dv > 0, bit 3 some dv <= 0, over the strip's level-1 columns (cuda.rs: wave_classes).
-extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
-adv_wave(ADV_PARAMS, const unsigned char* __restrict__ classes, int nstrips) {
-    extern __shared__ __align__(16) unsigned char adv_smem[];
-    real* rings = (real*)adv_smem;
-    const real* f = f_pad + ADV_PAD;
-    real* g = g_pad + ADV_PAD;
-    const int x0 = blockIdx.x * ADV_TX - ADV_H, j0 = jw0 + blockIdx.y * rows;
-    const int L = min(rows, jw1 - j0);
-    // The rows level 1 evaluates displacements on (every level's lie among them).
-    const int h1 = wave_grow(1);
-    unsigned bits = 0;
-    for (int r = j0 - h1 + (int)threadIdx.x; r < j0 + L + h1; r += ADV_BX)
-        bits |= classes[(size_t)buffer_row(r, base, nbuf, ny) * nstrips + blockIdx.x];
-    const bool xp = __syncthreads_or(bits & 1), xm = __syncthreads_or(bits & 2);
-    const bool yp = __syncthreads_or(bits & 4), ym = __syncthreads_or(bits & 8);
-    const bool direct = wave_direct(x0, j0, L, nx, base, nbuf, ny);
-#define ADV_WAVE(PATH) PATH(rings, f, g, du, dv, x0, j0, L, nx, ny, base, nbuf)
-    if (!direct) ADV_WAVE(wave_general<false>);
-    else if ((xp && xm) || (yp && ym)) ADV_WAVE(wave_general<true>);
-    else if (!xp && !yp) ADV_WAVE((wave_fast<0, 0>));
-    else if (!xp) ADV_WAVE((wave_fast<0, 1>));
-    else if (!yp) ADV_WAVE((wave_fast<1, 0>));
-    else ADV_WAVE((wave_fast<1, 1>));
-#undef ADV_WAVE
 }

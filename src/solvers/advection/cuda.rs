@@ -6,7 +6,6 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
-use rayon::prelude::*;
 
 use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_rows};
@@ -199,46 +198,6 @@ struct Pass {
     steps: u64,
     /// Rows per tile.
     rows: usize,
-    /// Output columns of a tile, and the columns its first step computes.
-    tx: usize,
-    first: usize,
-}
-
-/// Whether adv_pass with velocity arrays takes fast_step on tiles whose displacements
-/// have one sign per axis (kernels.cu: ADV_FAST); KEISAN_ADV_FAST=0 takes the general
-/// step everywhere.
-fn fast_tiles() -> Result<bool> {
-    Ok(tuning::switch("KEISAN_ADV_FAST")?.unwrap_or(true))
-}
-
-/// Per buffer row and strip of a pass's tiles, the signs du and dv take on the strip's
-/// first-step columns (kernels.cu tile_class: bit 0 some du > 0, 1 some du <= 0, 2 some
-/// dv > 0, 3 some dv <= 0). Strip b's first step computes grid columns b·tx − h + 2 ..
-/// + first (h = 2·steps), wrapped or clamped as the kernel's velocity columns are.
-fn sign_classes<T: Real>(du: &[T], dv: &[T], nx: usize, periodic: bool, pass: &Pass) -> Vec<u8> {
-    let n = nx as isize;
-    let col = |x: isize| {
-        (if periodic {
-            x.rem_euclid(n)
-        } else {
-            x.clamp(0, n - 1)
-        }) as usize
-    };
-    let strips = nx.div_ceil(pass.tx);
-    let h = 2 * pass.steps as isize;
-    let sign = |d: T, up: u8| if d > T::zero() { up } else { up << 1 };
-    let mut out = vec![0u8; du.len() / nx * strips];
-    out.par_chunks_mut(strips)
-        .zip(du.par_chunks(nx).zip(dv.par_chunks(nx)))
-        .for_each(|(row, (u, v))| {
-            for (b, class) in row.iter_mut().enumerate() {
-                let x0 = (b * pass.tx) as isize - h + 2;
-                *class = (x0..x0 + pass.first as isize)
-                    .map(col)
-                    .fold(0, |k, i| k | sign(u[i], 1) | sign(v[i], 4));
-            }
-        });
-    out
 }
 
 /// Where the kernel gets du, dv.
@@ -259,10 +218,6 @@ pub struct CudaAdvection<T: Real> {
     g: CudaSlice<T>,
     du: CudaSlice<T>,
     dv: CudaSlice<T>,
-    /// adv_pass's sign classes of the velocity arrays (one unused byte without them) and
-    /// its strips of tiles per row.
-    classes: CudaSlice<u8>,
-    strips: i32,
     displacement: Displacement,
     /// The single-step kernel.
     step: Pass,
@@ -334,15 +289,12 @@ impl<T: Real> CudaAdvection<T> {
         let separable = separable(mode)?;
         let step = Self::step(&gpu, p, window.own.len(), mode, arrays, separable)?;
         let s = &gpu.stream;
-        let host = if arrays {
+        let (du, dv) = if arrays {
             let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
-            Some(displacement_rows::<T>(p, &rows)?)
+            let (du, dv) = displacement_rows::<T>(p, &rows)?;
+            (s.clone_htod(&du)?, s.clone_htod(&dv)?)
         } else {
-            None
-        };
-        let (du, dv) = match &host {
-            Some((du, dv)) => (s.clone_htod(du)?, s.clone_htod(dv)?),
-            None => (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?),
+            (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
         };
         let pass = match pass_shape::<T>(p, arrays, separable)? {
             (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
@@ -350,14 +302,6 @@ impl<T: Real> CudaAdvection<T> {
             }
             _ => None,
         };
-        let (classes, strips) = match (&pass, &host) {
-            (Some(pass), Some((du, dv))) if fast_tiles()? => {
-                let classes = sign_classes(du, dv, p.nx, p.periodic(), pass);
-                (s.clone_htod(&classes)?, p.nx.div_ceil(pass.tx) as i32)
-            }
-            _ => (s.alloc_zeros::<u8>(1)?, 0),
-        };
-        drop(host);
         let (pad, after) = (pad::<T>(), pad_after::<T>());
         let mut padded = vec![T::zero(); pad + buffer + after];
         padded[pad..pad + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
@@ -367,8 +311,6 @@ impl<T: Real> CudaAdvection<T> {
             g: s.clone_htod(&padded)?,
             du,
             dv,
-            classes,
-            strips,
             displacement,
             step,
             pass,
@@ -436,8 +378,6 @@ impl<T: Real> CudaAdvection<T> {
             },
             steps: 1,
             rows: shape.rows,
-            tx: width,
-            first: width,
         })
     }
 
@@ -479,7 +419,6 @@ impl<T: Real> CudaAdvection<T> {
         let defines = [
             ("ADV_PASS_MINB", min_blocks.to_string()),
             ("ADV_PF", prefetch_rows(separable)?.to_string()),
-            ("ADV_FAST", ((mode == 0 && fast_tiles()?) as u8).to_string()),
             ("ADV_BX", threads.to_string()),
             ("ADV_MODE", mode.to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
@@ -505,8 +444,6 @@ impl<T: Real> CudaAdvection<T> {
             },
             steps: steps as u64,
             rows: ty,
-            tx,
-            first: cols * threads,
         })
     }
 
@@ -550,12 +487,9 @@ impl<T: Real> CudaAdvection<T> {
             .arg(&nbuf)
             .arg(&jw0)
             .arg(&jw1)
-            .arg(&tile)
-            .arg(&self.classes)
-            .arg(&self.strips);
+            .arg(&tile);
         // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
-        // du and dv nbuf rows in the arrays mode (else they are not read), classes nbuf rows
-        // of `strips` where adv_pass reads them (ADV_FAST); jw0..jw1 lie
+        // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
         // in the owned rows; the kernels read f and write g's rows jw0..jw1 only (the
         // pass's shared memory is its launch's); adv_step_bulk copies f's rows from two
         // values before a row to two after its end (inside the padding) and whole du, dv

@@ -3,13 +3,12 @@
 //
 // A thread owns ADV_COLS adjacent columns of a tile of `rows` rows and walks down them. The x-interpolation
 // of row r at column i needs f_{i-2..i+2} of that row and du of the output cell; its
-// coefficients (c0, c2 and c1, c3 of both upwind branches) do not depend on du, so each
-// row's are computed once and serve the five output rows r-2..r+2 (five rows of
-// coefficients ride in registers). The cubic of the branch the displacement picks (d <= 0:
-// the points i-2 .. i+1; d > 0: i-1 .. i+2, the mirror image) in Horner form, as the CPU
-// reference takes it. Neighbouring columns come through L1 (each row's 5 loads hit the
-// lines the warp's own loads bring in). Per cell and step, DRAM moves f in, f out, du and
-// dv: 4 values.
+// coefficients (c0..c3 of the u >= 0 branch and dif = c3p - c3m) do not depend on du, so
+// each row's are computed once and serve the five output rows r-2..r+2 (five rows of
+// coefficients ride in registers). The branch-free form of the study:
+// f = fp - dif·d·(d² - 1)·[d > 0], fp the u >= 0 polynomial in Horner form.
+// Neighbouring columns come through L1 (each row's 5 loads hit the lines the warp's own
+// loads bring in). Per cell and step, DRAM moves f in, f out, du and dv: 4 values.
 
 // Values before the grid's first cell in f and g (the engine's pad()).
 #ifndef ADV_PAD
@@ -27,72 +26,36 @@
 #define ADV_PERIODIC 0
 #endif
 
-struct Coef { real c0, c1, c2, c3, c1m, c3m; };
+struct Coef { real c0, c1, c2, c3, dif; };
 
 // The combinations are written with explicit fma() (the build contracts nothing else),
-// so every kernel that uses them rounds alike: multi-step passes equal single steps. The
-// d > 0 branch is the d <= 0 one mirrored (i+k <-> i-k) and negated where odd, operation
-// for operation, so a mirrored field rounds as a mirror image.
-constexpr real ADV_HALF = (real)0.5, ADV_THIRD = (real)(1.0 / 3.0), ADV_SIXTH = (real)(1.0 / 6.0);
-
-__device__ __forceinline__ real coef_c2(real fm1, real f0, real fp1) {
-    return fma(ADV_HALF, fp1 + fm1, -f0);
-}
-// c3 and c1 of one branch: M = 0 (d <= 0) from fm2 .. fp1, M = 1 (d > 0) from fm1 .. fp2.
-template <int M>
-__device__ __forceinline__ real coef_c3(real fm2, real fm1, real f0, real fp1, real fp2) {
-    return M ? fma(ADV_SIXTH, fp2 - fm1, ADV_HALF * (f0 - fp1))
-             : fma(ADV_SIXTH, fp1 - fm2, ADV_HALF * (fm1 - f0));
-}
-template <int M>
-__device__ __forceinline__ real coef_c1(real fm2, real fm1, real f0, real fp1, real fp2) {
-    return M ? fma(-ADV_THIRD, fm1, fma(-ADV_HALF, f0, fma(-ADV_SIXTH, fp2, fp1)))
-             : fma(ADV_THIRD, fp1, fma(ADV_HALF, f0, fma(ADV_SIXTH, fm2, -fm1)));
-}
-
+// so every kernel that uses them rounds alike: multi-step passes equal single steps.
 __device__ __forceinline__ Coef coef(real fm2, real fm1, real f0, real fp1, real fp2) {
+    const real h = (real)0.5, s3 = (real)(1.0 / 3.0), s6 = (real)(1.0 / 6.0);
     Coef c;
     c.c0 = f0;
-    c.c2 = coef_c2(fm1, f0, fp1);
-    c.c3 = coef_c3<0>(fm2, fm1, f0, fp1, fp2);
-    c.c1 = coef_c1<0>(fm2, fm1, f0, fp1, fp2);
-    c.c3m = coef_c3<1>(fm2, fm1, f0, fp1, fp2);
-    c.c1m = coef_c1<1>(fm2, fm1, f0, fp1, fp2);
+    c.c2 = fma(h, fp1 + fm1, -f0);
+    c.c3 = fma(s6, fp1 - fm2, h * (fm1 - f0));
+    c.c1 = fma(s3, fp1, fma(h, f0, fma(s6, fm2, -fm1)));
+    const real c3m = fma(s6, fp2 - fm1, h * (f0 - fp1));
+    c.dif = c.c3 - c3m;
     return c;
 }
 
-// The displacement and its branch (m: d > 0), once per output cell and axis.
-struct Offset { real d; bool m; };
+// d and d·(d² − 1), once per output cell and axis.
+struct Offset { real d, w; bool m; };
 
 __device__ __forceinline__ Offset offset(real d) {
     Offset o;
     o.d = d;
+    o.w = d * fma(d, d, (real)-1);
     o.m = d > (real)0;
     return o;
 }
 
-__device__ __forceinline__ real horner(real c0, real c1, real c2, real c3, real d) {
-    return fma(fma(fma(c3, d, c2), d, c1), d, c0);
-}
-
 __device__ __forceinline__ real eval(const Coef& c, const Offset& o) {
-    return horner(c.c0, o.m ? c.c1m : c.c1, c.c2, o.m ? c.c3m : c.c3, o.d);
-}
-
-struct Coef4 { real c0, c1, c2, c3; };
-
-template <int M>
-__device__ __forceinline__ Coef4 coef4(real fm2, real fm1, real f0, real fp1, real fp2) {
-    Coef4 c;
-    c.c0 = f0;
-    c.c2 = coef_c2(fm1, f0, fp1);
-    c.c3 = coef_c3<M>(fm2, fm1, f0, fp1, fp2);
-    c.c1 = coef_c1<M>(fm2, fm1, f0, fp1, fp2);
-    return c;
-}
-
-__device__ __forceinline__ real eval4(const Coef4& c, real d) {
-    return horner(c.c0, c.c1, c.c2, c.c3, d);
+    const real fp = fma(fma(fma(c.c3, o.d, c.c2), o.d, c.c1), o.d, c.c0);
+    return fma(-(o.m ? c.dif : (real)0), o.w, fp);
 }
 
 // Velocity source: 0 arrays du, dv; 1 uniform (a0, a1); 2 rotation du = a0 (j - a1),
@@ -152,13 +115,11 @@ __device__ __forceinline__ int buffer_row(int r, int base, int nbuf, int ny) {
 
 // The parameters of every kernel here (cuda.rs launches them alike): the padded fields,
 // du and dv (arrays mode), the velocity coefficients, the grid, the buffer's rows
-// (base, nbuf), the rows to write (jw0 .. jw1), the rows per tile, and adv_pass's sign
-// classes of the velocity arrays (see there; unused elsewhere).
+// (base, nbuf), the rows to write (jw0 .. jw1) and the rows per tile.
 #define ADV_PARAMS                                                                            \
     const real *__restrict__ f_pad, real *__restrict__ g_pad, const real *__restrict__ du,   \
         const real *__restrict__ dv, real a0, real a1, real a2, real a3, int nx, int ny,      \
-        int base, int nbuf, int jw0, int jw1, int rows,                                       \
-        const unsigned char *__restrict__ classes, int nstrips
+        int base, int nbuf, int jw0, int jw1, int rows
 
 // Coefficients of one row for a thread's ADV_COLS columns.
 struct RowCoef { Coef c[ADV_COLS]; };
@@ -530,12 +491,6 @@ __device__ __forceinline__ bool tile_direct(int x0, int y0, int nx, int base, in
            l0 + ADV_R <= nbuf;
 }
 
-// adv_pass with velocity arrays: whether sign-uniform tiles take fast_step (cuda.rs: the
-// engine's classes; 0 compiles the general form only).
-#ifndef ADV_FAST
-#define ADV_FAST 0
-#endif
-
 // Field buffers of a pass in shared memory: one at 2 steps, two (ping-pong) from 3.
 #define ADV_NBUF (ADV_STEPS > 2 ? 2 : 1)
 #ifndef ADV_PASS_MINB
@@ -579,75 +534,6 @@ __device__ __forceinline__ void general_step(int h, const Velocity& vel, int x0,
     }
 }
 
-// general_step where every displacement the tile evaluates has one sign per axis (XS for
-// x, YS for y; 0: d <= 0, 1: d > 0): x takes that branch's four coefficients of a row
-// (coef4: 9 operations instead of coef's 16) and y only the four rows of its branch, so
-// a cell costs 4 Horner evaluations and the y coefficients, ≈ 33 operations against ≈ 64.
-// The same operations as general_cell for that branch, in the same order: the bits are
-// the same. The velocity arrays only (ADV_MODE 0), on tiles read at fixed offsets.
-struct RowCoef4 { Coef4 c[ADV_COLS]; };
-
-template <int XS, int YS, class Load, class Store>
-__device__ __forceinline__ void fast_step(int h, const Velocity& vel, int x0, int y0, int nx,
-                                          int ny, int base, int nbuf, Load load, Store store) {
-    constexpr int C = ADV_COLS;
-    const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
-    const int c = c0 + C * threadIdx.x;
-    if (c >= c1) return;
-    int vi[C];
-    bool col[C];
-    for (int m = 0; m < C; ++m) {
-        const int x = x0 + c + m;
-        vi[m] = grid_index(x, nx);
-        col[m] = ADV_PERIODIC || (x >= 2 && x < nx - 2);
-    }
-    auto row_coef = [&](int r) {
-        const RowVals v = load(c, r);
-        RowCoef4 k;
-        for (int m = 0; m < C; ++m)
-            k.c[m] = coef4<XS>(v.v[m], v.v[m + 1], v.v[m + 2], v.v[m + 3], v.v[m + 4]);
-        return k;
-    };
-    // Output row r takes the x-values of rows r − 2 + YS .. r + 1 + YS (k0 .. k3).
-    RowCoef4 k0 = row_coef(r0 - 2 + YS), k1 = row_coef(r0 - 1 + YS), k2 = row_coef(r0 + YS);
-#pragma unroll 3
-    for (int r = r0; r < r1; ++r) {
-        const RowCoef4 k3 = row_coef(r + 1 + YS);
-        const int y = y0 + r;
-        const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
-        const size_t vrow = (size_t)buffer_row(y, base, nbuf, ny) * nx;
-        real out[C];
-        for (int m = 0; m < C; ++m) {
-            out[m] = (YS ? k1 : k2).c[m].c0;
-            if (row && col[m]) {
-                const real a = vel.du[vrow + vi[m]], b = vel.dv[vrow + vi[m]];
-                const real x0v = eval4(k0.c[m], a), x1v = eval4(k1.c[m], a);
-                const real x2v = eval4(k2.c[m], a), x3v = eval4(k3.c[m], a);
-                const Coef4 cy = YS ? coef4<1>(x0v, x0v, x1v, x2v, x3v)
-                                    : coef4<0>(x0v, x1v, x2v, x3v, x3v);
-                out[m] = eval4(cy, b);
-            }
-        }
-        store(c, r, out);
-        k0 = k1; k1 = k2; k2 = k3;
-    }
-}
-
-// The sign class of a pass's tile (classes: per buffer row and strip of tiles, bit 0 some
-// du > 0, bit 1 some du <= 0, bit 2 some dv > 0, bit 3 some dv <= 0 over the strip's
-// first-step columns: cuda.rs sign_classes), over the first step's rows: XS + 2·YS of
-// fast_step when each axis has one sign, else -1. Every thread calls it.
-__device__ __forceinline__ int tile_class(const unsigned char* classes, int nstrips, int y0,
-                                          int base, int nbuf, int ny) {
-    unsigned bits = 0;
-    for (int r = 2 + (int)threadIdx.x; r < ADV_R - 2; r += ADV_BX)
-        bits |= classes[(size_t)buffer_row(y0 + r, base, nbuf, ny) * nstrips + blockIdx.x];
-    const bool xp = __syncthreads_or(bits & 1), xm = __syncthreads_or(bits & 2);
-    const bool yp = __syncthreads_or(bits & 4), ym = __syncthreads_or(bits & 8);
-    if ((xp && xm) || (yp && ym)) return -1;
-    return (int)xp + 2 * (int)yp;
-}
-
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
 adv_pass(ADV_PARAMS) {
     // rows: the tile's, ADV_TY (adv_step's argument list, so one launch serves both).
@@ -662,22 +548,10 @@ adv_pass(ADV_PARAMS) {
     auto step = [&](int h, auto load, auto store) {
         general_step(h, vel, x0, y0, nx, ny, base, nbuf, load, store);
     };
-    const bool direct = tile_direct(x0, y0, nx, base, nbuf);
-    // Velocity arrays: tiles with one sign per axis (all but those around a sign change)
-    // take fast_step.
-    const int cls = ADV_MODE == 0 && ADV_FAST ? tile_class(classes, nstrips, y0, base, nbuf, ny) : -1;
-#define ADV_FAST_PASS(XS, YS)                                                                \
-    tile_pass<true>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1,                       \
-                    [&](int h, auto load, auto store) {                                      \
-                        fast_step<XS, YS>(h, vel, x0, y0, nx, ny, base, nbuf, load, store);  \
-                    })
-    if (!direct) tile_pass<false>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
-    else if (cls < 0) tile_pass<true>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
-    else if (cls == 0) ADV_FAST_PASS(0, 0);
-    else if (cls == 1) ADV_FAST_PASS(1, 0);
-    else if (cls == 2) ADV_FAST_PASS(0, 1);
-    else ADV_FAST_PASS(1, 1);
-#undef ADV_FAST_PASS
+    if (tile_direct(x0, y0, nx, base, nbuf))
+        tile_pass<true>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
+    else
+        tile_pass<false>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
 }
 
 // adv_pass for the separable presets: the tile's x weights in shared memory after the

@@ -431,7 +431,9 @@ impl KernelArgs {
         self
     }
 
-    /// The device address of `s` as the next argument.
+    /// The device address of `s` as the next argument. cudarc's guard, which would record
+    /// the access on `s`'s events, is dropped here, before the launch: keisan's contexts
+    /// track no events ([`Gpu::open`] turns that off; all work of a context is on one stream).
     pub fn slice<T>(&mut self, s: &cudarc::driver::CudaSlice<T>, stream: &CudaStream) -> &mut Self {
         use cudarc::driver::DevicePtr;
         let (p, _sync) = s.device_ptr(stream);

@@ -508,12 +508,7 @@ impl<T: Real> CudaElectrostatics<T> {
         // kernel's blocks own 30 pairs per warp and all rows but the first and last.
         let (bx, by) = (block.0 as usize, block.1 as usize);
         // KEISAN_ES_PDL=0: the per-colour sweeps as plain launches (a tuning knob).
-        let programmatic = crate::tuning::knob("KEISAN_ES_PDL", "0 or 1", |v| match v {
-            "0" => Some(false),
-            "1" => Some(true),
-            _ => None,
-        })?
-        .unwrap_or(true);
+        let programmatic = crate::tuning::switch("KEISAN_ES_PDL")?.unwrap_or(true);
         let (pairs_per_block, rows_per_block) = match launch.kernel {
             SweepKernel::Fused => (30 * bx / 32, by - 2),
             SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => (bx, by),

@@ -106,48 +106,6 @@ __device__ __forceinline__ int code_at(const unsigned char* c, size_t n, int oe)
 #define ES_SUM_RANGE 0
 #endif
 
-// Asynchronous copies into shared memory (cp.async, through L1: `.ca`).
-__device__ __forceinline__ void cp_async_bytes4(void* smem, const void* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-}
-
-__device__ __forceinline__ void cp_async_real(real* smem, const real* gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    if (sizeof(real) == 4)
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-// ES_ZRING = 1 (probe): the two streams whose sectors no other load of the block brings
-// in, the swept colour's V and the other colour's V at the thread's own column (the
-// z-stream), are copied by cp.async into a per-thread ring of 8 planes in shared memory,
-// ES_ZL planes ahead (even, 4 or 6), instead of the L2 prefetch (which asks L2 for each of
-// those sectors a second time) and a register load one plane ahead. The copies go
-// through L1, so the rows j +- 1 and the own-row neighbour that other threads read hit
-// there. Plane m of the chunk from k0 sits in slot (m - k0) & 7.
-#ifndef ES_ZRING
-#define ES_ZRING 0
-#endif
-#ifndef ES_ZL
-#define ES_ZL 6
-#endif
-#define ES_ZR_ON (ES_ZRING && sizeof(real) == 4)
-#define ES_NT (ES_BX * ES_BY)
-// Streams in the ring: ES_ZRING = 2 keeps the other colour's z-stream in registers and
-// the L2 prefetch (its sectors feed the neighbours' loads through L1) and rings V only.
-#define ES_ZS (ES_ZRING == 2 ? 1 : 2)
-#define ES_ZD (ES_ZR_ON && ES_ZS == 2)
-#define ES_ZR_SIZE (ES_ZR_ON ? 8 * ES_ZS * ES_NT : 1)
-
 // A class: epsr, and 1 when the voltage is held (else 0); one shared-memory load.
 struct __align__(2 * sizeof(real)) es_class { real eps, held; };
 
@@ -190,7 +148,6 @@ struct Column {
     int cn;
     Reads r;
     unsigned n;
-    int zb;  // ES_ZRING: the ring slot of plane k (even at a pair's start)
     double res2, v2;
 };
 
@@ -237,7 +194,6 @@ struct Sweep {
     // index n: pf + n * pf_size, pf_size in bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
-    real* zr;            // ES_ZRING: the thread's slot 0 (stride ES_NT values per stream)
 #if ES_FACES
     // The lane copies the x-face node of colour C at index n - 1 on its planes of offset 1
     // (xf & 1: column 1, node 0) and the one at n + 1 - ES_NX_ODD on its planes of offset
@@ -258,11 +214,11 @@ __device__ __forceinline__ At at(const Sweep& w, unsigned n) {
 }
 
 // The reads of the plane P planes above p (P = 0 or 1), whose node is 2h + O.
-template <int O, int P, bool OLD = true>
+template <int O, int P>
 __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
     constexpr int z = P * ES_HK;
     Reads r;
-    r.old = OLD ? p.vc[z] : (real)0;
+    r.old = p.vc[z];
     r.cl = p.cc[z];
     r.ds = p.vd[z - ES_HJ];
     r.dN = p.vd[z + ES_HJ];
@@ -286,11 +242,10 @@ __device__ __forceinline__ void x_face(const Sweep& w, const At& p, int at, real
 // shift down.
 template <int O, int P, bool XF>
 __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
-                                      int k, real zold = 0, real zdnn = 0) {
-    const real dnn = ES_ZD ? zdnn : p.vd[(P + 2) * ES_HK];
+                                      int k) {
+    const real dnn = p.vd[(P + 2) * ES_HK];
     const int cnn = p.cd[(P + 2) * ES_HK];
-    Reads next = reads<1 - O, P + 1, !ES_ZR_ON>(w, p);
-    if (ES_ZR_ON) next.old = zold;
+    const Reads next = reads<1 - O, P + 1>(w, p);
     const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
     const real xo = r.xe, exo = w.cls[r.xec].eps;
@@ -338,33 +293,10 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
 
 // Pairs of planes k, k + 1 while k + 1 < kend, from one set of addresses (the second's
 // offsets are immediates); PF: the warp asks L2 for the planes ES_PF above the pair.
-// ES_ZRING: the copies of planes k + ES_ZL and k + ES_ZL + 1 (the pair at slot zb).
-__device__ __forceinline__ void zring_copy(const Sweep& w, const At& p, int zb) {
-    real* d = w.zr + ((zb + ES_ZL) & 7) * ES_ZS * ES_NT;
-    cp_async_real(d, p.vc + ES_ZL * ES_HK);
-    cp_async_real(d + ES_ZS * ES_NT, p.vc + (ES_ZL + 1) * ES_HK);
-    if (ES_ZD) {
-        cp_async_real(d + ES_NT, p.vd + ES_ZL * ES_HK);
-        cp_async_real(d + 3 * ES_NT, p.vd + (ES_ZL + 1) * ES_HK);
-    }
-}
-
-template <int O0, bool PF, bool XF, bool ZC = false>
+template <int O0, bool PF, bool XF>
 __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int kend) {
     for (; k + 1 < kend; k += 2) {
         const At p = at(w, c.n);
-        real o1 = 0, d2 = 0, o2 = 0, d3 = 0;
-        if (ES_ZR_ON) {
-            // Planes k + 2, k + 3 landed: at most (ES_ZL - 2) / 2 younger groups pending.
-            if (ZC) zring_copy(w, p, c.zb);
-            cp_async_commit();
-            cp_async_wait<(ES_ZL - 2) / 2>();
-            const real* qa = w.zr + (c.zb + 1) * ES_ZS * ES_NT;
-            const real* qb = w.zr + ((c.zb + 2) & 7) * ES_ZS * ES_NT;
-            o1 = qa[0]; o2 = qb[0];
-            if (ES_ZD) { d2 = qb[ES_NT]; d3 = qb[3 * ES_NT]; }
-            c.zb = (c.zb + 2) & 7;
-        }
 #if ES_PF
         if (PF && w.pf_on) {
             const char* a = w.pf + (size_t)c.n * w.pf_size;
@@ -374,8 +306,8 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         }
 #endif
         const es_z* zk = w.zt + k;
-        plane<O0, 0, XF>(w, c, p, zk, k, o1, d2);
-        plane<1 - O0, 1, XF>(w, c, p, zk, k + 1, o2, d3);
+        plane<O0, 0, XF>(w, c, p, zk, k);
+        plane<1 - O0, 1, XF>(w, c, p, zk, k + 1);
         c.n += 2 * ES_HK;
     }
     return k;
@@ -385,9 +317,6 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
 template <int O0, bool XF>
 __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1) {
     int k = k0;
-    // The ring's copies reach plane k1 + 1 at most (the arrays' planes past the top face
-    // pad it): pair k copies planes up to k + ES_ZL + 1.
-    if (ES_ZR_ON) k = march_pairs<O0, ES_PF != 0, XF, true>(w, c, k, k1 - ES_ZL + 2);
 #if ES_PF
     k = march_pairs<O0, true, XF>(w, c, k, k1 - ES_PF + 1);
 #endif
@@ -496,7 +425,7 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            int nx, int ny, int kfirst, int kend, int kbase,
                                            int planes, int oe, real omega, int bx, int by,
                                            int bz, int sfirst, int send, double& res2,
-                                           double& v2, real* zr) {
+                                           double& v2) {
     // Threads off the mesh still walk the planes (and store nothing), reading their own
     // (valid) compact column; only whole off-mesh rows are clamped.
     const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
@@ -542,9 +471,8 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                         : arr == 3 ? (const char*)cd
                                    : (const char*)qc;
         w.pf_size = arr == 2 || arr == 3 ? 1 : S;
-        w.pf_on = ((l < 2 * S + 2 && !(ES_CBITS == 4 && arr == 3)) ||
-                   (has_qnode && l < 3 * S + 2)) &&
-                  !(ES_ZR_ON && l < ES_ZS * S);
+        w.pf_on = (l < 2 * S + 2 && !(ES_CBITS == 4 && arr == 3)) ||
+                  (has_qnode && l < 3 * S + 2);
         w.pf = a + ((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size +
                32 * sec;
     }
@@ -562,23 +490,9 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
 
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
-    c.zb = 0;
-    w.zr = zr + threadIdx.x + ES_BX * threadIdx.y;
     if (k0 < k1) {
         c.n = ES_SHIFT + (unsigned)(k0 - kbase) * ES_HK + (unsigned)jr * ES_HJ + h;
         const At p = at(w, c.n);
-        if (ES_ZR_ON) {
-            // Planes k0 .. k0 + ES_ZL - 1 (none past k1 + 1), a group per pair.
-#pragma unroll
-            for (int m = 0; m < ES_ZL; m += 2) {
-                for (int e = m; e < m + 2; ++e)
-                    if (k0 + e <= k1 + 1) {
-                        cp_async_real(w.zr + e * ES_ZS * ES_NT, p.vc + e * ES_HK);
-                        if (ES_ZD) cp_async_real(w.zr + (e * 2 + 1) * ES_NT, p.vd + e * ES_HK);
-                    }
-                cp_async_commit();
-            }
-        }
         c.dm = p.vd[-ES_HK]; c.dc = p.vd[0]; c.dn = p.vd[ES_HK];
         c.em = w.cls[p.cd[-ES_HK]].eps;
         c.ec = w.cls[p.cd[0]].eps;
@@ -592,7 +506,6 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
             c.r = reads<0, 0>(w, p);
             march_block<0>(w, c, k0, k1, xblock);
         }
-        if (ES_ZR_ON) cp_async_wait<0>();  // the ring is the next tile's
     }
     res2 += c.res2;
     v2 += c.v2;
@@ -664,7 +577,6 @@ extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_sweep(ES_SWEEP_PARAMS) {
     __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
-    __shared__ real zr[ES_ZR_SIZE];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     load_classes(cls, classes, tid, ES_TABLE);
 #if __CUDA_ARCH__ >= 900
@@ -691,7 +603,7 @@ es_sweep(ES_SWEEP_PARAMS) {
 #endif
         sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
                    ny, kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y,
-                   blockIdx.z, sfirst, send, res2, v2, zr);
+                   blockIdx.z, sfirst, send, res2, v2);
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }
@@ -800,7 +712,6 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[ES_ZCAP];
-    __shared__ real zr[ES_ZR_SIZE];
     __shared__ int stop;
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     const unsigned nthreads = ES_BX * ES_BY, nb = gridDim.x;
@@ -822,7 +733,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
                 sweep_tile(vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
                            rzp, rzm, nx, ny, 1, nz - 1, 0, planes, oe, omega, t % tiles_x,
                            (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), 1, nz - 1,
-                           res2, v2, zr);
+                           res2, v2);
             const double r = block_sum(res2);
             __syncthreads();
             const double n = block_sum(v2);
@@ -1200,6 +1111,26 @@ struct StagedPlane {
     unsigned char cd[3][40];
     unsigned char cc[32];
 };
+
+__device__ __forceinline__ void cp_async_bytes4(void* smem, const void* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_real(real* smem, const real* gmem) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    if (sizeof(real) == 4)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(gmem));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
 
 struct Staging {
     const real* vc; const real* vd; const real* qc;

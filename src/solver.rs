@@ -16,7 +16,7 @@ use crate::summary::Summary;
 pub trait Solver: Sync {
     /// The `solver = "…"` value and the name of its table.
     fn name(&self) -> &'static str;
-    /// The keys its table needs, for "needs a [name] table (…)".
+    /// The keys its table needs, for "needs a `[name]` table (…)".
     fn table_hint(&self) -> &'static str;
     /// Its CUDA sources (the compile check in CI builds every one).
     fn kernels(&self) -> Vec<KernelSource>;

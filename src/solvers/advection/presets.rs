@@ -235,7 +235,7 @@ impl Velocity {
 pub enum Displacement {
     /// du, dv arrays (uniform, rotation with arrays, files).
     Arrays,
-    /// du = c[0], dv = c[1].
+    /// `du = c[0]`, `dv = c[1]`.
     Uniform([f64; 2]),
     /// du = a·(j − jc), dv = −b·(i − ic): c = [a, jc, b, ic].
     Rotation([f64; 4]),

@@ -16,7 +16,7 @@ use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 
-/// RXp[i] = 1/(Δ⁺·(Δ⁺+Δ⁻)/2), RXm[i] = 1/(Δ⁻·(Δ⁺+Δ⁻)/2) at interior nodes (0 on faces).
+/// `RXp[i] = 1/(Δ⁺·(Δ⁺+Δ⁻)/2)`, `RXm[i] = 1/(Δ⁻·(Δ⁺+Δ⁻)/2)` at interior nodes (0 on faces).
 pub fn axis_coefficients(nodes: &[f64]) -> (Vec<f64>, Vec<f64>) {
     let n = nodes.len();
     let (mut rp, mut rm) = (vec![0.0; n], vec![0.0; n]);

@@ -1,8 +1,8 @@
 //! Explicit (FTCS) heat equation in 1D, 2D and 3D (seed 002), in-core.
 //!
-//! U ← U + Σ_a r_a·(U[p+e_a] + U[p−e_a] − 2U[p]), r_a = α²·Δt/h_a², Dirichlet boundaries
+//! `U ← U + Σ_a r_a·(U[p+e_a] + U[p−e_a] − 2U[p])`, `r_a = α²·Δt/h_a²`, Dirichlet boundaries
 //! (boundary points keep their values). Stable for Σ_a r_a ≤ 1/2 (r ≤ 1/(2d) with equal
-//! spacing). Fields are row-major, last axis fastest; the domain is [0,1] per axis unless
+//! spacing). Fields are row-major, last axis fastest; the domain is `[0,1]` per axis unless
 //! `spacing` says otherwise.
 //!
 //! Engines: in-core CPU ([`cpu`]) and CUDA ([`cuda`]); out-of-core by the pyramid method
@@ -40,7 +40,7 @@ pub const MAX_TEMPORAL_BLOCK: usize = 64;
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeatConfig {
-    /// Points per axis, slowest first: [nx], [ny, nx] or [nz, ny, nx].
+    /// Points per axis, slowest first: `[nx]`, `[ny, nx]` or `[nz, ny, nx]`.
     pub shape: Vec<i64>,
     /// Grid spacing per axis (same order); default 1/(n−1), the unit interval.
     #[serde(default)]

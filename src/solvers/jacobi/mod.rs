@@ -3,8 +3,8 @@
 //!
 //! Grid: n points in x, m in y, stored row-major with x fastest (`u[j*n + i]`, a NumPy
 //! array of shape (m, n)). Each sweep over the interior computes
-//! resid = (ax(u[i−1,j]+u[i+1,j]) + ay(u[i,j−1]+u[i,j+1]) + b·u[i,j] − f[i,j]) / b and
-//! u_new = u − ω·resid; the residual norm is sqrt(Σ resid²)/(n·m).
+//! `resid = (ax(u[i−1,j]+u[i+1,j]) + ay(u[i,j−1]+u[i,j+1]) + b·u[i,j] − f[i,j]) / b` and
+//! `u_new = u − ω·resid`; the residual norm is sqrt(Σ resid²)/(n·m).
 
 pub mod bench;
 pub mod cpu;

@@ -126,7 +126,7 @@ impl<T> GridView<T> {
 }
 
 impl<T: Real> GridView<T> {
-    /// grid[region] → out (contiguous).
+    /// `grid[region]` → out (contiguous).
     ///
     /// # Safety
     /// Nothing writes `region` of the grid meanwhile.
@@ -150,7 +150,7 @@ impl<T: Real> GridView<T> {
             });
     }
 
-    /// src (contiguous) → grid[region].
+    /// src (contiguous) → `grid[region]`.
     ///
     /// # Safety
     /// Nothing else reads or writes `region` of the grid meanwhile.

@@ -215,69 +215,6 @@ fn merge_row<T: Copy>(dst: &mut [T], s: usize, xoff: usize, a: &[T], b: &[T]) {
     }
 }
 
-/// The per-colour sweep's side arrays (kernels.cu ES_XSIDE): per colour, boundary b
-/// between tiles b − 1 and b of 32 compact columns (b = 1 .. tiles − 1 used), plane k,
-/// row j and offset o (that colour's node's at (j, k)), the colour's value at compact
-/// column 1 + 32b (o = 0) or 32b (o = 1), at colour·per_colour + b·per_boundary +
-/// (2k + o)·rows + (j − 1)/2.
-struct SideArrays {
-    counts: [usize; 3],
-    tiles: usize,
-    rows: usize,
-}
-
-impl SideArrays {
-    fn new(counts: [usize; 3], tiles: usize) -> Self {
-        Self {
-            counts,
-            tiles,
-            rows: counts[1] / 2 + 1,
-        }
-    }
-
-    fn per_boundary(&self) -> usize {
-        self.counts[2] * 2 * self.rows
-    }
-
-    fn per_colour(&self) -> usize {
-        (self.tiles + 1) * self.per_boundary()
-    }
-
-    fn defines(side: Option<&Self>) -> Vec<(&'static str, String)> {
-        let Some(sa) = side else {
-            return vec![("ES_XSIDE", "0".into())];
-        };
-        vec![
-            ("ES_XSIDE", "1".into()),
-            ("ES_NY2", sa.rows.to_string()),
-            ("ES_EBS", sa.per_boundary().to_string()),
-            ("ES_ESZ", sa.per_colour().to_string()),
-        ]
-    }
-
-    /// Both colours' entries from V split by `layout` (pairs (1, 2), (3, 4), …).
-    fn fill<T: Copy + Default>(&self, layout: &Split, parts: &[Vec<T>; 2]) -> Vec<T> {
-        let [_, ny, nz] = self.counts;
-        let mut out = vec![T::default(); 2 * self.per_colour()];
-        for (c, part) in parts.iter().enumerate() {
-            for b in 1..self.tiles {
-                for k in 0..nz {
-                    for j in 1..ny - 1 {
-                        let o = (c + j + k + layout.xoff) & 1;
-                        let h = if o == 0 { 1 + 32 * b } else { 32 * b };
-                        let at = c * self.per_colour()
-                            + b * self.per_boundary()
-                            + (2 * k + o) * self.rows
-                            + (j - 1) / 2;
-                        out[at] = part[layout.shift + (k * ny + j) * layout.ph + h];
-                    }
-                }
-            }
-        }
-        out
-    }
-}
-
 /// The colour-split layout: node (i, j, k) to array (i + j + k) & 1 at
 /// shift + (k·ny + j)·ph + (i + xoff)/2. Each array has nz + 2 planes (the last two pad
 /// the sweeps' prefetches). xoff = 1 (the per-colour kernels) pairs the nodes (1, 2),
@@ -433,10 +370,6 @@ pub struct CudaElectrostatics<T: Real> {
     /// and writes the other; the per-colour sweeps work in buffer 0 (buffer 1 is then a
     /// 1-value placeholder).
     v: [[CudaSlice<T>; 2]; 2],
-    /// Both colours' side entries of the tile edges (kernels.cu ES_XSIDE; see
-    /// [`SideArrays`]), when `side`; else a placeholder.
-    xside: CudaSlice<T>,
-    side: bool,
     /// Per colour: the class bytes, and 2ρ/ε0 per node when ρ varies (a 1-value
     /// placeholder otherwise).
     code: [CudaSlice<u8>; 2],
@@ -563,15 +496,6 @@ impl<T: Real> CudaElectrostatics<T> {
         let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
-        // The per-colour sweep's tile edges from side arrays (kernels.cu ES_XSIDE) where a
-        // row has several tiles of one warp's width; KEISAN_ES_XSIDE=0 reads them from V.
-        let tiles_x = interior_columns(nx, xoff).div_ceil(block.0 as usize);
-        let side = (launch.kernel == SweepKernel::PerColour
-            && block.0 == 32
-            && tiles_x >= 2
-            && crate::tuning::switch("KEISAN_ES_XSIDE")?.unwrap_or(true))
-        .then(|| SideArrays::new(g.counts, tiles_x));
-        defines.extend(SideArrays::defines(side.as_ref()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
@@ -653,15 +577,9 @@ impl<T: Real> CudaElectrostatics<T> {
             2 => upload(&parts)?,
             _ => [s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?],
         };
-        let xside = match &side {
-            Some(sa) => s.clone_htod(&sa.fill(&layout, &parts))?,
-            None => s.alloc_zeros::<T>(1)?,
-        };
         let v = [upload(&parts)?, second];
         Ok(Self {
             v,
-            xside,
-            side: side.is_some(),
             code,
             classes: s.clone_htod(&match class_bits {
                 4 => paired_table(&classes.table::<T>()),
@@ -807,16 +725,10 @@ impl<T: Real> CudaElectrostatics<T> {
         // The interior planes of the whole mesh; no slot: the sweep keeps its own books.
         let (kfirst, kend, kbase, slot) = (1i32, k.nz - 1, 0i32, 0u64);
         a.value(&kfirst).value(&kend).value(&kbase).value(&slot);
-        if self.side {
-            a.slice(&self.xside, s);
-        } else {
-            a.value(&0u64);
-        }
         // SAFETY: es_sweep's parameters in order. Each colour's V, class bytes and per-node
         // charge (when present) hold (nz+2)·ny rows of `ph` values, the class table 256
         // entries, each coefficient array its axis's nodes, partials two values per block,
-        // hist HISTORY values, xside (when used) both colours' side entries; all live as
-        // long as the engine. A programmatic launch:
+        // hist HISTORY values; all live as long as the engine. A programmatic launch:
         // es_sweep reads nothing the previous launch writes before griddepcontrol.wait.
         unsafe { launch_with_args(s, &self.sweep, self.cfg, &a, self.programmatic) }
     }

@@ -75,42 +75,6 @@
 #define ES_SHIFT 0
 #endif
 
-// ES_XSIDE = 1 (the one-device per-colour sweep, ES_BX = 32): the other colour's V at the
-// node beside a warp's row segment, which the edge lane reads (h0 - 1 on planes of offset
-// 0, h0 + 32 on planes of offset 1), comes from a side array instead of the next tile's
-// row, whose sector no lane of the block loads: that one extra L2 sector per warp and
-// plane cost about 8 % of the 512^3 f32 sweep (docs/PERFORMANCE.md). Boundary b between
-// tiles b - 1 and b (b = 1 .. gridDim.x - 1) has, per colour, plane k, row j and the
-// offset o that colour's node at (b, j, k) has, one entry: the value of compact column
-// 1 + 32b (o = 0; lane 0 of tile b) or 32b (o = 1; lane 31 of tile b - 1), at
-// colour·ES_ESZ + ((b·nz + k)·2 + o)·ES_NY2 + (j - 1)/2 (rows of one offset side by side,
-// so that a tile's 16 rows write and read whole sectors). The lane that reads the other
-// colour's entry (written under the other offset by the last sweep) writes its own
-// node's value to its colour's entry under its offset; the engine fills both from V at
-// the start. The values are V's, so the sweep's bits do not change.
-#ifndef ES_XSIDE
-#define ES_XSIDE 0
-#endif
-#ifndef ES_XSPLIT
-#define ES_XSPLIT 0
-#endif
-#ifndef ES_XE2
-#define ES_XE2 0
-#endif
-#if ES_XSIDE && ES_BX != 32
-#error "ES_XSIDE assumes one warp per row segment of a tile (ES_BX = 32)"
-#endif
-#ifndef ES_NY2
-#define ES_NY2 1
-#endif
-// Values per boundary (nz·2·ES_NY2) and per colour ((gridDim.x + 1)·ES_EBS).
-#ifndef ES_EBS
-#define ES_EBS 0
-#endif
-#ifndef ES_ESZ
-#define ES_ESZ 0
-#endif
-
 // Bits per class code: 8 (each colour's array of codes, a byte per node), or 4 where a
 // mesh has at most 16 classes (the per-colour and persistent sweeps): one array of bytes
 // for both colours, compact index n holding colour 0's code in bits 0-3 and colour 1's in
@@ -184,8 +148,6 @@ struct Column {
     int cn;
     Reads r;
     unsigned n;
-    real xq;   // ES_XE2: the own-row neighbour of plane k + 1
-    real* ep;  // ES_XSIDE: the other colour's side entry of this pair's plane k, offset 0
     double res2, v2;
 };
 
@@ -232,9 +194,6 @@ struct Sweep {
     // index n: pf + n * pf_size, pf_size in bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
-    bool xs0, xs1;       // ES_XSIDE: the lane reads (and writes) side entries on planes of
-                         // offset 0 (lane 0, tiles 1..) or 1 (lane 31, all tiles but the last)
-    int eoff;            // ES_XSIDE: from the other colour's side entries to this colour's
 #if ES_FACES
     // The lane copies the x-face node of colour C at index n - 1 on its planes of offset 1
     // (xf & 1: column 1, node 0) and the one at n + 1 - ES_NX_ODD on its planes of offset
@@ -248,20 +207,14 @@ struct Sweep {
 struct At {
     real* vc; const unsigned char* cc; const real* qc;
     const real* vd; const unsigned char* cd;
-    real* ep;
 };
 
-__device__ __forceinline__ At at(const Sweep& w, const Column& c) {
-    const unsigned n = c.n;
-    return {w.vc + n, w.cc + n, w.qc + n, w.vd + n, w.cd + n, c.ep};
+__device__ __forceinline__ At at(const Sweep& w, unsigned n) {
+    return {w.vc + n, w.cc + n, w.qc + n, w.vd + n, w.cd + n};
 }
 
-// ES_XSIDE: the side entry of plane P above the pair's first with offset O.
-template <int P, int O>
-__device__ constexpr int side_at() { return (2 * P + O) * ES_NY2; }
-
 // The reads of the plane P planes above p (P = 0 or 1), whose node is 2h + O.
-template <int O, int P, bool XE = true>
+template <int O, int P>
 __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
     constexpr int z = P * ES_HK;
     Reads r;
@@ -275,25 +228,7 @@ __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
     // The own-row neighbour other than the z-stream's: at h - 1 (O = 0) or h + 1 (O = 1).
     // Every lane loads it (the warp's own lines, in L1): no shuffle, no edge lanes.
     constexpr int x = O ? z + 1 : z - 1;
-#if ES_XSIDE
-    // The edge lane's neighbour from the other colour's side entry, written under the
-    // other offset (1 - O); the other lanes' from the row.
-    if (O ? w.xs1 : w.xs0) r.xe = p.ep[side_at<P, 1 - O>()];
-    else r.xe = p.vd[x];
-#elif ES_XSPLIT
-    {
-        // Probe: the warp's load of its own-row neighbours stays in its own line (the
-        // edge lane reads its own node), and the neighbour beside the segment comes by a
-        // load whose address is the same for every lane (one sector, one line).
-        const int lane = threadIdx.x & 31;
-        const int edge = O ? lane == 31 : lane == 0;
-        const real inl = p.vd[z + (O ? 1 - edge : edge - 1)];
-        const real out = p.vd[z + (O ? 32 - lane : -1 - lane)];
-        r.xe = edge ? out : inl;
-    }
-#else
-    r.xe = XE ? p.vd[x] : (real)0;
-#endif
+    r.xe = p.vd[x];
     r.xec = p.cd[x];
     return r;
 }
@@ -310,16 +245,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
                                       int k) {
     const real dnn = p.vd[(P + 2) * ES_HK];
     const int cnn = p.cd[(P + 2) * ES_HK];
-#if ES_XE2
-    // Probe: the own-row neighbour of V two planes ahead (plane k + 2 has offset O), so
-    // that the edge lane's miss (a sector of the next tile) has two planes to arrive.
-    const real xq = p.vd[(P + 2) * ES_HK + (O ? 1 : -1)];
-    Reads next = reads<1 - O, P + 1, false>(w, p);
-    next.xe = c.xq;
-    c.xq = xq;
-#else
     const Reads next = reads<1 - O, P + 1>(w, p);
-#endif
     const Reads& r = c.r;
     const real en = w.cls[c.cn].eps;
     const real xo = r.xe, exo = w.cls[r.xec].eps;
@@ -345,11 +271,6 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
         const bool upd = (O ? w.in1 : w.in0) && me.held == (real)0;
         const real nv = old + res;
         if (upd) p.vc[P * ES_HK] = nv;
-#if ES_XSIDE
-        // This colour's side entry, for the other colour's next sweep.
-        if ((O ? w.xs1 : w.xs0) && (O ? w.in1 : w.in0))
-            p.ep[w.eoff + side_at<P, O>()] = upd ? nv : old;
-#endif
         bool sums = upd;
 #if ES_SUM_RANGE
         sums = sums && k >= w.s0 && k < w.s1;
@@ -375,7 +296,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
 template <int O0, bool PF, bool XF>
 __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int kend) {
     for (; k + 1 < kend; k += 2) {
-        const At p = at(w, c);
+        const At p = at(w, c.n);
 #if ES_PF
         if (PF && w.pf_on) {
             const char* a = w.pf + (size_t)c.n * w.pf_size;
@@ -388,7 +309,6 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         plane<O0, 0, XF>(w, c, p, zk, k);
         plane<1 - O0, 1, XF>(w, c, p, zk, k + 1);
         c.n += 2 * ES_HK;
-        if (ES_XSIDE) c.ep += side_at<2, 0>();
     }
     return k;
 }
@@ -401,7 +321,7 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
     k = march_pairs<O0, true, XF>(w, c, k, k1 - ES_PF + 1);
 #endif
     k = march_pairs<O0, false, XF>(w, c, k, k1);
-    if (k < k1) plane<O0, 0, XF>(w, c, at(w, c), w.zt + k, k);
+    if (k < k1) plane<O0, 0, XF>(w, c, at(w, c.n), w.zt + k, k);
 }
 
 // march<O0, XF> for the block: XF (its copies of x-face nodes) only in the blocks whose
@@ -425,7 +345,7 @@ __device__ __forceinline__ void march_block(const Sweep& w, Column& c, int k0, i
         real omega, double tol, u64 iteration, double *__restrict__ partials,              \
         unsigned int *__restrict__ ticket, u64 *__restrict__ ctl, double *__restrict__ acc, \
         double *__restrict__ hist, unsigned hist_len, int kfirst, int kend, int kbase,      \
-        double *__restrict__ slot ES_SUM_PARAMS, real *xside
+        double *__restrict__ slot ES_SUM_PARAMS
 #if ES_SUM_RANGE
 #define ES_SUM_PARAMS , int sfirst, int send
 #else
@@ -505,7 +425,7 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            int nx, int ny, int kfirst, int kend, int kbase,
                                            int planes, int oe, real omega, int bx, int by,
                                            int bz, int sfirst, int send, double& res2,
-                                           double& v2, real* xside = nullptr) {
+                                           double& v2) {
     // Threads off the mesh still walk the planes (and store nothing), reading their own
     // (valid) compact column; only whole off-mesh rows are clamped.
     const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
@@ -558,12 +478,6 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     }
     w.s0 = sfirst;
     w.s1 = send;
-    // ES_XSIDE (es_sweep passes the side arrays; es_persist none): lane 0 reads its left
-    // neighbour at boundary bx, lane 31 its right one at boundary bx + 1; the mesh's own
-    // x faces (boundaries 0 and gridDim.x) are read from the rows.
-    w.xs0 = ES_XSIDE && xside && lane == 0 && bx >= 1;
-    w.xs1 = ES_XSIDE && xside && lane == 31 && bx + 1 < (int)gridDim.x;
-    w.eoff = (2 * oe - 1) * ES_ESZ;
     bool xblock = false;  // some lane of the block copies x-face nodes
 #if ES_FACES
     {
@@ -576,12 +490,9 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
 
     Column c;
     c.res2 = 0.0; c.v2 = 0.0;
-    c.ep = xside ? xside + (size_t)(1 - oe) * ES_ESZ + (size_t)(bx + (lane == 31)) * ES_EBS +
-                       (size_t)k0 * 2 * ES_NY2 + ((jr - 1) >> 1)
-                 : nullptr;
     if (k0 < k1) {
         c.n = ES_SHIFT + (unsigned)(k0 - kbase) * ES_HK + (unsigned)jr * ES_HJ + h;
-        const At p = at(w, c);
+        const At p = at(w, c.n);
         c.dm = p.vd[-ES_HK]; c.dc = p.vd[0]; c.dn = p.vd[ES_HK];
         c.em = w.cls[p.cd[-ES_HK]].eps;
         c.ec = w.cls[p.cd[0]].eps;
@@ -590,11 +501,9 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         // warp (one row: ES_BX is a multiple of 32) takes the same branch.
         if ((oe + j + k0 + ES_XOFF) & 1) {
             c.r = reads<1, 0>(w, p);
-            if (ES_XE2) c.xq = p.vd[ES_HK - 1];  // plane k0 + 1 has offset 0
             march_block<1>(w, c, k0, k1, xblock);
         } else {
             c.r = reads<0, 0>(w, p);
-            if (ES_XE2) c.xq = p.vd[ES_HK + 1];
             march_block<0>(w, c, k0, k1, xblock);
         }
     }
@@ -694,7 +603,7 @@ es_sweep(ES_SWEEP_PARAMS) {
 #endif
         sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
                    ny, kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y,
-                   blockIdx.z, sfirst, send, res2, v2, ES_XSIDE ? xside : nullptr);
+                   blockIdx.z, sfirst, send, res2, v2);
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }

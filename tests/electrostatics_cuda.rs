@@ -22,15 +22,36 @@ fn random_problem(
     tolerance: f64,
     charge: &str,
 ) -> ElectrostaticsProblem {
+    random_problem_sized(rng, nx_odd, iterations, tolerance, charge, false)
+}
+
+/// [`random_problem`]; `wide`: 170–210 nodes in x (rows of several per-colour tiles), fewer
+/// in y and z.
+fn random_problem_sized(
+    rng: &mut rand::rngs::StdRng,
+    nx_odd: bool,
+    iterations: u64,
+    tolerance: f64,
+    charge: &str,
+    wide: bool,
+) -> ElectrostaticsProblem {
     let (v1, v2): (f64, f64) = (rng.random_range(-2.0..2.0), rng.random_range(-2.0..2.0));
     let eps: f64 = rng.random_range(1.5..9.0);
     let c: Vec<f64> = (0..3).map(|_| rng.random_range(0.35..0.65)).collect();
     // nx = 13 + dx + 1.
-    let (dx, ny, nz): (usize, usize, usize) = (
-        2 * rng.random_range(9..12) + nx_odd as usize,
-        rng.random_range(25..29),
-        rng.random_range(20..24),
-    );
+    let (dx, ny, nz): (usize, usize, usize) = if wide {
+        (
+            2 * rng.random_range(78..98) + nx_odd as usize,
+            rng.random_range(17..22),
+            rng.random_range(14..18),
+        )
+    } else {
+        (
+            2 * rng.random_range(9..12) + nx_odd as usize,
+            rng.random_range(25..29),
+            rng.random_range(20..24),
+        )
+    };
     let toml = format!(
         "solver = \"electrostatics\"\n[electrostatics]\n\
          x = {{ breakpoints = [0.0, 0.3, 1.0], divisions = [13, {dx}] }}\n\
@@ -161,6 +182,48 @@ fn cuda_matches_cpu_on_random_geometries() {
         assert!(na < 5000);
         assert!(same_bits(&a, &b), "V at {tolerance:e} ({kernel:?})");
     }
+}
+
+/// Rows of several tiles (170–210 nodes in x): the per-colour sweep's edge lanes read the
+/// other colour's values beside their tile from the next tile's rows; the bits must stay
+/// the CPU's, with electrodes across the tile edges and free x faces, in both precisions
+/// and code widths, and to a tolerance the same iteration count.
+#[test]
+fn rows_of_several_tiles_keep_the_cpu_bits() {
+    let Some(keisan::device::Device::Cuda(gpu)) = common::gpu_or_skip("electrostatics tile edges")
+    else {
+        return;
+    };
+    let mut rng = common::rng();
+    for (n, charge) in ["0.0", "{ random = 5e-11, seed = 5 }"]
+        .into_iter()
+        .enumerate()
+    {
+        for nx_odd in [false, true] {
+            let p = random_problem_sized(&mut rng, nx_odd, 50 + n as u64, 0.0, charge, true);
+            let g = Geometry::build(&p).unwrap();
+            for (class_bits, block) in [(Some(4), (32, 8)), (Some(8), (32, 16)), (None, (32, 4))] {
+                let launch = electrostatics::Launch {
+                    kernel: SweepKernel::PerColour,
+                    class_bits,
+                    block: Some(block),
+                    ..electrostatics::DEFAULT_LAUNCH
+                };
+                let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
+                let d = common::rel_max_diff(&b, &a);
+                assert!(same_bits(&a, &b), "f64 {launch:?}, odd nx {nx_odd}: {d:e}");
+                let ((a, _), (b, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
+                let d = common::rel_max_diff(&b, &a);
+                assert!(same_bits(&a, &b), "f32 {launch:?}, odd nx {nx_odd}: {d:e}");
+            }
+        }
+    }
+    let p = random_problem_sized(&mut rng, true, 5000, 1e-9, "3e-11", true);
+    let g = Geometry::build(&p).unwrap();
+    let ((a, na), (b, nb)) = cpu_and_cuda::<f64>(&gpu, &p, &g, SweepKernel::PerColour);
+    assert_eq!(na, nb, "iterations to 1e-9");
+    assert!(na < 5000);
+    assert!(same_bits(&a, &b), "V at 1e-9");
 }
 
 #[test]

@@ -226,51 +226,6 @@ fn rows_of_several_tiles_keep_the_cpu_bits() {
     assert!(same_bits(&a, &b), "V at 1e-9");
 }
 
-/// Tiles of one class (vacuum, or inside a dielectric block) read no class bytes
-/// (kernels.cu ES_UNIFORM); beside tiles that do (plates, a sphere, an interface), the bits
-/// must stay the CPU's in both precisions and launch shapes.
-#[test]
-fn tiles_of_one_class_keep_the_cpu_bits() {
-    let Some(keisan::device::Device::Cuda(gpu)) =
-        common::gpu_or_skip("electrostatics uniform tiles")
-    else {
-        return;
-    };
-    let toml = "solver = \"electrostatics\"\n[electrostatics]\n\
-        x = { range = [0.0, 1.0], cells = 199 }\ny = { range = [0.0, 1.0], cells = 47 }\n\
-        z = { range = [0.0, 1.0], cells = 41 }\nvoltages = [1.0, -0.5]\n\
-        permittivities = [3.5]\nmax_iterations = 70\ntolerance = 0.0\n\
-        [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.3, 0.0, 0.0]\nmax = [0.8, 1.0, 0.6]\ndielectric = 1\n\
-        [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.0, 0.0, 0.0]\nmax = [0.05, 1.0, 1.0]\nelectrode = 1\n\
-        [[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [0.6, 0.7, 0.8]\nradius = 0.1\nelectrode = 2\n";
-    let p = keisan::problem::parse(toml, "test", None, &Default::default())
-        .unwrap()
-        .spec_as::<ElectrostaticsProblem>()
-        .unwrap()
-        .clone();
-    let g = Geometry::build(&p).unwrap();
-    for block in [(32, 8), (32, 16), (64, 4)] {
-        let launch = electrostatics::Launch {
-            kernel: SweepKernel::PerColour,
-            class_bits: Some(4),
-            block: Some(block),
-            ..electrostatics::DEFAULT_LAUNCH
-        };
-        let e = cuda::CudaElectrostatics::<f32>::new(gpu.clone(), &p, &g, None, launch).unwrap();
-        let share = e.uniform_share();
-        assert!(
-            share > 0.3,
-            "{block:?}: {share} of the nodes in tiles of one class"
-        );
-        let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
-        let d = common::rel_max_diff(&b, &a);
-        assert!(same_bits(&a, &b), "f64 {block:?}: {d:e}");
-        let ((a, _), (b, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
-        let d = common::rel_max_diff(&b, &a);
-        assert!(same_bits(&a, &b), "f32 {block:?}: {d:e}");
-    }
-}
-
 #[test]
 fn the_cuda_result_does_not_depend_on_the_launch_shape() {
     let Some(keisan::device::Device::Cuda(gpu)) =

@@ -51,7 +51,7 @@ pub struct PoissonBench {
     /// Wall time from the first launch to the host knowing the run converged.
     pub seconds_to_solution: f64,
     pub true_relative_residual: f64,
-    pub bytes_per_node: f64,
+    pub bytes_per_node: usize,
     pub fraction_of_copy_bandwidth: f64,
     pub ceilings: Ceilings,
 }
@@ -68,7 +68,7 @@ pub struct ElectrostaticsBench {
     pub seconds: f64,
     pub gnodes_per_s: f64,
     /// Bytes one red-black iteration must move per node (see [`bytes_per_node`]).
-    pub bytes_per_node: f64,
+    pub bytes_per_node: usize,
     pub fraction_of_copy_bandwidth: f64,
     /// The performance model: seconds per iteration if the layout's bytes moved at the
     /// copy bandwidth measured in this run (the single-pass floor).
@@ -180,7 +180,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     );
     for b in &cases {
         human += &format!(
-            "  {}: {}, {} per iteration, {:.3} Gnode/s\n    {:.2} B/node/iteration, {:.1} % of copy bandwidth; model {} per iteration at the copy bandwidth (nodes × B/node ÷ copy), measured {:.2}× the model\n    launch: {}\n",
+            "  {}: {}, {} per iteration, {:.3} Gnode/s\n    {} B/node/iteration, {:.1} % of copy bandwidth; model {} per iteration at the copy bandwidth (nodes × B/node ÷ copy), measured {:.2}× the model\n    launch: {}\n",
             b.kernel,
             crate::units::seconds(b.seconds),
             crate::units::seconds(b.measured_s_per_iteration),
@@ -217,44 +217,35 @@ fn case<T: Real>(
 ) -> Result<ElectrostaticsBench> {
     let ceilings = ceilings_for(device)?;
     let g = Geometry::build(p)?;
-    let (mut e, launch, class_bits, uniform): (
-        Box<dyn crate::run::Engine<Real = T>>,
-        String,
-        u8,
-        f64,
-    ) = match device {
-        Device::Cuda(gpu) => {
-            let c = super::cuda::CudaElectrostatics::<T>::new(
-                gpu.clone(),
-                p,
-                &g,
-                None,
-                super::Launch {
-                    kernel: kernel.unwrap_or(SweepKernel::Fused),
-                    ..super::Launch::from_env()?
-                },
-            )?;
-            let (s, bits, uniform) = (c.launch_summary()?, c.class_bits(), c.uniform_share());
-            (Box::new(c), s, bits, uniform)
-        }
-        Device::Cpu { .. } => (
-            super::engine::<T>(p, &g, device, None)?,
-            "rayon over z-planes".into(),
-            8,
-            0.0,
-        ),
-    };
+    let (mut e, launch, class_bits): (Box<dyn crate::run::Engine<Real = T>>, String, u8) =
+        match device {
+            Device::Cuda(gpu) => {
+                let c = super::cuda::CudaElectrostatics::<T>::new(
+                    gpu.clone(),
+                    p,
+                    &g,
+                    None,
+                    super::Launch {
+                        kernel: kernel.unwrap_or(SweepKernel::Fused),
+                        ..super::Launch::from_env()?
+                    },
+                )?;
+                let (s, bits) = (c.launch_summary()?, c.class_bits());
+                (Box::new(c), s, bits)
+            }
+            Device::Cpu { .. } => (
+                super::engine::<T>(p, &g, device, None)?,
+                "rayon over z-planes".into(),
+                8,
+            ),
+        };
     e.advance(1)?;
     e.diagnostics()?;
     let times = sorted_seconds(device, e.as_mut(), p.max_iterations, reps)?;
     let seconds = times[times.len() / 2];
     let nodes = p.points();
-    let bytes_per_node = bytes_per_node::<T>(
-        kernel.unwrap_or(SweepKernel::PerColour),
-        false,
-        class_bits,
-        uniform,
-    );
+    let bytes_per_node =
+        bytes_per_node::<T>(kernel.unwrap_or(SweepKernel::PerColour), false, class_bits);
     let rate = nodes as f64 * p.max_iterations as f64 / seconds;
     Ok(ElectrostaticsBench {
         device: device.describe(),
@@ -265,8 +256,8 @@ fn case<T: Real>(
         seconds,
         gnodes_per_s: rate * 1e-9,
         bytes_per_node,
-        fraction_of_copy_bandwidth: rate * bytes_per_node / ceilings.copy_bandwidth,
-        predicted_s_per_iteration: nodes as f64 * bytes_per_node / ceilings.copy_bandwidth,
+        fraction_of_copy_bandwidth: rate * bytes_per_node as f64 / ceilings.copy_bandwidth,
+        predicted_s_per_iteration: nodes as f64 * bytes_per_node as f64 / ceilings.copy_bandwidth,
         measured_s_per_iteration: seconds / p.max_iterations as f64,
         launch,
         ceilings,
@@ -280,22 +271,20 @@ fn case<T: Real>(
 /// codes (`class_bits` 4). Fused: V read once from one buffer and written once to the
 /// other, the code read once: 2T + 1. A per-node charge adds its value once. (An
 /// interleaved in-place layout moves a value more per colour: each sweep writes back every
-/// sector of V.) `uniform`: the share of node updates in tiles of one class, which read no
-/// class bytes (the per-colour sweep with 4-bit codes, kernels.cu ES_UNIFORM).
+/// sector of V.)
 pub fn bytes_per_node<T: Real>(
     kernel: SweepKernel,
     charge_per_node: bool,
     class_bits: u8,
-    uniform: f64,
-) -> f64 {
-    let t = std::mem::size_of::<T>() as f64;
+) -> usize {
+    let t = std::mem::size_of::<T>();
     let v = match kernel {
-        SweepKernel::Fused => 2.0 * t + 1.0,
+        SweepKernel::Fused => 2 * t + 1,
         SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
-            3.0 * t + 2.0 * class_bits as f64 / 8.0 * (1.0 - uniform)
+            3 * t + 2 * class_bits as usize / 8
         }
     };
-    v + if charge_per_node { t } else { 0.0 }
+    v + if charge_per_node { t } else { 0 }
 }
 
 fn poisson(device: &Device, precision: Precision, reps: usize) -> Result<Report> {
@@ -316,7 +305,7 @@ fn poisson(device: &Device, precision: Precision, reps: usize) -> Result<Report>
         Precision::F64 => poisson_case::<f64>(device, p, reps)?,
     };
     let human = format!(
-        "electrostatics time to solution on {}\n{}  grounded box, {}³ interior nodes, random ρ, {}, median of {}\n  {} iterations ({}), {} to solution, ‖b − Av‖/‖b‖ = {:.2e}\n  {:.1} % of copy bandwidth over the iterations ({:.0} B/node/iteration)\n",
+        "electrostatics time to solution on {}\n{}  grounded box, {}³ interior nodes, random ρ, {}, median of {}\n  {} iterations ({}), {} to solution, ‖b − Av‖/‖b‖ = {:.2e}\n  {:.1} % of copy bandwidth over the iterations ({} B/node/iteration)\n",
         b.device,
         b.ceilings.human(),
         p.counts()[0] - 2,
@@ -369,8 +358,7 @@ fn poisson_case<T: Real>(
         }
         Device::Cpu { .. } => (SweepKernel::PerColour, 8),
     };
-    // Class bytes counted for every node (an upper bound where tiles of one class skip them).
-    let bytes_per_node = bytes_per_node::<T>(kernel, true, class_bits, 0.0);
+    let bytes_per_node = bytes_per_node::<T>(kernel, true, class_bits);
     let nodes = p.points();
     Ok(PoissonBench {
         device: device.describe(),
@@ -381,7 +369,7 @@ fn poisson_case<T: Real>(
         seconds_to_solution: seconds,
         true_relative_residual: residual,
         bytes_per_node,
-        fraction_of_copy_bandwidth: nodes as f64 * out.steps as f64 * bytes_per_node
+        fraction_of_copy_bandwidth: nodes as f64 * out.steps as f64 * bytes_per_node as f64
             / seconds
             / ceilings.copy_bandwidth,
         ceilings,

@@ -215,75 +215,6 @@ fn merge_row<T: Copy>(dst: &mut [T], s: usize, xoff: usize, a: &[T], b: &[T]) {
     }
 }
 
-/// Per tile of the per-colour sweep (x fastest, then y, then z, as its grid), the class
-/// byte (4-bit codes of both colours, [`paired`]) that every node of the tile and of its
-/// one-node rim has, where both colours' classes of that byte are free; else −1. Such a
-/// tile's sweep reads no class byte (kernels.cu ES_UNIFORM). `both`: the paired codes in
-/// `layout`; `fixed`: per class, whether it is held.
-fn uniform_tile_bytes(
-    both: &[u8],
-    layout: &Split,
-    fixed: &[u8],
-    tiles: (u32, u32, u32),
-    block: (u32, u32),
-    planes: usize,
-) -> Vec<i32> {
-    let [_, ny, nz] = layout.counts;
-    let (ph, bx, by) = (layout.ph, block.0 as usize, block.1 as usize);
-    let (gx, gy, gz) = (tiles.0 as usize, tiles.1 as usize, tiles.2 as usize);
-    (0..gx * gy * gz)
-        .into_par_iter()
-        .map(|t| {
-            let (x, y, z) = (t % gx, (t / gx) % gy, t / (gx * gy));
-            let h0 = layout.xoff + x * bx;
-            let (j0, k0) = (1 + y * by, 1 + z * planes);
-            let k1 = (k0 + planes).min(nz - 1);
-            let (hs, js, ks) = (
-                h0.saturating_sub(1)..(h0 + bx + 1).min(ph),
-                j0 - 1..(j0 + by + 1).min(ny),
-                k0 - 1..(k1 + 1).min(nz),
-            );
-            let b = both[layout.shift + (ks.start * ny + js.start) * ph + hs.start];
-            let free = fixed[(b & 15) as usize] == 0 && fixed[(b >> 4) as usize] == 0;
-            let one = ks.clone().all(|k| {
-                js.clone().all(|j| {
-                    let row = layout.shift + (k * ny + j) * ph;
-                    both[row + hs.start..row + hs.end].iter().all(|&c| c == b)
-                })
-            });
-            if free && one { b as i32 } else { -1 }
-        })
-        .collect()
-}
-
-/// The share of the sweep's node updates that lie in tiles of one class (`flags` from
-/// [`uniform_tile_bytes`]): those read no class bytes.
-fn uniform_share(
-    flags: &[i32],
-    counts: [usize; 3],
-    xoff: usize,
-    tiles: (u32, u32, u32),
-    block: (u32, u32),
-    planes: usize,
-) -> f64 {
-    let [nx, ny, nz] = counts;
-    let (gx, gy) = (tiles.0 as usize, tiles.1 as usize);
-    let (bx, by) = (block.0 as usize, block.1 as usize);
-    let columns = interior_columns(nx, xoff);
-    let (mut all, mut one) = (0usize, 0usize);
-    for (t, &f) in flags.iter().enumerate() {
-        let (x, y, z) = (t % gx, (t / gx) % gy, t / (gx * gy));
-        let nodes = (columns.min((x + 1) * bx) - x * bx)
-            * ((ny - 2).min((y + 1) * by) - y * by)
-            * ((nz - 2).min((z + 1) * planes) - z * planes);
-        all += nodes;
-        if f >= 0 {
-            one += nodes;
-        }
-    }
-    one as f64 / all.max(1) as f64
-}
-
 /// The colour-split layout: node (i, j, k) to array (i + j + k) & 1 at
 /// shift + (k·ny + j)·ph + (i + xoff)/2. Each array has nz + 2 planes (the last two pad
 /// the sweeps' prefetches). xoff = 1 (the per-colour kernels) pairs the nodes (1, 2),
@@ -439,11 +370,6 @@ pub struct CudaElectrostatics<T: Real> {
     /// and writes the other; the per-colour sweeps work in buffer 0 (buffer 1 is then a
     /// 1-value placeholder).
     v: [[CudaSlice<T>; 2]; 2],
-    /// Per block of the per-colour sweep, the class byte of its uniform tile or −1
-    /// ([`uniform_tile_bytes`]); a placeholder where ES_UNIFORM is off.
-    uniform: CudaSlice<i32>,
-    /// The share of node updates in those tiles.
-    uniform_share: f64,
     /// Per colour: the class bytes, and 2ρ/ε0 per node when ρ varies (a 1-value
     /// placeholder otherwise).
     code: [CudaSlice<u8>; 2],
@@ -569,12 +495,6 @@ impl<T: Real> CudaElectrostatics<T> {
         let free_faces = has_free_face_nodes(g.counts, &classes, 0);
         let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
-        // Tiles of one class skip the class bytes (kernels.cu ES_UNIFORM); with 4-bit codes
-        // (one array for both colours). KEISAN_ES_UNIFORM=0 reads them everywhere.
-        let uniform_tiles = launch.kernel == SweepKernel::PerColour
-            && class_bits == 4
-            && crate::tuning::switch("KEISAN_ES_UNIFORM")?.unwrap_or(true);
-        defines.push(("ES_UNIFORM", (uniform_tiles as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
@@ -646,35 +566,9 @@ impl<T: Real> CudaElectrostatics<T> {
         };
         // 4-bit codes: one array for both colours in code[0] (see `codes`).
         let [c0, c1] = layout.split(&classes.code);
-        let (code, uniform, uniform_share) = match class_bits {
-            4 => {
-                let both = paired(&c0, &c1);
-                let (uniform, share) = match uniform_tiles {
-                    true => {
-                        let flags = uniform_tile_bytes(
-                            &both,
-                            &layout,
-                            &classes.fixed,
-                            tiles,
-                            block,
-                            planes,
-                        );
-                        let share = uniform_share(&flags, g.counts, xoff, tiles, block, planes);
-                        (s.clone_htod(&flags)?, share)
-                    }
-                    false => (s.alloc_zeros::<i32>(1)?, 0.0),
-                };
-                (
-                    [s.clone_htod(&both)?, s.alloc_zeros::<u8>(1)?],
-                    uniform,
-                    share,
-                )
-            }
-            _ => (
-                [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
-                s.alloc_zeros::<i32>(1)?,
-                0.0,
-            ),
+        let code = match class_bits {
+            4 => [s.clone_htod(&paired(&c0, &c1))?, s.alloc_zeros::<u8>(1)?],
+            _ => [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
         };
         // Held nodes are written by no launch, so both buffers start from the same V; the
         // state after `step` iterations lives in buffer step % 2.
@@ -703,8 +597,6 @@ impl<T: Real> CudaElectrostatics<T> {
             ctl: s.clone_htod(&[step, flag])?,
             acc: s.alloc_zeros::<f64>(2)?,
             hist: s.alloc_zeros::<f64>(HISTORY)?,
-            uniform,
-            uniform_share,
             sweep,
             faces,
             kernel: launch.kernel,
@@ -728,22 +620,15 @@ impl<T: Real> CudaElectrostatics<T> {
         let threads = self.cfg.block_dim.0 * self.cfg.block_dim.1;
         Ok(format!(
             "grid {:?}, block {:?}, {} planes per block, {} registers/thread, {} blocks/SM, \
-             {}-bit class codes, {:.1} % of the nodes in tiles of one class",
+             {}-bit class codes",
             self.cfg.grid_dim,
             self.cfg.block_dim,
             self.planes,
             self.sweep.num_regs()?,
             self.sweep
                 .occupancy_max_active_blocks_per_multiprocessor(threads, 0, None)?,
-            self.class_bits,
-            100.0 * self.uniform_share
+            self.class_bits
         ))
-    }
-
-    /// The share of the per-colour sweep's node updates in tiles of one class, which read
-    /// no class bytes (kernels.cu ES_UNIFORM).
-    pub fn uniform_share(&self) -> f64 {
-        self.uniform_share
     }
 
     /// Bits per class code on the device (4: two codes a byte).
@@ -840,12 +725,10 @@ impl<T: Real> CudaElectrostatics<T> {
         // The interior planes of the whole mesh; no slot: the sweep keeps its own books.
         let (kfirst, kend, kbase, slot) = (1i32, k.nz - 1, 0i32, 0u64);
         a.value(&kfirst).value(&kend).value(&kbase).value(&slot);
-        a.slice(&self.uniform, s);
         // SAFETY: es_sweep's parameters in order. Each colour's V, class bytes and per-node
         // charge (when present) hold (nz+2)·ny rows of `ph` values, the class table 256
         // entries, each coefficient array its axis's nodes, partials two values per block,
-        // hist HISTORY values, uniform one value per block of the sweep's tiles (read only
-        // under ES_UNIFORM); all live as long as the engine. A programmatic launch:
+        // hist HISTORY values; all live as long as the engine. A programmatic launch:
         // es_sweep reads nothing the previous launch writes before griddepcontrol.wait.
         unsafe { launch_with_args(s, &self.sweep, self.cfg, &a, self.programmatic) }
     }

@@ -303,9 +303,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         l.arg(partials).arg(ticket).arg(&self.ctl).arg(&slot);
         l.arg(&self.hist).arg(&hist_len);
         l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
-        // No uniform tiles (ES_UNIFORM is the one-device engine's): a null pointer.
-        let uniform = 0u64;
-        l.arg(&sfirst).arg(&send).arg(&uniform);
+        l.arg(&sfirst).arg(&send);
         // SAFETY: planes kfirst - 1 .. kend + 1 lie in the buffer (red sweeps at most one
         // plane past the owned ones, the buffer holds two halo planes and two more past
         // its top for the prefetches); partials hold two values per block; slot is two

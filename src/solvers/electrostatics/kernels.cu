@@ -75,17 +75,6 @@
 #define ES_SHIFT 0
 #endif
 
-// ES_UNIFORM = 1 (the one-device per-colour sweep with 4-bit codes): `uniform` holds, per
-// block of the sweep's grid, the class byte that every node of its tile and of the tile's
-// one-node rim has (both colours' classes free), or -1. Such a tile reads no class byte
-// and looks up no class: its epsr values are the block's constants, the same values the
-// lookups would give, so the bits do not change. The class bytes' stream — the
-// z-stream's, the rows j ± 1's, the one beside the tile and the prefetch's — is a third
-// of the sweep's requests to L2 for one of its 13 bytes per node.
-#ifndef ES_UNIFORM
-#define ES_UNIFORM 0
-#endif
-
 // Bits per class code: 8 (each colour's array of codes, a byte per node), or 4 where a
 // mesh has at most 16 classes (the per-colour and persistent sweeps): one array of bytes
 // for both colours, compact index n holding colour 0's code in bits 0-3 and colour 1's in
@@ -205,7 +194,6 @@ struct Sweep {
     // index n: pf + n * pf_size, pf_size in bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
     int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
-    real uec, ued;       // a uniform tile's epsr of this colour's and the other's class
 #if ES_FACES
     // The lane copies the x-face node of colour C at index n - 1 on its planes of offset 1
     // (xf & 1: column 1, node 0) and the one at n + 1 - ES_NX_ODD on its planes of offset
@@ -226,23 +214,22 @@ __device__ __forceinline__ At at(const Sweep& w, unsigned n) {
 }
 
 // The reads of the plane P planes above p (P = 0 or 1), whose node is 2h + O.
-// U: a tile of one class (see `uniform`): no class byte is read.
-template <int O, int P, bool U>
+template <int O, int P>
 __device__ __forceinline__ Reads reads(const Sweep& w, const At& p) {
     constexpr int z = P * ES_HK;
     Reads r;
     r.old = p.vc[z];
-    r.cl = U ? 0 : p.cc[z];
+    r.cl = p.cc[z];
     r.ds = p.vd[z - ES_HJ];
     r.dN = p.vd[z + ES_HJ];
-    r.cs = U ? 0 : p.cd[z - ES_HJ];
-    r.cN = U ? 0 : p.cd[z + ES_HJ];
+    r.cs = p.cd[z - ES_HJ];
+    r.cN = p.cd[z + ES_HJ];
     r.q = ES_HAS_Q(w) ? p.qc[z] : w.q;
     // The own-row neighbour other than the z-stream's: at h - 1 (O = 0) or h + 1 (O = 1).
     // Every lane loads it (the warp's own lines, in L1): no shuffle, no edge lanes.
     constexpr int x = O ? z + 1 : z - 1;
     r.xe = p.vd[x];
-    r.xec = U ? 0 : p.cd[x];
+    r.xec = p.cd[x];
     return r;
 }
 
@@ -253,24 +240,24 @@ __device__ __forceinline__ void x_face(const Sweep& w, const At& p, int at, real
 
 // One plane: the update of node 2h + O (XF: and the lane's x-face nodes), then the planes
 // shift down.
-template <int O, int P, bool XF, bool U>
+template <int O, int P, bool XF>
 __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
                                       int k) {
     const real dnn = p.vd[(P + 2) * ES_HK];
-    const int cnn = U ? 0 : p.cd[(P + 2) * ES_HK];
-    const Reads next = reads<1 - O, P + 1, U>(w, p);
+    const int cnn = p.cd[(P + 2) * ES_HK];
+    const Reads next = reads<1 - O, P + 1>(w, p);
     const Reads& r = c.r;
-    const real en = U ? w.ued : w.cls[c.cn].eps;
-    const real xo = r.xe, exo = U ? w.ued : w.cls[r.xec].eps;
+    const real en = w.cls[c.cn].eps;
+    const real xo = r.xe, exo = w.cls[r.xec].eps;
     {
         const real vxm = O ? c.dc : xo, vxp = O ? xo : c.dc;
         const real exm = O ? c.ec : exo, exp = O ? exo : c.ec;
-        const es_class me = U ? es_class{w.uec, (real)0} : w.clc[r.cl];
+        const es_class me = w.clc[r.cl];
         const real e = me.eps;
         const real axp = (e + exp) * (O ? w.xp1 : w.xp0);
         const real axm = (e + exm) * (O ? w.xm1 : w.xm0);
-        const real ayp = (e + (U ? w.ued : w.cls[r.cN].eps)) * w.yp;
-        const real aym = (e + (U ? w.ued : w.cls[r.cs].eps)) * w.ym;
+        const real ayp = (e + w.cls[r.cN].eps) * w.yp;
+        const real aym = (e + w.cls[r.cs].eps) * w.ym;
         const es_z z = zk[P];
         const real azp = (e + en) * z.p;
         const real azm = (e + c.em) * z.m;
@@ -306,7 +293,7 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
 
 // Pairs of planes k, k + 1 while k + 1 < kend, from one set of addresses (the second's
 // offsets are immediates); PF: the warp asks L2 for the planes ES_PF above the pair.
-template <int O0, bool PF, bool XF, bool U>
+template <int O0, bool PF, bool XF>
 __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int kend) {
     for (; k + 1 < kend; k += 2) {
         const At p = at(w, c.n);
@@ -319,32 +306,31 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         }
 #endif
         const es_z* zk = w.zt + k;
-        plane<O0, 0, XF, U>(w, c, p, zk, k);
-        plane<1 - O0, 1, XF, U>(w, c, p, zk, k + 1);
+        plane<O0, 0, XF>(w, c, p, zk, k);
+        plane<1 - O0, 1, XF>(w, c, p, zk, k + 1);
         c.n += 2 * ES_HK;
     }
     return k;
 }
 
 // Planes k0 .. k1-1, the first with offset O0; the prefetches reach plane k1 at most.
-template <int O0, bool XF, bool U>
+template <int O0, bool XF>
 __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1) {
     int k = k0;
 #if ES_PF
-    k = march_pairs<O0, true, XF, U>(w, c, k, k1 - ES_PF + 1);
+    k = march_pairs<O0, true, XF>(w, c, k, k1 - ES_PF + 1);
 #endif
-    k = march_pairs<O0, false, XF, U>(w, c, k, k1);
-    if (k < k1) plane<O0, 0, XF, U>(w, c, at(w, c.n), w.zt + k, k);
+    k = march_pairs<O0, false, XF>(w, c, k, k1);
+    if (k < k1) plane<O0, 0, XF>(w, c, at(w, c.n), w.zt + k, k);
 }
 
 // march<O0, XF> for the block: XF (its copies of x-face nodes) only in the blocks whose
 // lanes have some (two of a row's), so that the others run the plain sweep.
 template <int O0>
 __device__ __forceinline__ void march_block(const Sweep& w, Column& c, int k0, int k1,
-                                            bool xblock, bool uni) {
-    if (ES_FACES && xblock) march<O0, true, false>(w, c, k0, k1);
-    else if (ES_UNIFORM && uni) march<O0, false, true>(w, c, k0, k1);
-    else march<O0, false, false>(w, c, k0, k1);
+                                            bool xblock) {
+    if (ES_FACES && xblock) march<O0, true>(w, c, k0, k1);
+    else march<O0, false>(w, c, k0, k1);
 }
 
 // The parameters of one colour's sweep: es_sweep and es_staged take the same, so one
@@ -359,7 +345,7 @@ __device__ __forceinline__ void march_block(const Sweep& w, Column& c, int k0, i
         real omega, double tol, u64 iteration, double *__restrict__ partials,              \
         unsigned int *__restrict__ ticket, u64 *__restrict__ ctl, double *__restrict__ acc, \
         double *__restrict__ hist, unsigned hist_len, int kfirst, int kend, int kbase,      \
-        double *__restrict__ slot ES_SUM_PARAMS, const int *__restrict__ uniform
+        double *__restrict__ slot ES_SUM_PARAMS
 #if ES_SUM_RANGE
 #define ES_SUM_PARAMS , int sfirst, int send
 #else
@@ -439,7 +425,7 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            int nx, int ny, int kfirst, int kend, int kbase,
                                            int planes, int oe, real omega, int bx, int by,
                                            int bz, int sfirst, int send, double& res2,
-                                           double& v2, const int* uniform = nullptr) {
+                                           double& v2) {
     // Threads off the mesh still walk the planes (and store nothing), reading their own
     // (valid) compact column; only whole off-mesh rows are clamped.
     const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
@@ -492,13 +478,6 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     }
     w.s0 = sfirst;
     w.s1 = send;
-    const int ub = ES_UNIFORM && uniform ? uniform[bx + gridDim.x * (by + gridDim.y * bz)] : -1;
-    const bool uni = ub >= 0;
-    if (uni) {
-        w.uec = w.clc[ub].eps;
-        w.ued = w.cls[ub].eps;
-        w.pf_on = w.pf_on && w.pf_size != 1;  // no class bytes to prefetch
-    }
     bool xblock = false;  // some lane of the block copies x-face nodes
 #if ES_FACES
     {
@@ -521,11 +500,11 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         // o = (C + s + ES_XOFF) & 1 with s = (j + k) & 1; from j, not jr: every lane of a
         // warp (one row: ES_BX is a multiple of 32) takes the same branch.
         if ((oe + j + k0 + ES_XOFF) & 1) {
-            c.r = reads<1, 0, false>(w, p);
-            march_block<1>(w, c, k0, k1, xblock, uni);
+            c.r = reads<1, 0>(w, p);
+            march_block<1>(w, c, k0, k1, xblock);
         } else {
-            c.r = reads<0, 0, false>(w, p);
-            march_block<0>(w, c, k0, k1, xblock, uni);
+            c.r = reads<0, 0>(w, p);
+            march_block<0>(w, c, k0, k1, xblock);
         }
     }
     res2 += c.res2;
@@ -624,7 +603,7 @@ es_sweep(ES_SWEEP_PARAMS) {
 #endif
         sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
                    ny, kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y,
-                   blockIdx.z, sfirst, send, res2, v2, uniform);
+                   blockIdx.z, sfirst, send, res2, v2);
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }

@@ -122,6 +122,29 @@ fn same_bits(a: &[f64], b: &[f64]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
+/// CUDA (`launch`) gives the CPU's bits in f64 and in f32: the same operations in the same
+/// order per node, no contraction. `what` names the case in a failure.
+fn assert_cpu_bits_both_precisions(
+    gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+    launch: electrostatics::Launch,
+    what: &str,
+) {
+    let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(gpu, p, g, launch);
+    let d = common::rel_max_diff(&b, &a);
+    assert!(
+        same_bits(&a, &b),
+        "f64 CUDA ({launch:?}) vs CPU ({what}): {d:e}"
+    );
+    let ((a, _), (b, _)) = cpu_and_cuda_with::<f32>(gpu, p, g, launch);
+    let d = common::rel_max_diff(&b, &a);
+    assert!(
+        same_bits(&a, &b),
+        "f32 CUDA ({launch:?}) vs CPU ({what}): {d:e}"
+    );
+}
+
 #[test]
 fn cuda_matches_cpu_on_random_geometries() {
     let Some(keisan::device::Device::Cuda(gpu)) =
@@ -150,19 +173,7 @@ fn cuda_matches_cpu_on_random_geometries() {
                 })
         });
         for launch in launches {
-            let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
-            // Same operations in the same order per node, no contraction: the same bits.
-            let d = common::rel_max_diff(&b, &a);
-            assert!(
-                same_bits(&a, &b),
-                "f64 CUDA ({launch:?}) vs CPU ({charge}): {d:e}"
-            );
-            let ((a32, _), (b32, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
-            let d32 = common::rel_max_diff(&b32, &a32);
-            assert!(
-                same_bits(&a32, &b32),
-                "f32 CUDA ({launch:?}) vs CPU ({charge}): {d32:e}"
-            );
+            assert_cpu_bits_both_precisions(&gpu, &p, &g, launch, &format!("charge {charge}"));
         }
     }
     // To a tolerance: the same iteration count (an odd one too: the fused kernel's result
@@ -209,12 +220,7 @@ fn rows_of_several_tiles_keep_the_cpu_bits() {
                     block: Some(block),
                     ..electrostatics::DEFAULT_LAUNCH
                 };
-                let ((a, _), (b, _)) = cpu_and_cuda_with::<f64>(&gpu, &p, &g, launch);
-                let d = common::rel_max_diff(&b, &a);
-                assert!(same_bits(&a, &b), "f64 {launch:?}, odd nx {nx_odd}: {d:e}");
-                let ((a, _), (b, _)) = cpu_and_cuda_with::<f32>(&gpu, &p, &g, launch);
-                let d = common::rel_max_diff(&b, &a);
-                assert!(same_bits(&a, &b), "f32 {launch:?}, odd nx {nx_odd}: {d:e}");
+                assert_cpu_bits_both_precisions(&gpu, &p, &g, launch, &format!("odd nx {nx_odd}"));
             }
         }
     }

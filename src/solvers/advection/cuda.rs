@@ -118,27 +118,87 @@ const PASS_THREADS: usize = 128;
 /// f64, multiples of the row loop's unroll by 5 (2026-11-26 04:13-04:18 UTC, H100: f32 30
 /// rows 492.6-497.8 ms in 7 runs against 28 rows 495.8-503.5 ms in 6, 25 rows 500-503, 35
 /// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037).
-/// Arrays on rows of 16 bytes take single steps since adv_step_bulk (2026-11-26, H100,
+/// Arrays on rows of 16 bytes took single steps since adv_step_bulk (2026-11-26, H100,
 /// 512 steps of contest 5: f32 388.9 ms against 2 steps a pass 427 ms (1.707 s for 2048);
-/// f64 743.4 ms against 916.8 ms; a device before sm_90 takes adv_step for them).
-/// KEISAN_ADV_PASS=S,TY overrides.
+/// f64 743.4 ms against 916.8 ms), and since adv_pass_w 4 steps a pass over 52-row (f32)
+/// or 34-row (f64) tiles (2026-11-26 19:33 UTC, H100, 2048 steps: f32 1.102 s against
+/// 1.556 s, f64 2.602 s against 2.980 s). KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
     separable: bool,
 ) -> Result<(usize, usize)> {
     use crate::precision::Precision::{F32, F64};
-    let rows = match (T::PRECISION, separable) {
-        (_, false) => 16,
-        (F32, true) => 30,
-        (F64, true) => 25,
+    let weighted = arrays && rows_of_16_bytes::<T>(p.nx);
+    let default = match (T::PRECISION, separable) {
+        (F32, true) => (2, 30),
+        (F64, true) => (2, 25),
+        (F32, false) if weighted => (WEIGHTED_STEPS, 52),
+        (F64, false) if weighted => (WEIGHTED_STEPS, 34),
+        _ if arrays => (2, 16),
+        _ => (1, 16),
     };
-    let passes = (arrays && !rows_of_16_bytes::<T>(p.nx)) || separable;
-    let default = (if passes { 2 } else { 1 }, rows);
     let expect = "STEPS,ROWS (steps per pass, tile rows), both at least 1, e.g. 2,16";
     let env = tuning::pair("KEISAN_ADV_PASS", ',', expect, |&s, &ty| s >= 1 && ty >= 1)?;
     let (s, ty) = env.unwrap_or(default);
     Ok((p.steps_per_pass.unwrap_or(s), ty))
+}
+
+/// Steps per pass of adv_pass_w, the default for velocity arrays on rows of 16 bytes.
+/// Contest 5, f32, 512 steps on the H100 (2026-11-26, 19:20 UTC): 4 steps over 48 × 52
+/// tiles 275.4 ms, 36-row tiles 311.3 ms; 5 steps over 48 × 32 tiles 301.9 ms, 64 × 35
+/// 282.6 ms; 6 steps over 48 × 28 tiles 360.3 ms; single steps by bulk copies 389.0 ms.
+const WEIGHTED_STEPS: usize = 4;
+
+/// The tile of adv_pass_w (kernels.cu: ADV_WTX, ADV_TY, ADV_WE, ...): `tx` × `ty` cells
+/// out; a thread owns 16 bytes' worth of adjacent cells of the first step's tile, grown
+/// by `e` columns (2·(steps − 1) rounded up to whole threads) and 2·(steps − 1) rows on
+/// each side.
+struct WeightedTile {
+    tx: usize,
+    ty: usize,
+    threads: usize,
+    /// Bytes of dynamic shared memory: three field buffers (the tile's, its partner, the
+    /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), the
+    /// cells' du and dv, an mbarrier.
+    shared: usize,
+}
+
+impl WeightedTile {
+    /// The tile for `steps` steps and `ty` rows (fewer if the block would pass 1024
+    /// threads), `tx` columns: 48 in f32, 32 in f64 (KEISAN_ADV_WTX, a multiple of the
+    /// cells per thread, overrides it). None where no tile fits.
+    fn fit<T: Real>(steps: usize, ty: usize) -> Result<Option<Self>> {
+        let size = std::mem::size_of::<T>();
+        let q = 16 / size;
+        let expect = format!("a multiple of {q} from {q} to 1024");
+        let tx = tuning::knob("KEISAN_ADV_WTX", &expect, |v| {
+            v.parse()
+                .ok()
+                .filter(|&t: &usize| t.is_multiple_of(q) && (q..=1024).contains(&t))
+        })?
+        .unwrap_or(if size == 4 { 48 } else { 32 });
+        let e = (2 * (steps - 1)).next_multiple_of(q);
+        let per_row = (tx + 2 * e) / q;
+        let grow = 4 * (steps - 1);
+        let Some(ty) = (1024 / per_row).checked_sub(grow).map(|most| ty.min(most)) else {
+            return Ok(None);
+        };
+        if ty == 0 {
+            return Ok(None);
+        }
+        let threads = per_row * (ty + grow);
+        let (w, r) = (tx + 2 * e + 4, ty + 4 * steps);
+        let shared = (3 * w * r + 2 * threads * q) * size + 8;
+        Ok(
+            (shared <= crate::device::cuda::MAX_DYNAMIC_SHARED).then_some(Self {
+                tx,
+                ty,
+                threads,
+                shared,
+            }),
+        )
+    }
 }
 
 /// Columns per thread of the pass (1, 2 or 4: each step's grown tile is then a whole
@@ -198,6 +258,8 @@ struct Pass {
     steps: u64,
     /// Rows per tile.
     rows: usize,
+    /// A persistent launch (adv_pass_w): at most this many blocks take the tiles in turn.
+    resident: Option<u32>,
 }
 
 /// Where the kernel gets du, dv.
@@ -287,7 +349,23 @@ impl<T: Real> CudaAdvection<T> {
         )?;
         let mode = mode_of(displacement);
         let separable = separable(mode)?;
-        let step = Self::step(&gpu, p, window.own.len(), mode, arrays, separable)?;
+        let steady = !p.velocity.is_time_dependent();
+        let (per_pass, ty) = pass_shape::<T>(p, arrays, separable)?;
+        // Passes of velocity arrays take adv_pass_w where it can (rows of 16 bytes for its
+        // copies, an sm_90 device), and then its one-step form for steps left over, so
+        // that every step of a run rounds alike.
+        let weighted = arrays
+            && steady
+            && per_pass > 1
+            && bulk_rows::<T>(&gpu, p.nx)
+            && tuning::switch("KEISAN_ADV_WEIGHTS")?.unwrap_or(true)
+            && WeightedTile::fit::<T>(per_pass, ty)?.is_some();
+        let own = window.own.len();
+        let step = if weighted {
+            Self::weighted_pass(&gpu, p, own, 1, ty)?
+        } else {
+            Self::step(&gpu, p, own, mode, arrays, separable)?
+        };
         let s = &gpu.stream;
         let (du, dv) = if arrays {
             let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
@@ -296,10 +374,9 @@ impl<T: Real> CudaAdvection<T> {
         } else {
             (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
         };
-        let pass = match pass_shape::<T>(p, arrays, separable)? {
-            (s, ty) if s > 1 && !p.velocity.is_time_dependent() => {
-                Some(Self::pass(&gpu, p, window.own.len(), mode, s, ty)?)
-            }
+        let pass = match per_pass {
+            s if s > 1 && steady && weighted => Some(Self::weighted_pass(&gpu, p, own, s, ty)?),
+            s if s > 1 && steady => Some(Self::pass(&gpu, p, own, mode, s, ty)?),
             _ => None,
         };
         let (pad, after) = (pad::<T>(), pad_after::<T>());
@@ -378,6 +455,7 @@ impl<T: Real> CudaAdvection<T> {
             },
             steps: 1,
             rows: shape.rows,
+            resident: None,
         })
     }
 
@@ -444,6 +522,54 @@ impl<T: Real> CudaAdvection<T> {
             },
             steps: steps as u64,
             rows: ty,
+            resident: None,
+        })
+    }
+
+    /// Compile adv_pass_w (velocity arrays, each cell's weights in registers) for
+    /// `steps` steps over tiles of `ty` rows (fewer where the block would pass 1024
+    /// threads).
+    fn weighted_pass(
+        gpu: &Gpu,
+        p: &AdvectionProblem,
+        rows: usize,
+        steps: usize,
+        ty: usize,
+    ) -> Result<Pass> {
+        let Some(tile) = WeightedTile::fit::<T>(steps, ty)? else {
+            return Err(Error::invalid(
+                "steps_per_pass",
+                steps.to_string(),
+                "too many steps for one pass of adv_pass_w's tiles",
+            ));
+        };
+        let (tx, ty, threads, shared) = (tile.tx, tile.ty, tile.threads, tile.shared);
+        let min_blocks = tuning::number("KEISAN_ADV_WMINB", 1..=8u32)?.unwrap_or(1);
+        let defines = [
+            ("ADV_WMINB", min_blocks.to_string()),
+            ("ADV_WTX", tx.to_string()),
+            ("ADV_MODE", "0".to_string()),
+            ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
+            ("ADV_STEPS", steps.to_string()),
+            ("ADV_TY", ty.to_string()),
+            ("ADV_PAD", pad::<T>().to_string()),
+            ("ADV_PAD_AFTER", pad_after::<T>().to_string()),
+        ];
+        let function = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_pass_w")?;
+        crate::device::cuda::allow_shared(&function, shared)?;
+        Ok(Pass {
+            function,
+            cfg: LaunchConfig {
+                grid_dim: (p.nx.div_ceil(tx) as u32, rows.div_ceil(ty) as u32, 1),
+                block_dim: (threads as u32, 1, 1),
+                shared_mem_bytes: shared as u32,
+            },
+            steps: steps as u64,
+            rows: ty,
+            resident: Some(
+                tuning::number("KEISAN_ADV_WBLOCKS", 1..=1 << 20)?
+                    .unwrap_or(gpu.multiprocessors as u32 * min_blocks),
+            ),
         })
     }
 
@@ -463,9 +589,11 @@ impl<T: Real> CudaAdvection<T> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (function, mut cfg, tile) = match &self.pass {
-            Some(pass) if steps == pass.steps => (&pass.function, pass.cfg, pass.rows),
-            _ if steps == 1 => (&self.step.function, self.step.cfg, self.step.rows),
+        let (function, mut cfg, tile, resident) = match &self.pass {
+            Some(pass) if steps == pass.steps => {
+                (&pass.function, pass.cfg, pass.rows, pass.resident)
+            }
+            _ if steps == 1 => (&self.step.function, self.step.cfg, self.step.rows, None),
             _ => {
                 return Err(Error::Parse(format!(
                     "internal: {steps} steps in one launch of the advection engine"
@@ -473,6 +601,9 @@ impl<T: Real> CudaAdvection<T> {
             }
         };
         cfg.grid_dim.1 = rows.len().div_ceil(tile) as u32;
+        if let Some(blocks) = resident {
+            cfg.grid_dim = ((cfg.grid_dim.0 * cfg.grid_dim.1).min(blocks), 1, 1);
+        }
         let a = self.velocity_args(self.steps);
         let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
         let w = &self.window;

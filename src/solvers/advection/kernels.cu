@@ -709,3 +709,278 @@ adv_step_bulk(ADV_PARAMS) {
         k0 = k1; k1 = k2; k2 = k3; k3 = k4;
     }
 }
+
+// Several steps per pass for velocity arrays with each cell's weights in registers
+// (adv_pass_w). The velocity is steady, so a cell's Lagrange weights (the separable
+// form's, lagrange()) are the same at every step: a thread owns ADV_WQ adjacent cells of
+// the pass's grown tile for all of its steps, computes their x and y weights once from
+// du, dv, and each step costs 4 × 4 + 4 multiply-adds a cell on raw values from shared
+// memory, against the general form's ≈ 64 operations (a row's coefficients, six Horner
+// evaluations, the y coefficients). Tiles whose cells' stencils all start alike in x and
+// in y (one sign of du and one of dv: all but those at the rotation's centre row and
+// column) take four rows of four values; the others the five-term sums, which round the
+// same (their extra term is an exact zero), so the result does not depend on the tile.
+// The tile: ADV_WTX × ADV_TY cells out, the threads' cells cover it grown by ADV_WE
+// columns (2·(ADV_STEPS − 1) rounded up to whole threads' cells) and 2·(ADV_STEPS − 1)
+// rows each side; a field buffer in shared memory holds the first step's input (grown by
+// two more), a second one takes the steps' results in turn; step s computes the tile
+// grown by 2·(ADV_STEPS − s), the last writes g. Per cell and pass DRAM moves f in and
+// out, du and dv: 16 B / ADV_STEPS per cell and step in f32 (neighbouring tiles' halos
+// come from L2). Where the time went (ncu, 4 steps over 48 × 52 tiles, contest 5, before
+// the votes took one barrier): the per-tile work (weights, votes, the copies' issue) about
+// as many instructions as the steps, and warps waiting at barriers (docs/PERFORMANCE.md).
+#ifndef ADV_WQ
+#define ADV_WQ (16 / (int)sizeof(real))
+#endif
+#ifndef ADV_WTX
+#define ADV_WTX 48
+#endif
+#define ADV_WE (ADV_WQ * ((2 * (ADV_STEPS - 1) + ADV_WQ - 1) / ADV_WQ))
+#define ADV_WQX ((ADV_WTX + 2 * ADV_WE) / ADV_WQ)
+#define ADV_WRY (ADV_TY + 4 * (ADV_STEPS - 1))
+#define ADV_WW (ADV_WTX + 2 * ADV_WE + 4)
+#define ADV_WR (ADV_TY + 4 * ADV_STEPS)
+#define ADV_WT (ADV_WQX * ADV_WRY)
+#ifndef ADV_WMINB
+#define ADV_WMINB 1
+#endif
+
+// N values from 16-byte aligned p (N·sizeof(real) a multiple of 16), as 16-byte loads.
+template <int N>
+__device__ __forceinline__ void load16(const real* p, real* out) {
+    constexpr int per = 16 / (int)sizeof(real);
+#pragma unroll
+    for (int k = 0; k < N / per; ++k) {
+        const float4 u = ((const float4*)p)[k];
+        memcpy(out + k * per, &u, 16);
+    }
+}
+
+// XS, YS: the stencils' start in x and y shared by every computed cell of the tile (0:
+// i-2, 1: i-1), or 2: each cell's own (five-term sums).
+template <int XS, int YS>
+__device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, const real* a,
+                                               const real* b, unsigned held, int qx, int ry,
+                                               int x0, int y0, int nx, int base, int jw1) {
+    constexpr int Q = ADV_WQ;
+    constexpr int NX = XS == 2 ? 5 : 4, NY = YS == 2 ? 5 : 4;
+    constexpr int OX = XS == 2 ? 0 : XS, OY = YS == 2 ? 0 : YS;
+    real wx[Q][NX], wy[Q][NY];
+#pragma unroll
+    for (int m = 0; m < Q; ++m) {
+        const Lagrange lx = lagrange(a[m]), ly = lagrange(b[m]);
+#pragma unroll
+        for (int k = 0; k < NX; ++k) wx[m][k] = lx.w[OX + k];
+#pragma unroll
+        for (int k = 0; k < NY; ++k) wy[m][k] = ly.w[OY + k];
+    }
+    // The cells' position relative to the tile's first output cell.
+    const int qc = Q * qx - ADV_WE, ly = ry - 2 * (ADV_STEPS - 1);
+    const real* src = buf0;
+    real* dst = buf1;
+#pragma unroll
+    for (int s = 1; s <= ADV_STEPS; ++s) {
+        const int h = 2 * (ADV_STEPS - s);
+        const bool active = qc + Q > -h && qc < ADV_WTX + h && ly >= -h && ly < ADV_TY + h;
+        if (active) {
+            real out[Q];
+            // Row ry + k of the buffer: the cells' rows − 2 + k; columns Q·qx ..: their − 2.
+            const real* p = src + ry * ADV_WW + Q * qx;
+#pragma unroll
+            for (int k = 0; k < NY; ++k) {
+                real v[Q + 4];
+                load16<Q + 4>(p + (OY + k) * ADV_WW, v);
+#pragma unroll
+                for (int m = 0; m < Q; ++m) {
+                    real x;
+                    if (NX == 4)
+                        x = fma(wx[m][3], v[m + OX + 3], fma(wx[m][2], v[m + OX + 2], fma(wx[m][1], v[m + OX + 1], wx[m][0] * v[m + OX])));
+                    else
+                        x = fma(wx[m][4], v[m + 4], fma(wx[m][3], v[m + 3], fma(wx[m][2], v[m + 2], fma(wx[m][1], v[m + 1], wx[m][0] * v[m]))));
+                    out[m] = k == 0 ? wy[m][0] * x : fma(wy[m][k], x, out[m]);
+                }
+            }
+            if (held) {
+                const real* c = src + (ry + 2) * ADV_WW + Q * qx + 2;
+#pragma unroll
+                for (int m = 0; m < Q; ++m)
+                    if (held & (1u << m)) out[m] = c[m];
+            }
+            if (s < ADV_STEPS) {
+                real* q = dst + (ry + 2) * ADV_WW + Q * qx + 2;
+#pragma unroll
+                for (int m = 0; m < Q; m += 2) {
+                    real2 u;
+                    u.x = out[m];
+                    u.y = out[m + 1];
+                    *(real2*)(q + m) = u;
+                }
+            } else {
+                const int x = x0 + qc, y = y0 + ly;
+                if (y < jw1 && x < nx) {
+                    real* q = g + (size_t)(y - base) * nx + x;
+                    if (x + Q <= nx && (nx & 1) == 0) {
+#pragma unroll
+                        for (int m = 0; m < Q; m += 2) {
+                            real2 u;
+                            u.x = out[m];
+                            u.y = out[m + 1];
+                            *(real2*)(q + m) = u;
+                        }
+                    } else {
+                        for (int m = 0; m < Q; ++m)
+                            if (x + m < nx) q[m] = out[m];
+                    }
+                }
+            }
+        }
+        if (s < ADV_STEPS) __syncthreads();
+        const real* t = dst;
+        dst = (real*)src;
+        src = t;
+    }
+}
+
+// Whether tile (x0, y0)'s first-step input lies inside the buffer's rows and the grid's
+// columns (on rows of 16 bytes), so that its rows, and its cells' du and dv rows, come by
+// bulk copies.
+__device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base, int nbuf) {
+    const int bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
+    return bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf &&
+           nx % (16 / (int)sizeof(real)) == 0;
+}
+
+// A persistent block takes tile after tile (tile k: column k mod ntx, row k / ntx), and
+// while it computes one, the copy engine brings the next one's f rows and its cells' du
+// and dv rows into shared memory (a third field buffer and a velocity buffer, one
+// mbarrier): the tile's loads, about as long as its arithmetic, are off the critical
+// path. Tiles not inside the buffer (the grid's sides, periodic wraps) load value by
+// value when their turn comes.
+extern "C" __global__ void __launch_bounds__(ADV_WT > 1024 ? 1024 : ADV_WT, ADV_WMINB)
+adv_pass_w(ADV_PARAMS) {
+    constexpr int Q = ADV_WQ;
+    extern __shared__ __align__(16) unsigned char adv_smem[];
+    real* const bufs = (real*)adv_smem;
+    real* const dus = bufs + 3 * ADV_WW * ADV_WR;
+    real* const dvs = dus + ADV_WT * Q;
+    unsigned long long* const full = (unsigned long long*)(dvs + ADV_WT * Q);
+    const real* f = f_pad + ADV_PAD;
+    real* g = g_pad + ADV_PAD;
+    const int ntx = (nx + ADV_WTX - 1) / ADV_WTX, ntiles = ntx * ((jw1 - jw0 + ADV_TY - 1) / ADV_TY);
+    int k = blockIdx.x;
+    if (k >= ntiles) return;
+    // The tiles' votes, three words in turn: a word is cleared two tiles after it was
+    // read, behind a barrier every thread has passed since.
+    __shared__ unsigned votes[3];
+    if (threadIdx.x < 3) votes[threadIdx.x] = 0;
+    if (threadIdx.x == 0) mbar_init_ring(full, 1);
+    __syncthreads();
+    const unsigned bytes = (unsigned)(sizeof(real) * (ADV_WR * ADV_WW + 2 * ADV_WT * Q));
+    // Tile k's first output cell; k advances by gridDim.x, so its column and row advance
+    // by fixed steps (no division per tile).
+    const int gq = gridDim.x / ntx, gr = gridDim.x % ntx;
+    auto advance = [&](int& kx, int& ky) {
+        kx += gr;
+        ky += gq;
+        if (kx >= ntx) {
+            kx -= ntx;
+            ++ky;
+        }
+    };
+    // Tile k's rows into field buffer b: thread r < ADV_WR copies f row r, the next
+    // ADV_WRY threads the du rows and the next ADV_WRY the dv rows of the cells.
+    auto issue = [&](int x0, int y0, int b) {
+        const int r = threadIdx.x, bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
+        if (r == 0) mbar_expect(full, bytes);
+        if (r < ADV_WR + 2 * ADV_WRY) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        if (r < ADV_WR) {
+            bulk_copy(bufs + b * ADV_WW * ADV_WR + r * ADV_WW, f + (size_t)(l0 + r) * nx + bx,
+                      ADV_WW * sizeof(real), full);
+        } else if (r < ADV_WR + 2 * ADV_WRY) {
+            const int q = (r - ADV_WR) % ADV_WRY, v = (r - ADV_WR) / ADV_WRY;
+            const size_t n = (size_t)(l0 + 2 + q) * nx + bx + 2;
+            bulk_copy((v ? dvs : dus) + q * ADV_WQX * Q, (v ? dv : du) + n,
+                      ADV_WQX * Q * sizeof(real), full);
+        }
+    };
+    int in = 0;
+    unsigned parity = 0;
+    int kx = k % ntx, ky = k / ntx;
+    bool pre = weighted_direct(kx * ADV_WTX, jw0 + ky * ADV_TY, nx, base, nbuf);
+    if (pre) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in);
+    const int qx = threadIdx.x % ADV_WQX, ry = threadIdx.x / ADV_WQX;
+    for (int it = 0; k < ntiles; k += gridDim.x, ++it) {
+        const int x0 = kx * ADV_WTX, y0 = jw0 + ky * ADV_TY;
+        real* const buf = bufs + in * ADV_WW * ADV_WR;
+        // The thread's cells: columns x0 − ADV_WE + Q·qx + m, row y0 − 2(ADV_STEPS − 1) + ry.
+        const int xc = x0 - ADV_WE + Q * qx, yc = y0 - 2 * (ADV_STEPS - 1) + ry;
+        const bool row = ADV_PERIODIC || (yc >= 2 && yc < ny - 2);
+        real a[Q], b[Q];
+        if (pre) {
+            mbar_wait(full, parity);
+            parity ^= 1u;
+#pragma unroll
+            for (int m = 0; m < Q; ++m) {
+                a[m] = dus[threadIdx.x * Q + m];
+                b[m] = dvs[threadIdx.x * Q + m];
+            }
+        } else {
+            const int bx = x0 - ADV_WE - 2, by = y0 - 2 * ADV_STEPS;
+            for (int e = threadIdx.x; e < ADV_WR * ADV_WW; e += ADV_WT) {
+                const int t = e / ADV_WW, c = e % ADV_WW;
+                buf[t * ADV_WW + c] =
+                    f[(size_t)buffer_row(by + t, base, nbuf, ny) * nx + grid_index(bx + c, nx)];
+            }
+            const size_t n = (size_t)buffer_row(yc, base, nbuf, ny) * nx;
+#pragma unroll
+            for (int m = 0; m < Q; ++m) {
+                const size_t i = n + grid_index(xc + m, nx);
+                a[m] = du[i];
+                b[m] = dv[i];
+            }
+        }
+        // Held cells (the contest's outer two rings, columns past the grid) keep their
+        // value and take no part in the votes; tiles clear of them skip the tests.
+        unsigned held = 0;
+        // Bits: every computed cell has du <= 0, du > 0, dv <= 0, dv > 0.
+        unsigned vote = 0;
+        const bool clear = ADV_PERIODIC || (x0 - ADV_WE >= 2 && x0 + ADV_WTX + ADV_WE <= nx - 2 &&
+                                            y0 - 2 * ADV_STEPS >= 2 && y0 + ADV_TY + 2 * ADV_STEPS <= ny - 2);
+#pragma unroll
+        for (int m = 0; m < Q; ++m) {
+            const int x = xc + m;
+            if (clear || (row && x >= 2 && x < nx - 2)) {
+                vote |= a[m] > (real)0 ? 2u : 1u;
+                vote |= b[m] > (real)0 ? 8u : 4u;
+            } else {
+                held |= 1u << m;
+                a[m] = (real)0;
+                b[m] = (real)0;
+            }
+        }
+        // One word of the block's votes: the tile's cells all vote alike on an axis when
+        // only one of its two bits is set. The barrier is also the one after which the
+        // next tile's copies may overwrite what this block read last: the velocity
+        // buffer, and the field buffer of the tile before.
+        vote = __reduce_or_sync(~0u, vote);
+        if ((threadIdx.x & 31) == 0) atomicOr(&votes[it % 3], vote);
+        if (threadIdx.x == 0) votes[(it + 1) % 3] = 0;
+        __syncthreads();
+        vote = votes[it % 3];
+        const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);
+        const int next = (in + 2) % 3;
+        real* const other = bufs + ((in + 1) % 3) * ADV_WW * ADV_WR;
+        advance(kx, ky);
+        if (k + gridDim.x < ntiles) {
+            const int nx0 = kx * ADV_WTX, ny0 = jw0 + ky * ADV_TY;
+            pre = weighted_direct(nx0, ny0, nx, base, nbuf);
+            if (pre) issue(nx0, ny0, next);
+        }
+        if (xm && ym) weighted_steps<0, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else if (xm && yp) weighted_steps<0, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else if (xp && ym) weighted_steps<1, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else if (xp && yp) weighted_steps<1, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else weighted_steps<2, 2>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        in = next;
+    }
+}

@@ -166,8 +166,11 @@ struct WeightedTile {
 
 impl WeightedTile {
     /// The tile for `steps` steps and `ty` rows (fewer if the block would pass 1024
-    /// threads), `tx` columns: 48 in f32, 32 in f64 (KEISAN_ADV_WTX, a multiple of the
-    /// cells per thread, overrides it). None where no tile fits.
+    /// threads, or 768 from 5 steps a pass: 1024 threads leave 64 registers, and the
+    /// longer passes then spill — contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles
+    /// at 1024 threads 561 ms, 48 × 32 at 768 threads 301.9 ms), `tx` columns: 48 in f32,
+    /// 32 in f64 (KEISAN_ADV_WTX, a multiple of the cells per thread, overrides it). None
+    /// where no tile fits.
     fn fit<T: Real>(steps: usize, ty: usize) -> Result<Option<Self>> {
         let size = std::mem::size_of::<T>();
         let q = 16 / size;
@@ -181,7 +184,11 @@ impl WeightedTile {
         let e = (2 * (steps - 1)).next_multiple_of(q);
         let per_row = (tx + 2 * e) / q;
         let grow = 4 * (steps - 1);
-        let Some(ty) = (1024 / per_row).checked_sub(grow).map(|most| ty.min(most)) else {
+        let most_threads = if steps <= 4 { 1024 } else { 768 };
+        let Some(ty) = (most_threads / per_row)
+            .checked_sub(grow)
+            .map(|most| ty.min(most))
+        else {
             return Ok(None);
         };
         if ty == 0 {

@@ -269,6 +269,40 @@ struct Pass {
     resident: Option<u32>,
 }
 
+impl Pass {
+    /// A launch of `threads`-thread blocks over `tiles` (columns, rows of tiles) with
+    /// `shared` bytes of dynamic shared memory, one step of one-row tiles until
+    /// [`Pass::steps`] says otherwise.
+    fn over_tiles(
+        function: CudaFunction,
+        tiles: [usize; 2],
+        threads: usize,
+        shared: usize,
+    ) -> Result<Self> {
+        crate::device::cuda::allow_shared(&function, shared)?;
+        Ok(Pass {
+            function,
+            cfg: LaunchConfig {
+                grid_dim: (tiles[0] as u32, tiles[1] as u32, 1),
+                block_dim: (threads as u32, 1, 1),
+                shared_mem_bytes: shared as u32,
+            },
+            steps: 1,
+            rows: 1,
+            resident: None,
+        })
+    }
+
+    /// The same launch taking `steps` steps over tiles of `rows` rows.
+    fn steps(self, steps: usize, rows: usize) -> Self {
+        Pass {
+            steps: steps as u64,
+            rows,
+            ..self
+        }
+    }
+}
+
 /// Where the kernel gets du, dv.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VelocitySource {
@@ -448,22 +482,9 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_RING", ring.max(1).to_string()),
         ];
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
-        crate::device::cuda::allow_shared(&function, shared)?;
-        Ok(Pass {
-            function,
-            cfg: LaunchConfig {
-                grid_dim: (
-                    p.nx.div_ceil(width) as u32,
-                    rows.div_ceil(shape.rows) as u32,
-                    1,
-                ),
-                block_dim: (shape.threads, 1, 1),
-                shared_mem_bytes: shared as u32,
-            },
-            steps: 1,
-            rows: shape.rows,
-            resident: None,
-        })
+        let tiles = [p.nx.div_ceil(width), rows.div_ceil(shape.rows)];
+        Pass::over_tiles(function, tiles, shape.threads as usize, shared)
+            .map(|pass| pass.steps(1, shape.rows))
     }
 
     /// Compile the pass of `steps` steps over tiles of `ty` rows, for `rows` rows.
@@ -519,18 +540,13 @@ impl<T: Real> CudaAdvection<T> {
             "adv_pass"
         };
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, name)?;
-        crate::device::cuda::allow_shared(&function, shared)?;
-        Ok(Pass {
+        Pass::over_tiles(
             function,
-            cfg: LaunchConfig {
-                grid_dim: (p.nx.div_ceil(tx) as u32, rows.div_ceil(ty) as u32, 1),
-                block_dim: (threads as u32, 1, 1),
-                shared_mem_bytes: shared as u32,
-            },
-            steps: steps as u64,
-            rows: ty,
-            resident: None,
-        })
+            [p.nx.div_ceil(tx), rows.div_ceil(ty)],
+            threads,
+            shared,
+        )
+        .map(|pass| pass.steps(steps, ty))
     }
 
     /// Compile adv_pass_w (velocity arrays, each cell's weights in registers) for
@@ -563,21 +579,13 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_PAD_AFTER", pad_after::<T>().to_string()),
         ];
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_pass_w")?;
-        crate::device::cuda::allow_shared(&function, shared)?;
-        Ok(Pass {
-            function,
-            cfg: LaunchConfig {
-                grid_dim: (p.nx.div_ceil(tx) as u32, rows.div_ceil(ty) as u32, 1),
-                block_dim: (threads as u32, 1, 1),
-                shared_mem_bytes: shared as u32,
-            },
-            steps: steps as u64,
-            rows: ty,
-            resident: Some(
-                tuning::number("KEISAN_ADV_WBLOCKS", 1..=1 << 20)?
-                    .unwrap_or(gpu.multiprocessors as u32 * min_blocks),
-            ),
-        })
+        let tiles = [p.nx.div_ceil(tx), rows.div_ceil(ty)];
+        let mut pass = Pass::over_tiles(function, tiles, threads, shared)?.steps(steps, ty);
+        pass.resident = Some(
+            tuning::number("KEISAN_ADV_WBLOCKS", 1..=1 << 20)?
+                .unwrap_or(gpu.multiprocessors as u32 * min_blocks),
+        );
+        Ok(pass)
     }
 
     /// Steps per launch (1 without the several-steps pass).

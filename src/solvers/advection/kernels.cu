@@ -393,14 +393,21 @@ __device__ __forceinline__ RowVals row_pairs(const real* q) {
     return k;
 }
 
+// N (even) values to q (aligned to a pair) in pairs.
+template <int N>
+__device__ __forceinline__ void store_in_pairs(real* q, const real* out) {
+#pragma unroll
+    for (int m = 0; m < N; m += 2) {
+        real2 u;
+        u.x = out[m];
+        u.y = out[m + 1];
+        *(real2*)(q + m) = u;
+    }
+}
+
 __device__ __forceinline__ void store_pairs(real* q, const real* out) {
     if (ADV_COLS % 2 == 0) {
-        for (int m = 0; m < ADV_COLS; m += 2) {
-            real2 u;
-            u.x = out[m];
-            u.y = out[m + 1];
-            *(real2*)(q + m) = u;
-        }
+        store_in_pairs<ADV_COLS - ADV_COLS % 2>(q, out);
     } else {
         for (int m = 0; m < ADV_COLS; ++m) q[m] = out[m];
     }
@@ -807,26 +814,13 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
                     if (held & (1u << m)) out[m] = c[m];
             }
             if (s < ADV_STEPS) {
-                real* q = dst + (ry + 2) * ADV_WW + Q * qx + 2;
-#pragma unroll
-                for (int m = 0; m < Q; m += 2) {
-                    real2 u;
-                    u.x = out[m];
-                    u.y = out[m + 1];
-                    *(real2*)(q + m) = u;
-                }
+                store_in_pairs<Q>(dst + (ry + 2) * ADV_WW + Q * qx + 2, out);
             } else {
                 const int x = x0 + qc, y = y0 + ly;
                 if (y < jw1 && x < nx) {
                     real* q = g + (size_t)(y - base) * nx + x;
                     if (x + Q <= nx && (nx & 1) == 0) {
-#pragma unroll
-                        for (int m = 0; m < Q; m += 2) {
-                            real2 u;
-                            u.x = out[m];
-                            u.y = out[m + 1];
-                            *(real2*)(q + m) = u;
-                        }
+                        store_in_pairs<Q>(q, out);
                     } else {
                         for (int m = 0; m < Q; ++m)
                             if (x + m < nx) q[m] = out[m];

@@ -604,19 +604,18 @@ impl<T: Real> CudaAdvection<T> {
         if rows.is_empty() {
             return Ok(());
         }
-        let (function, mut cfg, tile, resident) = match &self.pass {
-            Some(pass) if steps == pass.steps => {
-                (&pass.function, pass.cfg, pass.rows, pass.resident)
-            }
-            _ if steps == 1 => (&self.step.function, self.step.cfg, self.step.rows, None),
+        let pass = match &self.pass {
+            Some(pass) if steps == pass.steps => pass,
+            _ if steps == 1 => &self.step,
             _ => {
                 return Err(Error::Parse(format!(
                     "internal: {steps} steps in one launch of the advection engine"
                 )));
             }
         };
+        let (function, mut cfg, tile) = (&pass.function, pass.cfg, pass.rows);
         cfg.grid_dim.1 = rows.len().div_ceil(tile) as u32;
-        if let Some(blocks) = resident {
+        if let Some(blocks) = pass.resident {
             cfg.grid_dim = ((cfg.grid_dim.0 * cfg.grid_dim.1).min(blocks), 1, 1);
         }
         let a = self.velocity_args(self.steps);

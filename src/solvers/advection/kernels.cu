@@ -407,6 +407,7 @@ __device__ __forceinline__ void store_in_pairs(real* q, const real* out) {
 
 __device__ __forceinline__ void store_pairs(real* q, const real* out) {
     if (ADV_COLS % 2 == 0) {
+        // (An even count also where ADV_COLS is odd: the branch is compiled regardless.)
         store_in_pairs<ADV_COLS - ADV_COLS % 2>(q, out);
     } else {
         for (int m = 0; m < ADV_COLS; ++m) q[m] = out[m];
@@ -936,7 +937,7 @@ adv_pass_w(ADV_PARAMS) {
         // Held cells (the contest's outer two rings, columns past the grid) keep their
         // value and take no part in the votes; tiles clear of them skip the tests.
         unsigned held = 0;
-        // Bits: every computed cell has du <= 0, du > 0, dv <= 0, dv > 0.
+        // Bits: some computed cell has du <= 0, du > 0, dv <= 0, dv > 0.
         unsigned vote = 0;
         const bool clear = ADV_PERIODIC || (x0 - ADV_WE >= 2 && x0 + ADV_WTX + ADV_WE <= nx - 2 &&
                                             y0 - 2 * ADV_STEPS >= 2 && y0 + ADV_TY + 2 * ADV_STEPS <= ny - 2);

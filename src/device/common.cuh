@@ -140,3 +140,18 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, unsigned b
         "l"(src), "r"(bytes), "r"(smem_addr(bar))
         : "memory");
 }
+
+// A TMA tensor map (the driver's CUtensorMap, encoded by the host), passed to a kernel as a
+// __grid_constant__ parameter.
+struct __align__(64) tensor_map { unsigned long long opaque[16]; };
+
+// The box at (x, y) of the 2-D tensor `map` into shared dst (128-byte aligned), counted
+// against bar's transaction (the whole box's bytes).
+__device__ __forceinline__ void tma_load_2d(void* dst, const tensor_map* map, int x, int y,
+                                            unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_addr(dst)),
+        "l"(map), "r"(x), "r"(y), "r"(smem_addr(bar))
+        : "memory");
+}

@@ -407,6 +407,54 @@ pub fn allow_shared(function: &CudaFunction, bytes: usize) -> Result<()> {
     Ok(())
 }
 
+/// A TMA tensor map (the driver's `CUtensorMap`) as a kernel argument: common.cuh's
+/// `tensor_map`, taken by the kernel as a `__grid_constant__` parameter.
+#[repr(transparent)]
+#[derive(Clone, Copy)]
+pub struct TensorMap(cudarc::driver::sys::CUtensorMap);
+
+// SAFETY: plain bytes the driver copies into the kernel's parameter space.
+unsafe impl cudarc::driver::DeviceRepr for TensorMap {}
+
+/// The 2-D tensor map of `dims` reals of `precision` (x fastest) from device address
+/// `base` (16-byte aligned), rows `stride` bytes apart (a multiple of 16), read in boxes of
+/// `boxed` reals (x · the real's bytes a multiple of 16, each at most 256). A tensor map
+/// holds the address: one made for an allocation is valid while it lives.
+pub fn tensor_map_2d(
+    base: u64,
+    precision: Precision,
+    dims: [u64; 2],
+    stride: u64,
+    boxed: [u32; 2],
+) -> Result<TensorMap> {
+    use cudarc::driver::sys;
+    let data = match precision {
+        Precision::F32 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+        Precision::F64 => sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT64,
+    };
+    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
+    // SAFETY: the arrays hold the rank's entries; the driver only encodes the map (it
+    // checks alignment and limits and reports them as an error).
+    unsafe {
+        sys::cuTensorMapEncodeTiled(
+            map.as_mut_ptr(),
+            data,
+            2,
+            base as *mut std::ffi::c_void,
+            dims.as_ptr(),
+            [stride].as_ptr(),
+            boxed.as_ptr(),
+            [1u32; 2].as_ptr(),
+            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+        )
+        .result()?;
+        Ok(TensorMap(map.assume_init()))
+    }
+}
+
 /// A kernel's arguments by value (each at most 8 bytes), for launches cudarc's builder
 /// cannot make ([`launch_with_args`]).
 #[derive(Default)]

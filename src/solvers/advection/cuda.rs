@@ -5,11 +5,11 @@ use std::f64::consts::PI;
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
 use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_rows};
-use crate::device::cuda::{Gpu, KernelSource};
+use crate::device::cuda::{Gpu, KernelSource, TensorMap, tensor_map_2d};
 use crate::error::{Error, Result};
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
 use crate::precision::Real;
@@ -120,9 +120,8 @@ const PASS_THREADS: usize = 128;
 /// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037).
 /// Arrays on rows of 16 bytes took single steps since adv_step_bulk (2026-11-26, H100,
 /// 512 steps of contest 5: f32 388.9 ms against 2 steps a pass 427 ms (1.707 s for 2048);
-/// f64 743.4 ms against 916.8 ms), and since adv_pass_w 4 steps a pass over 52-row (f32)
-/// or 34-row (f64) tiles (2026-11-26 19:33 UTC, H100, 2048 steps: f32 1.102 s against
-/// 1.556 s, f64 2.602 s against 2.980 s). KEISAN_ADV_PASS=S,TY overrides.
+/// f64 743.4 ms against 916.8 ms), and since adv_pass_w its passes (WEIGHTED_STEPS) over
+/// 56-row (f32) or 34-row (f64) tiles. KEISAN_ADV_PASS=S,TY overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
@@ -133,7 +132,7 @@ fn pass_shape<T: Real>(
     let default = match (T::PRECISION, separable) {
         (F32, true) => (2, 30),
         (F64, true) => (2, 25),
-        (F32, false) if weighted => (WEIGHTED_STEPS, 52),
+        (F32, false) if weighted => (WEIGHTED_STEPS, 56),
         (F64, false) if weighted => (WEIGHTED_STEPS, 34),
         _ if arrays => (2, 16),
         _ => (1, 16),
@@ -145,10 +144,13 @@ fn pass_shape<T: Real>(
 }
 
 /// Steps per pass of adv_pass_w, the default for velocity arrays on rows of 16 bytes.
-/// Contest 5, f32, 512 steps on the H100 (2026-11-26, 19:20 UTC): 4 steps over 48 × 52
-/// tiles 275.4 ms, 36-row tiles 311.3 ms; 5 steps over 48 × 32 tiles 301.9 ms, 64 × 35
-/// 282.6 ms; 6 steps over 48 × 28 tiles 360.3 ms; single steps by bulk copies 389.0 ms.
-const WEIGHTED_STEPS: usize = 4;
+/// Contest 5, 512 steps on the H100, with the tiles by tensor copies (2026-11-26, 21:17–
+/// 21:28 UTC): f32 3 steps over 56 × 56 tiles 219.2–220.8 ms, 56 × 48 219.5, 88 × 34
+/// 228.4, 60 × 52 243.2, 52 × 60 259.3; 4 steps over 48 × 52 230.3, 56 × 44 260.1; 5
+/// steps over 48 × 32 242.8; 2 steps over 56 × 60 257.4. f64: 3 steps over 40 × 34
+/// 527.1 ms, 24 × 60 534.7, 32 × 43 587.3; 4 steps over 32 × 34 621.7. Single steps by
+/// bulk copies: f32 389 ms, f64 743 ms.
+const WEIGHTED_STEPS: usize = 3;
 
 /// The tile of adv_pass_w (kernels.cu: ADV_WTX, ADV_TY, ADV_WE, ...): `tx` × `ty` cells
 /// out; a thread owns 16 bytes' worth of adjacent cells of the first step's tile, grown
@@ -160,28 +162,32 @@ struct WeightedTile {
     threads: usize,
     /// Bytes of dynamic shared memory: three field buffers (the tile's, its partner, the
     /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), the
-    /// cells' du and dv, an mbarrier.
+    /// cells' du and dv, each on 128 bytes, an mbarrier.
     shared: usize,
+    /// The tensor copies' boxes (columns, rows): a field buffer's, du's and dv's.
+    boxes: [[u32; 2]; 2],
 }
 
 impl WeightedTile {
     /// The tile for `steps` steps and `ty` rows (fewer if the block would pass 1024
     /// threads, or 768 from 5 steps a pass: 1024 threads leave 64 registers, and the
     /// longer passes then spill — contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles
-    /// at 1024 threads 561 ms, 48 × 32 at 768 threads 301.9 ms), `tx` columns: 48 in f32,
-    /// 32 in f64 (KEISAN_ADV_WTX, a multiple of the cells per thread, overrides it). None
-    /// where no tile fits.
+    /// at 1024 threads 561 ms, 48 × 32 at 768 threads 301.9 ms), `tx` columns: what leaves
+    /// the first step's tile 64 columns wide in f32 (16 threads' cells: 56 at 3 steps a
+    /// pass, 48 at 4), 48 in f64 (40 at 3 steps; KEISAN_ADV_WTX, a multiple of the cells per
+    /// thread, overrides it). None where no tile fits.
     fn fit<T: Real>(steps: usize, ty: usize) -> Result<Option<Self>> {
         let size = std::mem::size_of::<T>();
         let q = 16 / size;
         let expect = format!("a multiple of {q} from {q} to 1024");
+        let e = (2 * (steps - 1)).next_multiple_of(q);
+        let grown: usize = if size == 4 { 64 } else { 48 };
         let tx = tuning::knob("KEISAN_ADV_WTX", &expect, |v| {
             v.parse()
                 .ok()
                 .filter(|&t: &usize| t.is_multiple_of(q) && (q..=1024).contains(&t))
         })?
-        .unwrap_or(if size == 4 { 48 } else { 32 });
-        let e = (2 * (steps - 1)).next_multiple_of(q);
+        .unwrap_or(grown.saturating_sub(2 * e).max(q));
         let per_row = (tx + 2 * e) / q;
         let grow = 4 * (steps - 1);
         let most_threads = if steps <= 4 { 1024 } else { 768 };
@@ -196,15 +202,19 @@ impl WeightedTile {
         }
         let threads = per_row * (ty + grow);
         let (w, r) = (tx + 2 * e + 4, ty + 4 * steps);
-        let shared = (3 * w * r + 2 * threads * q) * size + 8;
-        Ok(
-            (shared <= crate::device::cuda::MAX_DYNAMIC_SHARED).then_some(Self {
-                tx,
-                ty,
-                threads,
-                shared,
-            }),
-        )
+        let on_lines = |n: usize| (n * size).next_multiple_of(128);
+        let shared = 128 + 3 * on_lines(w * r) + 2 * on_lines(threads * q) + 8;
+        // A tensor copy's box has at most 256 values on a side.
+        let boxes = [[w, r], [per_row * q, ty + grow]];
+        Ok((shared <= crate::device::cuda::MAX_DYNAMIC_SHARED
+            && boxes.iter().flatten().all(|&n| n <= 256))
+        .then_some(Self {
+            tx,
+            ty,
+            threads,
+            shared,
+            boxes: boxes.map(|b| b.map(|n| n as u32)),
+        }))
     }
 }
 
@@ -267,6 +277,18 @@ struct Pass {
     rows: usize,
     /// A persistent launch (adv_pass_w): at most this many blocks take the tiles in turn.
     resident: Option<u32>,
+    /// adv_pass_w's tensor copies: their boxes, and the maps made for the buffers.
+    boxes: Option<[[u32; 2]; 2]>,
+    maps: Option<WeightedMaps>,
+}
+
+/// adv_pass_w's tensor maps (kernels.cu: fmap, umap, vmap): the field's for the buffer
+/// read now and for the other one (they swap with the buffers), du's and dv's.
+#[derive(Clone, Copy)]
+struct WeightedMaps {
+    field: [TensorMap; 2],
+    du: TensorMap,
+    dv: TensorMap,
 }
 
 impl Pass {
@@ -290,6 +312,8 @@ impl Pass {
             steps: 1,
             rows: 1,
             resident: None,
+            boxes: None,
+            maps: None,
         })
     }
 
@@ -300,6 +324,43 @@ impl Pass {
             rows,
             ..self
         }
+    }
+
+    /// adv_pass_w's tensor maps for the buffers f and g (nbuf rows of nx reals after
+    /// `pad` values), du and dv (nbuf rows of nx); nothing for the other kernels.
+    fn bind<T: Real>(
+        &mut self,
+        stream: &Arc<CudaStream>,
+        [f, g, du, dv]: [&CudaSlice<T>; 4],
+        nx: usize,
+        nbuf: usize,
+        pad: usize,
+    ) -> Result<()> {
+        let Some([field, velocity]) = self.boxes else {
+            return Ok(());
+        };
+        let size = std::mem::size_of::<T>();
+        let map = |slice: &CudaSlice<T>, skip: usize, cols: usize, boxed| {
+            let (ptr, _sync) = slice.device_ptr(stream);
+            let dims = [cols as u64, nbuf as u64];
+            tensor_map_2d(
+                ptr + (skip * size) as u64,
+                T::PRECISION,
+                dims,
+                (nx * size) as u64,
+                boxed,
+            )
+        };
+        // The field's maps start at column -2, on 16 bytes where the rows are (bulk_rows).
+        self.maps = Some(WeightedMaps {
+            field: [
+                map(f, pad - 2, nx + 2, field)?,
+                map(g, pad - 2, nx + 2, field)?,
+            ],
+            du: map(du, 0, nx, velocity)?,
+            dv: map(dv, 0, nx, velocity)?,
+        });
+        Ok(())
     }
 }
 
@@ -423,10 +484,15 @@ impl<T: Real> CudaAdvection<T> {
         let (pad, after) = (pad::<T>(), pad_after::<T>());
         let mut padded = vec![T::zero(); pad + buffer + after];
         padded[pad..pad + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
+        let (f, g) = (s.clone_htod(&padded)?, s.clone_htod(&padded)?);
+        let (mut step, mut pass) = (step, pass);
+        for launch in std::iter::once(&mut step).chain(pass.as_mut()) {
+            launch.bind(s, [&f, &g, &du, &dv], p.nx, window.rows, pad)?;
+        }
         Ok(Self {
             window,
-            f: s.clone_htod(&padded)?,
-            g: s.clone_htod(&padded)?,
+            f,
+            g,
             du,
             dv,
             displacement,
@@ -585,6 +651,7 @@ impl<T: Real> CudaAdvection<T> {
             tuning::number("KEISAN_ADV_WBLOCKS", 1..=1 << 20)?
                 .unwrap_or(gpu.multiprocessors as u32 * min_blocks),
         );
+        pass.boxes = Some(tile.boxes);
         Ok(pass)
     }
 
@@ -613,7 +680,7 @@ impl<T: Real> CudaAdvection<T> {
                 )));
             }
         };
-        let (function, mut cfg, tile) = (&pass.function, pass.cfg, pass.rows);
+        let (function, mut cfg, tile, maps) = (&pass.function, pass.cfg, pass.rows, pass.maps);
         cfg.grid_dim.1 = rows.len().div_ceil(tile) as u32;
         if let Some(blocks) = pass.resident {
             cfg.grid_dim = ((cfg.grid_dim.0 * cfg.grid_dim.1).min(blocks), 1, 1);
@@ -633,12 +700,17 @@ impl<T: Real> CudaAdvection<T> {
             .arg(&jw0)
             .arg(&jw1)
             .arg(&tile);
+        if let Some(m) = &maps {
+            l.arg(&m.field[0]).arg(&m.du).arg(&m.dv);
+        }
         // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
         // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
         // in the owned rows; the kernels read f and write g's rows jw0..jw1 only (the
         // pass's shared memory is its launch's); adv_step_bulk copies f's rows from two
         // values before a row to two after its end (inside the padding) and whole du, dv
-        // rows of the owned rows, all on 16-byte boundaries (bulk_rows).
+        // rows of the owned rows, all on 16-byte boundaries (bulk_rows); adv_pass_w's
+        // tensor maps were made for these f, g (swapped with them in commit), du and dv,
+        // and its tiles copy boxes inside them only (weighted_direct).
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
@@ -719,6 +791,11 @@ impl<T: Real> Subdomain for CudaAdvection<T> {
     }
     fn commit(&mut self, steps: u64) {
         std::mem::swap(&mut self.f, &mut self.g);
+        for launch in std::iter::once(&mut self.step).chain(self.pass.as_mut()) {
+            if let Some(maps) = &mut launch.maps {
+                maps.field.swap(0, 1);
+            }
+        }
         self.steps += steps;
     }
 }

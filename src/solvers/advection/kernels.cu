@@ -250,17 +250,22 @@ typedef Vec2<real>::type real2;
 // single steps bit for bit.
 struct __align__(16) Lagrange { real w[5]; real s; };
 
-__device__ __forceinline__ Lagrange lagrange(real d) {
+// The four weights of the stencil that starts at its first point, at t in [-1, 0] (the
+// position relative to its third point).
+__device__ __forceinline__ void lagrange4(real t, real& a, real& b, real& c, real& e) {
     const real s6 = (real)(1.0 / 6.0), h = (real)0.5;
-    const bool m = d > (real)0;
-    // t in [-1, 0]: the position relative to the stencil's third point.
-    const real t = m ? d - (real)1 : d;
     const real p = fma(t, t, -t);                 // t (t - 1)
     const real q = fma(t, t + (real)3, (real)2);  // (t + 1)(t + 2)
-    const real a = -((t + (real)1) * p) * s6;
-    const real b = ((t + (real)2) * p) * h;
-    const real c = -((t - (real)1) * q) * h;
-    const real e = (t * q) * s6;
+    a = -((t + (real)1) * p) * s6;
+    b = ((t + (real)2) * p) * h;
+    c = -((t - (real)1) * q) * h;
+    e = (t * q) * s6;
+}
+
+__device__ __forceinline__ Lagrange lagrange(real d) {
+    const bool m = d > (real)0;
+    real a, b, c, e;
+    lagrange4(m ? d - (real)1 : d, a, b, c, e);
     Lagrange l;
     l.w[0] = m ? (real)0 : a;
     l.w[1] = m ? a : b;
@@ -734,9 +739,10 @@ adv_step_bulk(ADV_PARAMS) {
 // two more), a second one takes the steps' results in turn; step s computes the tile
 // grown by 2·(ADV_STEPS − s), the last writes g. Per cell and pass DRAM moves f in and
 // out, du and dv: 16 B / ADV_STEPS per cell and step in f32 (neighbouring tiles' halos
-// come from L2). Where the time went (ncu, 4 steps over 48 × 52 tiles, contest 5, before
-// the votes took one barrier): the per-tile work (weights, votes, the copies' issue) about
-// as many instructions as the steps, and warps waiting at barriers (docs/PERFORMANCE.md).
+// come from L2). Where the time goes (ncu, 3 steps over 56 × 56 tiles, contest 5): the
+// steps about 70 % of the instructions (weights included), the per-tile work (the wait,
+// the votes, the next tile's copies, addresses) 30 %; the warps' stalls are shared memory
+// (28 %) and the barriers (14 %) (docs/PERFORMANCE.md).
 #ifndef ADV_WQ
 #define ADV_WQ (16 / (int)sizeof(real))
 #endif
@@ -752,6 +758,11 @@ adv_step_bulk(ADV_PARAMS) {
 #ifndef ADV_WMINB
 #define ADV_WMINB 1
 #endif
+// Shared memory: three field buffers and the cells' du and dv, each on 128 bytes (where
+// the tensor copies land).
+#define ADV_WALIGN (128 / (int)sizeof(real))
+#define ADV_WBUF ((ADV_WW * ADV_WR + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
+#define ADV_WVEL ((ADV_WT * ADV_WQ + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
 
 // N values from 16-byte aligned p (N·sizeof(real) a multiple of 16), as 16-byte loads.
 template <int N>
@@ -761,6 +772,19 @@ __device__ __forceinline__ void load16(const real* p, real* out) {
     for (int k = 0; k < N / per; ++k) {
         const float4 u = ((const float4*)p)[k];
         memcpy(out + k * per, &u, 16);
+    }
+}
+
+// A cell's N weights on an axis whose stencils all start at S (0: i-2, 1: i-1; N = 4:
+// the same values as lagrange()'s, without its selects), or each at its own (S = 2, N = 5).
+template <int S, int N>
+__device__ __forceinline__ void weights(real d, real* w) {
+    if (S == 2) {
+        const Lagrange l = lagrange(d);
+#pragma unroll
+        for (int k = 0; k < N; ++k) w[k] = l.w[k];
+    } else {
+        lagrange4(S ? d - (real)1 : d, w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -776,11 +800,8 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
     real wx[Q][NX], wy[Q][NY];
 #pragma unroll
     for (int m = 0; m < Q; ++m) {
-        const Lagrange lx = lagrange(a[m]), ly = lagrange(b[m]);
-#pragma unroll
-        for (int k = 0; k < NX; ++k) wx[m][k] = lx.w[OX + k];
-#pragma unroll
-        for (int k = 0; k < NY; ++k) wy[m][k] = ly.w[OY + k];
+        weights<XS, NX>(a[m], wx[m]);
+        weights<YS, NY>(b[m], wy[m]);
     }
     // The cells' position relative to the tile's first output cell.
     const int qc = Q * qx - ADV_WE, ly = ry - 2 * (ADV_STEPS - 1);
@@ -837,8 +858,8 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
 }
 
 // Whether tile (x0, y0)'s first-step input lies inside the buffer's rows and the grid's
-// columns (on rows of 16 bytes), so that its rows, and its cells' du and dv rows, come by
-// bulk copies.
+// columns (on rows of 16 bytes), so that its field and its cells' du and dv come by tensor
+// copies.
 __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base, int nbuf) {
     const int bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
     return bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf &&
@@ -846,19 +867,23 @@ __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base
 }
 
 // A persistent block takes tile after tile (tile k: column k mod ntx, row k / ntx), and
-// while it computes one, the copy engine brings the next one's f rows and its cells' du
-// and dv rows into shared memory (a third field buffer and a velocity buffer, one
-// mbarrier): the tile's loads, about as long as its arithmetic, are off the critical
-// path. Tiles not inside the buffer (the grid's sides, periodic wraps) load value by
-// value when their turn comes.
+// while it computes one, the copy engine brings the next one's field and its cells' du
+// and dv into shared memory (a third field buffer and a velocity buffer, one mbarrier):
+// the tile's loads, about as long as its arithmetic, are off the critical path. Three
+// tensor copies (boxes of fmap: the buffer's rows from column -2, of umap and vmap: du
+// and dv) that one thread issues; row by row bulk copies took a fifth of the time
+// (issued lane by lane; docs/PERFORMANCE.md). Tiles not inside the buffer (the grid's
+// sides, periodic wraps) load value by value when their turn comes.
 extern "C" __global__ void __launch_bounds__(ADV_WT > 1024 ? 1024 : ADV_WT, ADV_WMINB)
-adv_pass_w(ADV_PARAMS) {
+adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
+           const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map vmap) {
     constexpr int Q = ADV_WQ;
     extern __shared__ __align__(16) unsigned char adv_smem[];
-    real* const bufs = (real*)adv_smem;
-    real* const dus = bufs + 3 * ADV_WW * ADV_WR;
-    real* const dvs = dus + ADV_WT * Q;
-    unsigned long long* const full = (unsigned long long*)(dvs + ADV_WT * Q);
+    // On 128 bytes, by an offset from adv_smem (so the compiler still knows it is shared).
+    real* const bufs = (real*)(adv_smem + (-smem_addr(adv_smem) & 127u));
+    real* const dus = bufs + 3 * ADV_WBUF;
+    real* const dvs = dus + ADV_WVEL;
+    unsigned long long* const full = (unsigned long long*)(dvs + ADV_WVEL);
     const real* f = f_pad + ADV_PAD;
     real* g = g_pad + ADV_PAD;
     const int ntx = (nx + ADV_WTX - 1) / ADV_WTX, ntiles = ntx * ((jw1 - jw0 + ADV_TY - 1) / ADV_TY);
@@ -884,29 +909,24 @@ adv_pass_w(ADV_PARAMS) {
     };
     // Tile k's rows into field buffer b: thread r < ADV_WR copies f row r, the next
     // ADV_WRY threads the du rows and the next ADV_WRY the dv rows of the cells.
+    // Tile (x0, y0)'s field rows (from column -2) into field buffer b, its cells' du and dv.
     auto issue = [&](int x0, int y0, int b) {
-        const int r = threadIdx.x, bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
-        if (r == 0) mbar_expect(full, bytes);
-        if (r < ADV_WR + 2 * ADV_WRY) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        if (r < ADV_WR) {
-            bulk_copy(bufs + b * ADV_WW * ADV_WR + r * ADV_WW, f + (size_t)(l0 + r) * nx + bx,
-                      ADV_WW * sizeof(real), full);
-        } else if (r < ADV_WR + 2 * ADV_WRY) {
-            const int q = (r - ADV_WR) % ADV_WRY, v = (r - ADV_WR) / ADV_WRY;
-            const size_t n = (size_t)(l0 + 2 + q) * nx + bx + 2;
-            bulk_copy((v ? dvs : dus) + q * ADV_WQX * Q, (v ? dv : du) + n,
-                      ADV_WQX * Q * sizeof(real), full);
-        }
+        const int x = x0 - ADV_WE, l0 = y0 - 2 * ADV_STEPS - base;
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        mbar_expect(full, bytes);
+        tma_load_2d(bufs + b * ADV_WBUF, &fmap, x, l0, full);
+        tma_load_2d(dus, &umap, x, l0 + 2, full);
+        tma_load_2d(dvs, &vmap, x, l0 + 2, full);
     };
     int in = 0;
     unsigned parity = 0;
     int kx = k % ntx, ky = k / ntx;
     bool pre = weighted_direct(kx * ADV_WTX, jw0 + ky * ADV_TY, nx, base, nbuf);
-    if (pre) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in);
+    if (pre && threadIdx.x == 0) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in);
     const int qx = threadIdx.x % ADV_WQX, ry = threadIdx.x / ADV_WQX;
     for (int it = 0; k < ntiles; k += gridDim.x, ++it) {
         const int x0 = kx * ADV_WTX, y0 = jw0 + ky * ADV_TY;
-        real* const buf = bufs + in * ADV_WW * ADV_WR;
+        real* const buf = bufs + in * ADV_WBUF;
         // The thread's cells: columns x0 − ADV_WE + Q·qx + m, row y0 − 2(ADV_STEPS − 1) + ry.
         const int xc = x0 - ADV_WE + Q * qx, yc = y0 - 2 * (ADV_STEPS - 1) + ry;
         const bool row = ADV_PERIODIC || (yc >= 2 && yc < ny - 2);
@@ -914,11 +934,8 @@ adv_pass_w(ADV_PARAMS) {
         if (pre) {
             mbar_wait(full, parity);
             parity ^= 1u;
-#pragma unroll
-            for (int m = 0; m < Q; ++m) {
-                a[m] = dus[threadIdx.x * Q + m];
-                b[m] = dvs[threadIdx.x * Q + m];
-            }
+            load16<Q>(dus + threadIdx.x * Q, a);
+            load16<Q>(dvs + threadIdx.x * Q, b);
         } else {
             const int bx = x0 - ADV_WE - 2, by = y0 - 2 * ADV_STEPS;
             for (int e = threadIdx.x; e < ADV_WR * ADV_WW; e += ADV_WT) {
@@ -964,12 +981,12 @@ adv_pass_w(ADV_PARAMS) {
         vote = votes[it % 3];
         const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);
         const int next = (in + 2) % 3;
-        real* const other = bufs + ((in + 1) % 3) * ADV_WW * ADV_WR;
+        real* const other = bufs + ((in + 1) % 3) * ADV_WBUF;
         advance(kx, ky);
         if (k + gridDim.x < ntiles) {
             const int nx0 = kx * ADV_WTX, ny0 = jw0 + ky * ADV_TY;
             pre = weighted_direct(nx0, ny0, nx, base, nbuf);
-            if (pre) issue(nx0, ny0, next);
+            if (pre && threadIdx.x == 0) issue(nx0, ny0, next);
         }
         if (xm && ym) weighted_steps<0, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
         else if (xm && yp) weighted_steps<0, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);

@@ -157,4 +157,27 @@ fn advection_variants_compile() {
             }
         }
     }
+    // adv_pass_w in the engine's shapes: its passes (two rows of cells a thread, the
+    // default, and one), its one-step form, both boundaries.
+    for (periodic, steps, ty, tx, rows) in [
+        (0, 3, 56, 56, 2),
+        (1, 3, 34, 40, 2),
+        (0, 1, 56, 64, 2),
+        (1, 4, 52, 48, 1),
+    ] {
+        for p in [Precision::F32, Precision::F64] {
+            let defines = [
+                ("ADV_MODE", "0".to_string()),
+                ("ADV_PERIODIC", periodic.to_string()),
+                ("ADV_STEPS", steps.to_string()),
+                ("ADV_TY", ty.to_string()),
+                ("ADV_WTX", tx.to_string()),
+                ("ADV_WRQ", rows.to_string()),
+                ("ADV_PAD", (2 + 128 / p.bytes()).to_string()),
+            ];
+            let ptx = compile(&KERNELS, p, "sm_90", &defines)
+                .unwrap_or_else(|e| panic!("{p} {defines:?}: {e}"));
+            assert!(ptx.to_src().contains("adv_pass_w"), "{p} {defines:?}");
+        }
+    }
 }

@@ -153,12 +153,15 @@ fn pass_shape<T: Real>(
 const WEIGHTED_STEPS: usize = 3;
 
 /// The tile of adv_pass_w (kernels.cu: ADV_WTX, ADV_TY, ADV_WE, ...): `tx` × `ty` cells
-/// out; a thread owns 16 bytes' worth of adjacent cells of the first step's tile, grown
+/// out; a thread owns 16 bytes' worth of adjacent cells on each of `rq` rows of the first
+/// step's tile, grown
 /// by `e` columns (2·(steps − 1) rounded up to whole threads) and 2·(steps − 1) rows on
 /// each side.
 struct WeightedTile {
     tx: usize,
     ty: usize,
+    /// Rows of cells a thread owns (kernels.cu: ADV_WRQ).
+    rq: usize,
     threads: usize,
     /// Bytes of dynamic shared memory: three field buffers (the tile's, its partner, the
     /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), the
@@ -169,10 +172,11 @@ struct WeightedTile {
 }
 
 impl WeightedTile {
-    /// The tile for `steps` steps and `ty` rows (fewer if the block would pass 1024
-    /// threads, or 768 from 5 steps a pass: 1024 threads leave 64 registers, and the
-    /// longer passes then spill — contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles
-    /// at 1024 threads 561 ms, 48 × 32 at 768 threads 301.9 ms), `tx` columns: what leaves
+    /// The tile for `steps` steps and `ty` rows (a multiple of `rq`; fewer if the tile
+    /// would pass 1024 threads' rows of cells, or 768 from 5 steps a pass: the registers
+    /// are those of 1024 threads of one row at 64 each, and the longer passes then spill —
+    /// contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles at 1024 threads 561 ms, 48 ×
+    /// 32 at 768 threads 301.9 ms), `tx` columns: what leaves
     /// the first step's tile 64 columns wide in f32 (16 threads' cells: 56 at 3 steps a
     /// pass, 48 at 4), 48 in f64 (40 at 3 steps; KEISAN_ADV_WTX, a multiple of the cells per
     /// thread, overrides it). None where no tile fits.
@@ -188,22 +192,28 @@ impl WeightedTile {
                 .filter(|&t: &usize| t.is_multiple_of(q) && (q..=1024).contains(&t))
         })?
         .unwrap_or(grown.saturating_sub(2 * e).max(q));
+        // Two rows of cells a thread (512 threads of 128 registers for the same tile): a
+        // step reads 5 buffer rows for 2 rows of cells, not 8 (contest 5, 512 steps, H100,
+        // 2026-11-26 22:04 UTC: f32 185.4 ms against 206.9, f64 453.5 against 554.3 ms).
+        // KEISAN_ADV_WRQ=1 takes one.
+        let rq = tuning::number("KEISAN_ADV_WRQ", 1..=2usize)?.unwrap_or(2);
         let per_row = (tx + 2 * e) / q;
         let grow = 4 * (steps - 1);
+        // Threads' cells (rows of them): a thread of two rows takes twice the registers.
         let most_threads = if steps <= 4 { 1024 } else { 768 };
         let Some(ty) = (most_threads / per_row)
             .checked_sub(grow)
-            .map(|most| ty.min(most))
+            .map(|most| ty.min(most) / rq * rq)
         else {
             return Ok(None);
         };
         if ty == 0 {
             return Ok(None);
         }
-        let threads = per_row * (ty + grow);
+        let threads = per_row * (ty + grow) / rq;
         let (w, r) = (tx + 2 * e + 4, ty + 4 * steps);
         let on_lines = |n: usize| (n * size).next_multiple_of(128);
-        let shared = 128 + 3 * on_lines(w * r) + 2 * on_lines(threads * q) + 8;
+        let shared = 128 + 3 * on_lines(w * r) + 2 * on_lines(per_row * q * (ty + grow)) + 8;
         // A tensor copy's box has at most 256 values on a side.
         let boxes = [[w, r], [per_row * q, ty + grow]];
         Ok((shared <= crate::device::cuda::MAX_DYNAMIC_SHARED
@@ -211,6 +221,7 @@ impl WeightedTile {
         .then_some(Self {
             tx,
             ty,
+            rq,
             threads,
             shared,
             boxes: boxes.map(|b| b.map(|n| n as u32)),
@@ -637,6 +648,7 @@ impl<T: Real> CudaAdvection<T> {
         let defines = [
             ("ADV_WMINB", min_blocks.to_string()),
             ("ADV_WTX", tx.to_string()),
+            ("ADV_WRQ", tile.rq.to_string()),
             ("ADV_MODE", "0".to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
             ("ADV_STEPS", steps.to_string()),

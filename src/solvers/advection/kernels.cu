@@ -725,11 +725,12 @@ adv_step_bulk(ADV_PARAMS) {
 
 // Several steps per pass for velocity arrays with each cell's weights in registers
 // (adv_pass_w). The velocity is steady, so a cell's Lagrange weights (the separable
-// form's, lagrange()) are the same at every step: a thread owns ADV_WQ adjacent cells of
-// the pass's grown tile for all of its steps, computes their x and y weights once from
-// du, dv, and each step costs 4 × 4 + 4 multiply-adds a cell on raw values from shared
-// memory, against the general form's ≈ 64 operations (a row's coefficients, six Horner
-// evaluations, the y coefficients). Tiles whose cells' stencils all start alike in x and
+// form's, lagrange()) are the same at every step: a thread owns ADV_WQ adjacent cells on
+// each of ADV_WRQ rows of the pass's grown tile for all of its steps, computes their x and
+// y weights once from du, dv, and each step costs 4 × 4 + 4 multiply-adds a cell on raw
+// values from shared memory (two rows of cells read five rows), against the general
+// form's ≈ 64 operations (a row's coefficients, six Horner evaluations, the y
+// coefficients). Tiles whose cells' stencils all start alike in x and
 // in y (one sign of du and one of dv: all but those at the rotation's centre row and
 // column) take four rows of four values; the others the five-term sums, which round the
 // same (their extra term is an exact zero), so the result does not depend on the tile.
@@ -754,7 +755,11 @@ adv_step_bulk(ADV_PARAMS) {
 #define ADV_WRY (ADV_TY + 4 * (ADV_STEPS - 1))
 #define ADV_WW (ADV_WTX + 2 * ADV_WE + 4)
 #define ADV_WR (ADV_TY + 4 * ADV_STEPS)
-#define ADV_WT (ADV_WQX * ADV_WRY)
+// Rows of cells a thread owns (1 or 2: two rows read five rows of the buffer, not eight).
+#ifndef ADV_WRQ
+#define ADV_WRQ 1
+#endif
+#define ADV_WT (ADV_WQX * ADV_WRY / ADV_WRQ)
 #ifndef ADV_WMINB
 #define ADV_WMINB 1
 #endif
@@ -762,7 +767,8 @@ adv_step_bulk(ADV_PARAMS) {
 // the tensor copies land).
 #define ADV_WALIGN (128 / (int)sizeof(real))
 #define ADV_WBUF ((ADV_WW * ADV_WR + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
-#define ADV_WVEL ((ADV_WT * ADV_WQ + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
+#define ADV_WVEL ((ADV_WQX * ADV_WQ * ADV_WRY + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
+static_assert(ADV_TY % ADV_WRQ == 0, "adv_pass_w: tile rows in whole threads' rows");
 
 // N values from 16-byte aligned p (N·sizeof(real) a multiple of 16), as 16-byte loads.
 template <int N>
@@ -794,58 +800,71 @@ template <int XS, int YS>
 __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, const real* a,
                                                const real* b, unsigned held, int qx, int ry,
                                                int x0, int y0, int nx, int base, int jw1) {
-    constexpr int Q = ADV_WQ;
+    constexpr int Q = ADV_WQ, R = ADV_WRQ;
     constexpr int NX = XS == 2 ? 5 : 4, NY = YS == 2 ? 5 : 4;
     constexpr int OX = XS == 2 ? 0 : XS, OY = YS == 2 ? 0 : YS;
-    real wx[Q][NX], wy[Q][NY];
+    real wx[R * Q][NX], wy[R * Q][NY];
 #pragma unroll
-    for (int m = 0; m < Q; ++m) {
-        weights<XS, NX>(a[m], wx[m]);
-        weights<YS, NY>(b[m], wy[m]);
+    for (int c = 0; c < R * Q; ++c) {
+        weights<XS, NX>(a[c], wx[c]);
+        weights<YS, NY>(b[c], wy[c]);
     }
-    // The cells' position relative to the tile's first output cell.
+    // The cells' position relative to the tile's first output cell (of their first row).
     const int qc = Q * qx - ADV_WE, ly = ry - 2 * (ADV_STEPS - 1);
     const real* src = buf0;
     real* dst = buf1;
 #pragma unroll
     for (int s = 1; s <= ADV_STEPS; ++s) {
         const int h = 2 * (ADV_STEPS - s);
-        const bool active = qc + Q > -h && qc < ADV_WTX + h && ly >= -h && ly < ADV_TY + h;
+        const bool active = qc + Q > -h && qc < ADV_WTX + h && ly + R > -h && ly < ADV_TY + h;
         if (active) {
-            real out[Q];
-            // Row ry + k of the buffer: the cells' rows − 2 + k; columns Q·qx ..: their − 2.
+            real out[R][Q];
+            // Row ry + k of the buffer: the first row's cells' rows − 2 + k; columns Q·qx ..:
+            // their − 2. Cell row r takes rows k = r .. r + NY − 1.
             const real* p = src + ry * ADV_WW + Q * qx;
 #pragma unroll
-            for (int k = 0; k < NY; ++k) {
+            for (int k = 0; k < NY + R - 1; ++k) {
                 real v[Q + 4];
                 load16<Q + 4>(p + (OY + k) * ADV_WW, v);
 #pragma unroll
-                for (int m = 0; m < Q; ++m) {
-                    real x;
-                    if (NX == 4)
-                        x = fma(wx[m][3], v[m + OX + 3], fma(wx[m][2], v[m + OX + 2], fma(wx[m][1], v[m + OX + 1], wx[m][0] * v[m + OX])));
-                    else
-                        x = fma(wx[m][4], v[m + 4], fma(wx[m][3], v[m + 3], fma(wx[m][2], v[m + 2], fma(wx[m][1], v[m + 1], wx[m][0] * v[m]))));
-                    out[m] = k == 0 ? wy[m][0] * x : fma(wy[m][k], x, out[m]);
+                for (int r = 0; r < R; ++r) {
+                    const int l = k - r;
+                    if (l < 0 || l >= NY) continue;
+#pragma unroll
+                    for (int m = 0; m < Q; ++m) {
+                        const real* w = wx[r * Q + m];
+                        real x;
+                        if (NX == 4)
+                            x = fma(w[3], v[m + OX + 3], fma(w[2], v[m + OX + 2], fma(w[1], v[m + OX + 1], w[0] * v[m + OX])));
+                        else
+                            x = fma(w[4], v[m + 4], fma(w[3], v[m + 3], fma(w[2], v[m + 2], fma(w[1], v[m + 1], w[0] * v[m]))));
+                        out[r][m] = l == 0 ? wy[r * Q + m][0] * x : fma(wy[r * Q + m][l], x, out[r][m]);
+                    }
                 }
             }
             if (held) {
-                const real* c = src + (ry + 2) * ADV_WW + Q * qx + 2;
 #pragma unroll
-                for (int m = 0; m < Q; ++m)
-                    if (held & (1u << m)) out[m] = c[m];
+                for (int r = 0; r < R; ++r) {
+                    const real* c = src + (ry + r + 2) * ADV_WW + Q * qx + 2;
+#pragma unroll
+                    for (int m = 0; m < Q; ++m)
+                        if (held & (1u << (r * Q + m))) out[r][m] = c[m];
+                }
             }
-            if (s < ADV_STEPS) {
-                store_in_pairs<Q>(dst + (ry + 2) * ADV_WW + Q * qx + 2, out);
-            } else {
-                const int x = x0 + qc, y = y0 + ly;
-                if (y < jw1 && x < nx) {
-                    real* q = g + (size_t)(y - base) * nx + x;
-                    if (x + Q <= nx && (nx & 1) == 0) {
-                        store_in_pairs<Q>(q, out);
-                    } else {
-                        for (int m = 0; m < Q; ++m)
-                            if (x + m < nx) q[m] = out[m];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (s < ADV_STEPS) {
+                    store_in_pairs<Q>(dst + (ry + r + 2) * ADV_WW + Q * qx + 2, out[r]);
+                } else {
+                    const int x = x0 + qc, y = y0 + ly + r;
+                    if (y < jw1 && x < nx) {
+                        real* q = g + (size_t)(y - base) * nx + x;
+                        if (x + Q <= nx && (nx & 1) == 0) {
+                            store_in_pairs<Q>(q, out[r]);
+                        } else {
+                            for (int m = 0; m < Q; ++m)
+                                if (x + m < nx) q[m] = out[r][m];
+                        }
                     }
                 }
             }
@@ -895,7 +914,7 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
     if (threadIdx.x < 3) votes[threadIdx.x] = 0;
     if (threadIdx.x == 0) mbar_init_ring(full, 1);
     __syncthreads();
-    const unsigned bytes = (unsigned)(sizeof(real) * (ADV_WR * ADV_WW + 2 * ADV_WT * Q));
+    const unsigned bytes = (unsigned)(sizeof(real) * (ADV_WR * ADV_WW + 2 * ADV_WQX * Q * ADV_WRY));
     // Tile k's first output cell; k advances by gridDim.x, so its column and row advance
     // by fixed steps (no division per tile).
     const int gq = gridDim.x / ntx, gr = gridDim.x % ntx;
@@ -923,19 +942,23 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
     int kx = k % ntx, ky = k / ntx;
     bool pre = weighted_direct(kx * ADV_WTX, jw0 + ky * ADV_TY, nx, base, nbuf);
     if (pre && threadIdx.x == 0) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in);
-    const int qx = threadIdx.x % ADV_WQX, ry = threadIdx.x / ADV_WQX;
+    const int qx = threadIdx.x % ADV_WQX, ry = threadIdx.x / ADV_WQX * ADV_WRQ;
     for (int it = 0; k < ntiles; k += gridDim.x, ++it) {
         const int x0 = kx * ADV_WTX, y0 = jw0 + ky * ADV_TY;
         real* const buf = bufs + in * ADV_WBUF;
-        // The thread's cells: columns x0 − ADV_WE + Q·qx + m, row y0 − 2(ADV_STEPS − 1) + ry.
+        // The thread's cells: columns x0 − ADV_WE + Q·qx + m, rows y0 − 2(ADV_STEPS − 1) + ry
+        // + r (cell r·Q + m).
+        constexpr int R = ADV_WRQ;
         const int xc = x0 - ADV_WE + Q * qx, yc = y0 - 2 * (ADV_STEPS - 1) + ry;
-        const bool row = ADV_PERIODIC || (yc >= 2 && yc < ny - 2);
-        real a[Q], b[Q];
+        real a[R * Q], b[R * Q];
         if (pre) {
             mbar_wait(full, parity);
             parity ^= 1u;
-            load16<Q>(dus + threadIdx.x * Q, a);
-            load16<Q>(dvs + threadIdx.x * Q, b);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                load16<Q>(dus + (ry + r) * ADV_WQX * Q + Q * qx, a + r * Q);
+                load16<Q>(dvs + (ry + r) * ADV_WQX * Q + Q * qx, b + r * Q);
+            }
         } else {
             const int bx = x0 - ADV_WE - 2, by = y0 - 2 * ADV_STEPS;
             for (int e = threadIdx.x; e < ADV_WR * ADV_WW; e += ADV_WT) {
@@ -943,12 +966,15 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
                 buf[t * ADV_WW + c] =
                     f[(size_t)buffer_row(by + t, base, nbuf, ny) * nx + grid_index(bx + c, nx)];
             }
-            const size_t n = (size_t)buffer_row(yc, base, nbuf, ny) * nx;
 #pragma unroll
-            for (int m = 0; m < Q; ++m) {
-                const size_t i = n + grid_index(xc + m, nx);
-                a[m] = du[i];
-                b[m] = dv[i];
+            for (int r = 0; r < R; ++r) {
+                const size_t n = (size_t)buffer_row(yc + r, base, nbuf, ny) * nx;
+#pragma unroll
+                for (int m = 0; m < Q; ++m) {
+                    const size_t i = n + grid_index(xc + m, nx);
+                    a[r * Q + m] = du[i];
+                    b[r * Q + m] = dv[i];
+                }
             }
         }
         // Held cells (the contest's outer two rings, columns past the grid) keep their
@@ -959,15 +985,19 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         const bool clear = ADV_PERIODIC || (x0 - ADV_WE >= 2 && x0 + ADV_WTX + ADV_WE <= nx - 2 &&
                                             y0 - 2 * ADV_STEPS >= 2 && y0 + ADV_TY + 2 * ADV_STEPS <= ny - 2);
 #pragma unroll
-        for (int m = 0; m < Q; ++m) {
-            const int x = xc + m;
-            if (clear || (row && x >= 2 && x < nx - 2)) {
-                vote |= a[m] > (real)0 ? 2u : 1u;
-                vote |= b[m] > (real)0 ? 8u : 4u;
-            } else {
-                held |= 1u << m;
-                a[m] = (real)0;
-                b[m] = (real)0;
+        for (int r = 0; r < R; ++r) {
+            const bool row = ADV_PERIODIC || (yc + r >= 2 && yc + r < ny - 2);
+#pragma unroll
+            for (int m = 0; m < Q; ++m) {
+                const int x = xc + m, c = r * Q + m;
+                if (clear || (row && x >= 2 && x < nx - 2)) {
+                    vote |= a[c] > (real)0 ? 2u : 1u;
+                    vote |= b[c] > (real)0 ? 8u : 4u;
+                } else {
+                    held |= 1u << c;
+                    a[c] = (real)0;
+                    b[c] = (real)0;
+                }
             }
         }
         // One word of the block's votes: the tile's cells all vote alike on an axis when

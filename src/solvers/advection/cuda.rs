@@ -153,10 +153,9 @@ fn pass_shape<T: Real>(
 const WEIGHTED_STEPS: usize = 3;
 
 /// The tile of adv_pass_w (kernels.cu: ADV_WTX, ADV_TY, ADV_WE, ...): `tx` × `ty` cells
-/// out; a thread owns 16 bytes' worth of adjacent cells on each of `rq` rows of the first
-/// step's tile, grown
-/// by `e` columns (2·(steps − 1) rounded up to whole threads) and 2·(steps − 1) rows on
-/// each side.
+/// out; a thread owns 16 bytes' worth of adjacent cells on each of `rq` rows of the
+/// first step's tile, grown by `e` columns (2·(steps − 1) rounded up to whole threads)
+/// and 2·(steps − 1) rows on each side.
 struct WeightedTile {
     tx: usize,
     ty: usize,
@@ -176,10 +175,10 @@ impl WeightedTile {
     /// would pass 1024 threads' rows of cells, or 768 from 5 steps a pass: the registers
     /// are those of 1024 threads of one row at 64 each, and the longer passes then spill —
     /// contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles at 1024 threads 561 ms, 48 ×
-    /// 32 at 768 threads 301.9 ms), `tx` columns: what leaves
-    /// the first step's tile 64 columns wide in f32 (16 threads' cells: 56 at 3 steps a
-    /// pass, 48 at 4), 48 in f64 (40 at 3 steps; KEISAN_ADV_WTX, a multiple of the cells per
-    /// thread, overrides it). None where no tile fits.
+    /// 32 at 768 threads 301.9 ms), `tx` columns: what leaves the first step's tile 64
+    /// columns wide in f32 (16 threads' cells: 56 at 3 steps a pass, 48 at 4), 48 in f64
+    /// (40 at 3 steps; KEISAN_ADV_WTX, a multiple of the cells per thread, overrides it).
+    /// None where no tile fits.
     fn fit<T: Real>(steps: usize, ty: usize) -> Result<Option<Self>> {
         let size = std::mem::size_of::<T>();
         let q = 16 / size;

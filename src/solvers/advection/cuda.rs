@@ -626,8 +626,7 @@ impl<T: Real> CudaAdvection<T> {
     }
 
     /// Compile adv_pass_w (velocity arrays, each cell's weights in registers) for
-    /// `steps` steps over tiles of `ty` rows (fewer where the block would pass 1024
-    /// threads).
+    /// `steps` steps over tiles of `ty` rows (fewer where WeightedTile::fit says so).
     fn weighted_pass(
         gpu: &Gpu,
         p: &AdvectionProblem,

@@ -926,8 +926,6 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
             ++ky;
         }
     };
-    // Tile k's rows into field buffer b: thread r < ADV_WR copies f row r, the next
-    // ADV_WRY threads the du rows and the next ADV_WRY the dv rows of the cells.
     // Tile (x0, y0)'s field rows (from column -2) into field buffer b, its cells' du and dv.
     auto issue = [&](int x0, int y0, int b) {
         const int x = x0 - ADV_WE, l0 = y0 - 2 * ADV_STEPS - base;

@@ -256,10 +256,11 @@ __device__ __forceinline__ void lagrange4(real t, real& a, real& b, real& c, rea
     const real s6 = (real)(1.0 / 6.0), h = (real)0.5;
     const real p = fma(t, t, -t);                 // t (t - 1)
     const real q = fma(t, t + (real)3, (real)2);  // (t + 1)(t + 2)
-    a = -((t + (real)1) * p) * s6;
-    b = ((t + (real)2) * p) * h;
-    c = -((t - (real)1) * q) * h;
-    e = (t * q) * s6;
+    // Each weight's constant inside a multiply-add: 11 operations, not 14.
+    a = p * fma(t, -s6, -s6);
+    b = p * fma(t, h, (real)1);
+    c = q * fma(t, -h, h);
+    e = q * (t * s6);
 }
 
 __device__ __forceinline__ Lagrange lagrange(real d) {
@@ -730,10 +731,10 @@ adv_step_bulk(ADV_PARAMS) {
 // y weights once from du, dv, and each step costs 4 × 4 + 4 multiply-adds a cell on raw
 // values from shared memory (two rows of cells read five rows), against the general
 // form's ≈ 64 operations (a row's coefficients, six Horner evaluations, the y
-// coefficients). Tiles whose cells' stencils all start alike in x and
-// in y (one sign of du and one of dv: all but those at the rotation's centre row and
-// column) take four rows of four values; the others the five-term sums, which round the
-// same (their extra term is an exact zero), so the result does not depend on the tile.
+// coefficients). Warps whose cells' stencils all start alike in x and in y (one sign of
+// du and one of dv: all but those at the rotation's centre row and column) take four
+// rows of four values; the others the five-term sums, which round the same (their extra
+// term is an exact zero), so the result does not depend on the warp.
 // The tile: ADV_WTX × ADV_TY cells out, the threads' cells cover it grown by ADV_WE
 // columns (2·(ADV_STEPS − 1) rounded up to whole threads' cells) and 2·(ADV_STEPS − 1)
 // rows each side; a field buffer in shared memory holds the first step's input (grown by
@@ -876,12 +877,14 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
     }
 }
 
-// Whether tile (x0, y0)'s first-step input lies inside the buffer's rows and the grid's
-// columns (on rows of 16 bytes), so that its field and its cells' du and dv come by tensor
-// copies.
+// Whether tile (x0, y0)'s field and its cells' du and dv come by tensor copies: on rows of
+// 16 bytes, and on a periodic grid only where its first-step input lies inside the
+// buffer's rows and the grid's columns. Elsewhere the copies fill what lies outside the
+// grid (or past a slab's buffer) with zeros: only held cells, and cells no written cell
+// depends on, read those.
 __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base, int nbuf) {
     const int bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
-    return bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf &&
+    return (!ADV_PERIODIC || (bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf)) &&
            nx % (16 / (int)sizeof(real)) == 0;
 }
 
@@ -891,8 +894,9 @@ __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base
 // the tile's loads, about as long as its arithmetic, are off the critical path. Three
 // tensor copies (boxes of fmap: the buffer's rows from column -2, of umap and vmap: du
 // and dv) that one thread issues; row by row bulk copies took a fifth of the time
-// (issued lane by lane; docs/PERFORMANCE.md). Tiles not inside the buffer (the grid's
-// sides, periodic wraps) load value by value when their turn comes.
+// (issued lane by lane; docs/PERFORMANCE.md). Periodic wraps and rows not of 16 bytes
+// load value by value when their turn comes (the grid's sides did too, and cost 8 %: a
+// block waits on its own loads there).
 extern "C" __global__ void __launch_bounds__(ADV_WT > 1024 ? 1024 : ADV_WT, ADV_WMINB)
 adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
            const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map vmap) {
@@ -908,10 +912,6 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
     const int ntx = (nx + ADV_WTX - 1) / ADV_WTX, ntiles = ntx * ((jw1 - jw0 + ADV_TY - 1) / ADV_TY);
     int k = blockIdx.x;
     if (k >= ntiles) return;
-    // The tiles' votes, three words in turn: a word is cleared two tiles after it was
-    // read, behind a barrier every thread has passed since.
-    __shared__ unsigned votes[3];
-    if (threadIdx.x < 3) votes[threadIdx.x] = 0;
     if (threadIdx.x == 0) mbar_init_ring(full, 1);
     __syncthreads();
     const unsigned bytes = (unsigned)(sizeof(real) * (ADV_WR * ADV_WW + 2 * ADV_WQX * Q * ADV_WRY));
@@ -998,15 +998,12 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
                 }
             }
         }
-        // One word of the block's votes: the tile's cells all vote alike on an axis when
-        // only one of its two bits is set. The barrier is also the one after which the
-        // next tile's copies may overwrite what this block read last: the velocity
-        // buffer, and the field buffer of the tile before.
+        // The warp's cells all vote alike on an axis when only one of its two bits is set;
+        // each warp takes its own form (the five-term sums round as the four-term ones).
+        // After the barrier the next tile's copies may overwrite what this block read
+        // last: the velocity buffer, and the field buffer of the tile before.
         vote = __reduce_or_sync(~0u, vote);
-        if ((threadIdx.x & 31) == 0) atomicOr(&votes[it % 3], vote);
-        if (threadIdx.x == 0) votes[(it + 1) % 3] = 0;
         __syncthreads();
-        vote = votes[it % 3];
         const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);
         const int next = (in + 2) % 3;
         real* const other = bufs + ((in + 1) % 3) * ADV_WBUF;

@@ -1000,6 +1000,8 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         }
         // The warp's cells all vote alike on an axis when only one of its two bits is set;
         // each warp takes its own form (the five-term sums round as the four-term ones).
+        // Every form passes the same ADV_STEPS − 1 barriers, each warp whole (its vote is
+        // the warp's), which is what bar.sync asks of warps in different branches.
         // After the barrier the next tile's copies may overwrite what this block read
         // last: the velocity buffer, and the field buffer of the tile before.
         vote = __reduce_or_sync(~0u, vote);

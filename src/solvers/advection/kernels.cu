@@ -741,10 +741,11 @@ adv_step_bulk(ADV_PARAMS) {
 // two more), a second one takes the steps' results in turn; step s computes the tile
 // grown by 2·(ADV_STEPS − s), the last writes g. Per cell and pass DRAM moves f in and
 // out, du and dv: 16 B / ADV_STEPS per cell and step in f32 (neighbouring tiles' halos
-// come from L2). Where the time goes (ncu, 3 steps over 56 × 56 tiles, contest 5): the
-// steps about 70 % of the instructions (weights included), the per-tile work (the wait,
-// the votes, the next tile's copies, addresses) 30 %; the warps' stalls are shared memory
-// (28 %) and the barriers (14 %) (docs/PERFORMANCE.md).
+// come from L2). Where the time goes (ncu, 3 steps over 56 × 56 tiles, contest 5, H100):
+// the steps about 70 % of the instructions (weights included), the per-tile work 30 %;
+// 0.63 instructions issued a cycle per scheduler, no warp eligible in 37 % of cycles,
+// the stalls led by shared-memory results (14 %) and the three barriers a tile (12 %)
+// (docs/PERFORMANCE.md).
 #ifndef ADV_WQ
 #define ADV_WQ (16 / (int)sizeof(real))
 #endif

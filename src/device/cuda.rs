@@ -418,8 +418,10 @@ unsafe impl cudarc::driver::DeviceRepr for TensorMap {}
 
 /// The 2-D tensor map of `dims` reals of `precision` (x fastest) from device address
 /// `base` (16-byte aligned), rows `stride` bytes apart (a multiple of 16), read in boxes of
-/// `boxed` reals (x · the real's bytes a multiple of 16, each at most 256). A tensor map
-/// holds the address: one made for an allocation is valid while it lives.
+/// `boxed` reals (x · the real's bytes a multiple of 16, each at most 256). A box at
+/// coordinates partly outside `dims` (negative ones too) reads zeros there, and nothing
+/// outside. A tensor map holds the address: one made for an allocation is valid while it
+/// lives.
 pub fn tensor_map_2d(
     base: u64,
     precision: Precision,

@@ -720,7 +720,8 @@ impl<T: Real> CudaAdvection<T> {
         // values before a row to two after its end (inside the padding) and whole du, dv
         // rows of the owned rows, all on 16-byte boundaries (bulk_rows); adv_pass_w's
         // tensor maps were made for these f, g (swapped with them in commit), du and dv,
-        // and its tiles copy boxes inside them only (weighted_direct).
+        // with their extents: a box reaching past one (the grid's side tiles) is filled
+        // with zeros there by the copy engine, which reads nothing outside it.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }

@@ -121,7 +121,8 @@ const PASS_THREADS: usize = 128;
 /// Arrays on rows of 16 bytes took single steps since adv_step_bulk (2026-11-26, H100,
 /// 512 steps of contest 5: f32 388.9 ms against 2 steps a pass 427 ms (1.707 s for 2048);
 /// f64 743.4 ms against 916.8 ms), and since adv_pass_w its passes (WEIGHTED_STEPS) over
-/// 56-row (f32) or 34-row (f64) tiles. KEISAN_ADV_PASS=S,TY overrides.
+/// 64-row (f32, three rows of cells a thread) or 34-row (f64) tiles. KEISAN_ADV_PASS=S,TY
+/// overrides.
 fn pass_shape<T: Real>(
     p: &AdvectionProblem,
     arrays: bool,
@@ -132,7 +133,7 @@ fn pass_shape<T: Real>(
     let default = match (T::PRECISION, separable) {
         (F32, true) => (2, 30),
         (F64, true) => (2, 25),
-        (F32, false) if weighted => (WEIGHTED_STEPS, 56),
+        (F32, false) if weighted => (WEIGHTED_STEPS, 64),
         (F64, false) if weighted => (WEIGHTED_STEPS, 34),
         _ if arrays => (2, 16),
         _ => (1, 16),
@@ -171,7 +172,8 @@ struct WeightedTile {
 }
 
 impl WeightedTile {
-    /// The tile for `steps` steps and `ty` rows (a multiple of `rq`; fewer if the tile
+    /// The tile for `steps` steps and `ty` rows (fewer so that the first step's rows are a
+    /// multiple of `rq`; fewer if the tile
     /// would pass 1024 threads' rows of cells, or 768 from 5 steps a pass: the registers
     /// are those of 1024 threads of one row at 64 each, and the longer passes then spill —
     /// contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles at 1024 threads 561 ms, 48 ×
@@ -191,18 +193,24 @@ impl WeightedTile {
                 .filter(|&t: &usize| t.is_multiple_of(q) && (q..=1024).contains(&t))
         })?
         .unwrap_or(grown.saturating_sub(2 * e).max(q));
-        // Two rows of cells a thread (512 threads of 128 registers for the same tile): a
-        // step reads 5 buffer rows for 2 rows of cells, not 8 (contest 5, 512 steps, H100,
-        // 2026-11-26 22:04 UTC: f32 185.4 ms against 206.9, f64 453.5 against 554.3 ms).
-        // KEISAN_ADV_WRQ=1 takes one.
-        let rq = tuning::number("KEISAN_ADV_WRQ", 1..=2usize)?.unwrap_or(2);
+        // Rows of cells a thread: R rows read R + 3 buffer rows a step, not 4R. Two (512
+        // threads of 128 registers for the same tile; contest 5, 512 steps, H100,
+        // 2026-11-26 22:04 UTC: f32 185.4 ms against 206.9 for one, f64 453.5 against
+        // 554.3 ms); three in f32 (384 threads of 168 registers over 56 × 64 tiles,
+        // 2026-11-27 02:17 UTC: 158.2 ms against 163.1 for two over 56 × 56; four, 256
+        // threads of 255 registers, 177.4; f64 three 386.3 against 377.2 ms).
+        // KEISAN_ADV_WRQ (1 to 4) overrides it.
+        let rq =
+            tuning::number("KEISAN_ADV_WRQ", 1..=4usize)?.unwrap_or(if size == 4 { 3 } else { 2 });
         let per_row = (tx + 2 * e) / q;
         let grow = 4 * (steps - 1);
-        // Threads' cells (rows of them): a thread of two rows takes twice the registers.
-        let most_threads = if steps <= 4 { 1024 } else { 768 };
+        // Threads' cells (rows of them): a thread of two rows takes twice the registers;
+        // of 3 or 4 rows, fewer threads of up to 255.
+        let most_threads = if steps <= 4 { 1024 } else { 768 } * rq.max(2) / 2;
+        // The first step's rows in whole threads' rows.
         let Some(ty) = (most_threads / per_row)
             .checked_sub(grow)
-            .map(|most| ty.min(most) / rq * rq)
+            .and_then(|most| ((ty.min(most) + grow) / rq * rq).checked_sub(grow))
         else {
             return Ok(None);
         };
@@ -647,6 +655,10 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_WMINB", min_blocks.to_string()),
             ("ADV_WTX", tx.to_string()),
             ("ADV_WRQ", tile.rq.to_string()),
+            (
+                "ADV_ROWS16",
+                ((p.nx * std::mem::size_of::<T>()).is_multiple_of(16) as u8).to_string(),
+            ),
             ("ADV_MODE", "0".to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
             ("ADV_STEPS", steps.to_string()),

@@ -729,7 +729,7 @@ adv_step_bulk(ADV_PARAMS) {
 // form's, lagrange()) are the same at every step: a thread owns ADV_WQ adjacent cells on
 // each of ADV_WRQ rows of the pass's grown tile for all of its steps, computes their x and
 // y weights once from du, dv, and each step costs 4 × 4 + 4 multiply-adds a cell on raw
-// values from shared memory (two rows of cells read five rows), against the general
+// values from shared memory (R rows of cells read R + 3 rows), against the general
 // form's ≈ 64 operations (a row's coefficients, six Horner evaluations, the y
 // coefficients). Warps whose cells' stencils all start alike in x and in y (one sign of
 // du and one of dv: all but those at the rotation's centre row and column) take four
@@ -741,11 +741,12 @@ adv_step_bulk(ADV_PARAMS) {
 // two more), a second one takes the steps' results in turn; step s computes the tile
 // grown by 2·(ADV_STEPS − s), the last writes g. Per cell and pass DRAM moves f in and
 // out, du and dv: 16 B / ADV_STEPS per cell and step in f32 (neighbouring tiles' halos
-// come from L2). Where the time goes (ncu, 3 steps over 56 × 56 tiles, contest 5, H100):
-// the steps about 70 % of the instructions (weights included), the per-tile work 30 %;
-// 0.63 instructions issued a cycle per scheduler, no warp eligible in 37 % of cycles,
-// the stalls led by shared-memory results (14 %) and the three barriers a tile (12 %)
-// (docs/PERFORMANCE.md).
+// come from L2). Where the time goes (ncu, 3 steps over 56 × 64 tiles, three rows a
+// thread, before the sign-bit votes; contest 5, H100): multiply-adds and multiplies 72 %
+// of the instructions (the weights about a fifth of them), the per-tile code 11 % of the
+// instructions and 21 % of the stall samples; 0.61 instructions issued a cycle per
+// scheduler with 3 warps each; the stalls led by shared-memory results (13 %) and the
+// barriers (10 %) (docs/PERFORMANCE.md).
 #ifndef ADV_WQ
 #define ADV_WQ (16 / (int)sizeof(real))
 #endif
@@ -757,7 +758,10 @@ adv_step_bulk(ADV_PARAMS) {
 #define ADV_WRY (ADV_TY + 4 * (ADV_STEPS - 1))
 #define ADV_WW (ADV_WTX + 2 * ADV_WE + 4)
 #define ADV_WR (ADV_TY + 4 * ADV_STEPS)
-// Rows of cells a thread owns (1 or 2: two rows read five rows of the buffer, not eight).
+// Rows of cells a thread owns (1 to 4: R rows read R + 3 rows of the buffer, not 4R; f32
+// takes 3 at 168 registers, f64 2 at 128). The first step's rows are whole threads' rows;
+// at R > 2 a thread's rows may straddle a later step's edge, and its rows outside that
+// step's tile compute values no written cell reads.
 #ifndef ADV_WRQ
 #define ADV_WRQ 1
 #endif
@@ -770,7 +774,7 @@ adv_step_bulk(ADV_PARAMS) {
 #define ADV_WALIGN (128 / (int)sizeof(real))
 #define ADV_WBUF ((ADV_WW * ADV_WR + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
 #define ADV_WVEL ((ADV_WQX * ADV_WQ * ADV_WRY + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
-static_assert(ADV_TY % ADV_WRQ == 0, "adv_pass_w: tile rows in whole threads' rows");
+static_assert(ADV_WRY % ADV_WRQ == 0, "adv_pass_w: the first step's rows in whole threads' rows");
 
 // N values from 16-byte aligned p (N·sizeof(real) a multiple of 16), as 16-byte loads.
 template <int N>
@@ -783,16 +787,44 @@ __device__ __forceinline__ void load16(const real* p, real* out) {
     }
 }
 
-// A cell's N weights on an axis whose stencils all start at S (0: i-2, 1: i-1; N = 4:
-// the same values as lagrange()'s, without its selects), or each at its own (S = 2, N = 5).
-template <int S, int N>
+// The word holding x's sign bit (bit 31).
+__device__ __forceinline__ unsigned sign_word(float x) { return __float_as_uint(x); }
+__device__ __forceinline__ unsigned sign_word(double x) { return (unsigned)__double2hiint(x); }
+
+// A cell's four weights for a stencil starting at i-2 (M = 0) or i-1 (M = 1), straight
+// from d (no d - 1 shift), scaled: x's by 6 and y's by 1/6, so that their constants
+// (multiples of 1/6 and 1/2) leave the weights' formulas: 9 operations for x's, 10 for
+// y's (against lagrange4's 11 or 12 each). With t = d - M, p = t(t - 1) and q = (t + 1)(t +
+// 2) the weights are -p(t+1)/6, p(t+2)/2, -q(t-1)/2, qt/6; here p and q carry the scale
+// (1 for x, 1/36 for y, through s·d) and the rest is each weight's 6-fold.
+template <int M, bool X>
+__device__ __forceinline__ void scaled4(real d, real* w) {
+    const real s = (real)(1.0 / 36.0);
+    const real sd = X ? d : d * s;
+    const real p = M ? fma(sd, d - (real)3, X ? (real)2 : 2 * s) : fma(sd, d, -sd);
+    const real q = M ? fma(sd, d, sd) : fma(sd, d + (real)3, X ? (real)2 : 2 * s);
+    w[0] = M ? -p * d : fma(-p, d, -p);
+    w[1] = p * fma(d, (real)3, M ? (real)3 : (real)6);
+    w[2] = q * fma(d, (real)-3, M ? (real)6 : (real)3);
+    w[3] = M ? fma(q, d, -q) : q * d;
+}
+
+// A cell's N weights on an axis (X: x's, else y's; scaled as scaled4's) whose stencils all
+// start at S (0: i-2, 1: i-1; N = 4), or each at its own (S = 2, N = 5: d's sign bit
+// picks the start, and the fifth weight is an exact zero, so the sums round as N = 4's).
+template <int S, int N, bool X>
 __device__ __forceinline__ void weights(real d, real* w) {
     if (S == 2) {
-        const Lagrange l = lagrange(d);
+        real w0[4], w1[4];
+        scaled4<0, X>(d, w0);
+        scaled4<1, X>(d, w1);
+        const bool m = !(sign_word(d) >> 31);
+        w[0] = m ? (real)0 : w0[0];
 #pragma unroll
-        for (int k = 0; k < N; ++k) w[k] = l.w[k];
+        for (int k = 1; k < 4; ++k) w[k] = m ? w1[k - 1] : w0[k];
+        w[4] = m ? w1[3] : (real)0;
     } else {
-        lagrange4(S ? d - (real)1 : d, w[0], w[1], w[2], w[3]);
+        scaled4<S, X>(d, w);
     }
 }
 
@@ -808,8 +840,8 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
     real wx[R * Q][NX], wy[R * Q][NY];
 #pragma unroll
     for (int c = 0; c < R * Q; ++c) {
-        weights<XS, NX>(a[c], wx[c]);
-        weights<YS, NY>(b[c], wy[c]);
+        weights<XS, NX, true>(a[c], wx[c]);
+        weights<YS, NY, false>(b[c], wy[c]);
     }
     // The cells' position relative to the tile's first output cell (of their first row).
     const int qc = Q * qx - ADV_WE, ly = ry - 2 * (ADV_STEPS - 1);
@@ -859,7 +891,10 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
                     store_in_pairs<Q>(dst + (ry + r + 2) * ADV_WW + Q * qx + 2, out[r]);
                 } else {
                     const int x = x0 + qc, y = y0 + ly + r;
-                    if (y < jw1 && x < nx) {
+                    // Threads of more than two rows straddle the tile's edge rows; their
+                    // rows outside it are not the tile's (and read rows no step wrote).
+                    const bool mine = ADV_WRQ <= 2 || (ly + r >= 0 && ly + r < ADV_TY);
+                    if (mine && y < jw1 && x < nx) {
                         real* q = g + (size_t)(y - base) * nx + x;
                         if (x + Q <= nx && (nx & 1) == 0) {
                             store_in_pairs<Q>(q, out[r]);
@@ -883,7 +918,13 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
 // buffer's rows and the grid's columns. Elsewhere the copies fill what lies outside the
 // grid (or past a slab's buffer) with zeros: only held cells, and cells no written cell
 // depends on, read those.
+#ifndef ADV_ROWS16
+#define ADV_ROWS16 0
+#endif
 __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base, int nbuf) {
+    // ADV_ROWS16: the host knows the rows are of 16 bytes, so no tile of a non-periodic
+    // grid loads value by value, and that code is compiled out.
+    if (ADV_ROWS16 && !ADV_PERIODIC) return true;
     const int bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
     return (!ADV_PERIODIC || (bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf)) &&
            nx % (16 / (int)sizeof(real)) == 0;
@@ -979,8 +1020,11 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         // Held cells (the contest's outer two rings, columns past the grid) keep their
         // value and take no part in the votes; tiles clear of them skip the tests.
         unsigned held = 0;
-        // Bits: some computed cell has du <= 0, du > 0, dv <= 0, dv > 0.
-        unsigned vote = 0;
+        // The votes go by sign bits (ORed and ANDed, a few logic operations for all the
+        // cells, against a compare and a select each): a cell's side is its sign bit, so
+        // d = +0 counts as positive, and the five-term form picks its stencil the same way
+        // (at d = ±0 either stencil gives the cell's own value exactly).
+        unsigned xor_ = 0, xand = ~0u, yor = 0, yand = ~0u;
         const bool clear = ADV_PERIODIC || (x0 - ADV_WE >= 2 && x0 + ADV_WTX + ADV_WE <= nx - 2 &&
                                             y0 - 2 * ADV_STEPS >= 2 && y0 + ADV_TY + 2 * ADV_STEPS <= ny - 2);
 #pragma unroll
@@ -990,8 +1034,10 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
             for (int m = 0; m < Q; ++m) {
                 const int x = xc + m, c = r * Q + m;
                 if (clear || (row && x >= 2 && x < nx - 2)) {
-                    vote |= a[c] > (real)0 ? 2u : 1u;
-                    vote |= b[c] > (real)0 ? 8u : 4u;
+                    xor_ |= sign_word(a[c]);
+                    xand &= sign_word(a[c]);
+                    yor |= sign_word(b[c]);
+                    yand &= sign_word(b[c]);
                 } else {
                     held |= 1u << c;
                     a[c] = (real)0;
@@ -999,12 +1045,9 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
                 }
             }
         }
-        // The warp's cells all vote alike on an axis when only one of its two bits is set;
-        // each warp takes its own form (the five-term sums round as the four-term ones).
-        // Every form passes the same ADV_STEPS − 1 barriers, each warp whole (its vote is
-        // the warp's), which is what bar.sync asks of warps in different branches.
-        // After the barrier the next tile's copies may overwrite what this block read
-        // last: the velocity buffer, and the field buffer of the tile before.
+        // Bits: some computed cell has a negative du (sign bit set), a positive one, a
+        // negative dv, a positive one.
+        unsigned vote = xor_ >> 31 | (~xand >> 31) << 1 | (yor >> 31) << 2 | (~yand >> 31) << 3;
         vote = __reduce_or_sync(~0u, vote);
         __syncthreads();
         const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);

@@ -173,9 +173,9 @@ struct WeightedTile {
 
 impl WeightedTile {
     /// The tile for `steps` steps and `ty` rows (fewer so that the first step's rows are a
-    /// multiple of `rq`; fewer if the tile
-    /// would pass 1024 threads' rows of cells, or 768 from 5 steps a pass: the registers
-    /// are those of 1024 threads of one row at 64 each, and the longer passes then spill —
+    /// multiple of `rq`; fewer if the tile would pass 1024 threads' rows of cells, or 768
+    /// from 5 steps a pass, times rq/2 for three or four rows a thread: the registers are
+    /// those of 1024 threads of one row at 64 each, and the longer passes then spill —
     /// contest 5, 512 steps, H100: 5 steps over 48 × 48 tiles at 1024 threads 561 ms, 48 ×
     /// 32 at 768 threads 301.9 ms), `tx` columns: what leaves the first step's tile 64
     /// columns wide in f32 (16 threads' cells: 56 at 3 steps a pass, 48 at 4), 48 in f64

@@ -661,10 +661,6 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_WMINB", min_blocks.to_string()),
             ("ADV_WTX", tx.to_string()),
             ("ADV_WRQ", tile.rq.to_string()),
-            (
-                "ADV_ROWS16",
-                ((p.nx * std::mem::size_of::<T>()).is_multiple_of(16) as u8).to_string(),
-            ),
             ("ADV_MODE", "0".to_string()),
             ("ADV_PERIODIC", (p.periodic() as u8).to_string()),
             ("ADV_STEPS", steps.to_string()),

@@ -913,21 +913,16 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
     }
 }
 
-// Whether tile (x0, y0)'s field and its cells' du and dv come by tensor copies: on rows of
-// 16 bytes, and on a periodic grid only where its first-step input lies inside the
-// buffer's rows and the grid's columns. Elsewhere the copies fill what lies outside the
-// grid (or past a slab's buffer) with zeros: only held cells, and cells no written cell
-// depends on, read those.
-#ifndef ADV_ROWS16
-#define ADV_ROWS16 0
-#endif
+// Whether tile (x0, y0)'s field and its cells' du and dv come by tensor copies: on a
+// non-periodic grid always (the host runs adv_pass_w on rows of 16 bytes only, which its
+// tensor maps need, so this is known when it compiles and the value-by-value path is
+// compiled out), on a periodic one where its first-step input lies inside the buffer's
+// rows and the grid's columns. Elsewhere the copies fill what lies outside the grid (or
+// past a slab's buffer) with zeros: only held cells, and cells no written cell depends on,
+// read those.
 __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base, int nbuf) {
-    // ADV_ROWS16: the host knows the rows are of 16 bytes, so no tile of a non-periodic
-    // grid loads value by value, and that code is compiled out.
-    if (ADV_ROWS16 && !ADV_PERIODIC) return true;
     const int bx = x0 - ADV_WE - 2, l0 = y0 - 2 * ADV_STEPS - base;
-    return (!ADV_PERIODIC || (bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf)) &&
-           nx % (16 / (int)sizeof(real)) == 0;
+    return !ADV_PERIODIC || (bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf);
 }
 
 // A persistent block takes tile after tile (tile k: column k mod ntx, row k / ntx), and
@@ -936,9 +931,9 @@ __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base
 // the tile's loads, about as long as its arithmetic, are off the critical path. Three
 // tensor copies (boxes of fmap: the buffer's rows from column -2, of umap and vmap: du
 // and dv) that one thread issues; row by row bulk copies took a fifth of the time
-// (issued lane by lane; docs/PERFORMANCE.md). Periodic wraps and rows not of 16 bytes
-// load value by value when their turn comes (the grid's sides did too, and cost 8 %: a
-// block waits on its own loads there).
+// (issued lane by lane; docs/PERFORMANCE.md). Periodic wraps load value by value when
+// their turn comes (the grid's sides did too, and cost 8 %: a block waits on its own
+// loads there).
 extern "C" __global__ void __launch_bounds__(ADV_WT > 1024 ? 1024 : ADV_WT, ADV_WMINB)
 adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
            const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map vmap) {

@@ -164,8 +164,9 @@ struct WeightedTile {
     rq: usize,
     threads: usize,
     /// Bytes of dynamic shared memory: three field buffers (the tile's, its partner, the
-    /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), the
-    /// cells' du and dv, each on 128 bytes, an mbarrier.
+    /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), two
+    /// sets of the cells' du and dv (this tile's, the next one's), each on 128 bytes, two
+    /// mbarriers.
     shared: usize,
     /// The tensor copies' boxes (columns, rows): a field buffer's, du's and dv's.
     boxes: [[u32; 2]; 2],
@@ -221,12 +222,12 @@ impl WeightedTile {
         let (w, r) = (tx + 2 * e + 4, ty + 4 * steps);
         let on_lines = |n: usize| (n * size).next_multiple_of(128);
         // KEISAN_ADV_WSHARED_EXTRA: bytes more, for kernel experiments through
-        // KEISAN_KERNELS_DIR whose layout takes more, or to time a larger one (36,880 more,
-        // 136 KB in all, H100, 2026-11-27: 148.2 ms against 148.5 for 512 steps of contest
-        // 5; the size alone costs nothing).
+        // KEISAN_KERNELS_DIR whose layout takes more, or to time a larger one (the
+        // one-velocity-set layout padded to this one's 133 KB, H100, 2026-11-27: 148.2 ms
+        // against 148.5 for 512 steps of contest 5; the size alone costs nothing).
         let extra = tuning::number("KEISAN_ADV_WSHARED_EXTRA", 0..=1usize << 17)?.unwrap_or(0);
         let shared =
-            128 + 3 * on_lines(w * r) + 2 * on_lines(per_row * q * (ty + grow)) + 8 + extra;
+            128 + 3 * on_lines(w * r) + 4 * on_lines(per_row * q * (ty + grow)) + 16 + extra;
         // A tensor copy's box has at most 256 values on a side.
         let boxes = [[w, r], [per_row * q, ty + grow]];
         Ok((shared <= crate::device::cuda::MAX_DYNAMIC_SHARED

@@ -927,7 +927,8 @@ __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base
 
 // A persistent block takes tile after tile (tile k: column k mod ntx, row k / ntx), and
 // while it computes one, the copy engine brings the next one's field and its cells' du
-// and dv into shared memory (a third field buffer and a velocity buffer, one mbarrier):
+// and dv into shared memory (a third field buffer and a second velocity set, an
+// mbarrier each of the two sets):
 // the tile's loads, about as long as its arithmetic, are off the critical path. Three
 // tensor copies (boxes of fmap: the buffer's rows from column -2, of umap and vmap: du
 // and dv) that one thread issues; row by row bulk copies took a fifth of the time
@@ -941,15 +942,14 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
     extern __shared__ __align__(16) unsigned char adv_smem[];
     // On 128 bytes, by an offset from adv_smem (so the compiler still knows it is shared).
     real* const bufs = (real*)(adv_smem + (-smem_addr(adv_smem) & 127u));
-    real* const dus = bufs + 3 * ADV_WBUF;
-    real* const dvs = dus + ADV_WVEL;
-    unsigned long long* const full = (unsigned long long*)(dvs + ADV_WVEL);
+    real* const vel = bufs + 3 * ADV_WBUF;  // two sets: du, dv of tile it (set it & 1)
+    unsigned long long* const full = (unsigned long long*)(vel + 4 * ADV_WVEL);
     const real* f = f_pad + ADV_PAD;
     real* g = g_pad + ADV_PAD;
     const int ntx = (nx + ADV_WTX - 1) / ADV_WTX, ntiles = ntx * ((jw1 - jw0 + ADV_TY - 1) / ADV_TY);
     int k = blockIdx.x;
     if (k >= ntiles) return;
-    if (threadIdx.x == 0) mbar_init_ring(full, 1);
+    if (threadIdx.x == 0) mbar_init_ring(full, 2);
     __syncthreads();
     const unsigned bytes = (unsigned)(sizeof(real) * (ADV_WR * ADV_WW + 2 * ADV_WQX * Q * ADV_WRY));
     // Tile k's first output cell; k advances by gridDim.x, so its column and row advance
@@ -964,31 +964,49 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         }
     };
     // Tile (x0, y0)'s field rows (from column -2) into field buffer b, its cells' du and dv.
-    auto issue = [&](int x0, int y0, int b) {
+    auto issue = [&](int x0, int y0, int b, int v) {
         const int x = x0 - ADV_WE, l0 = y0 - 2 * ADV_STEPS - base;
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_expect(full, bytes);
-        tma_load_2d(bufs + b * ADV_WBUF, &fmap, x, l0, full);
-        tma_load_2d(dus, &umap, x, l0 + 2, full);
-        tma_load_2d(dvs, &vmap, x, l0 + 2, full);
+        mbar_expect(full + v, bytes);
+        tma_load_2d(bufs + b * ADV_WBUF, &fmap, x, l0, full + v);
+        tma_load_2d(vel + 2 * v * ADV_WVEL, &umap, x, l0 + 2, full + v);
+        tma_load_2d(vel + (2 * v + 1) * ADV_WVEL, &vmap, x, l0 + 2, full + v);
     };
     int in = 0;
-    unsigned parity = 0;
+    unsigned parity = 0;  // bit v: the phase of full[v] to wait for
     int kx = k % ntx, ky = k / ntx;
     bool pre = weighted_direct(kx * ADV_WTX, jw0 + ky * ADV_TY, nx, base, nbuf);
-    if (pre && threadIdx.x == 0) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in);
+    if (pre && threadIdx.x == 0) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in, 0);
     const int qx = threadIdx.x % ADV_WQX, ry = threadIdx.x / ADV_WQX * ADV_WRQ;
     for (int it = 0; k < ntiles; k += gridDim.x, ++it) {
         const int x0 = kx * ADV_WTX, y0 = jw0 + ky * ADV_TY;
         real* const buf = bufs + in * ADV_WBUF;
+        const int next = (in + 2) % 3;
+        // The tile's barrier, before anything of it: every warp is done with the tile
+        // before, so the next tile's copies may take that tile's scratch buffer and the
+        // velocity set of the tile before it (read at its start), and step 1 may write the
+        // buffer the tile before read last. The copies thus start before this tile's
+        // wait, votes and weights (contest 5, H100, 2026-11-27: 512 steps 147.4 ms against
+        // 148.1 with the barrier after the votes and one velocity set; 2048 steps 596 ms).
+        __syncthreads();
+        const bool now = pre;
+        int nkx = kx, nky = ky;
+        advance(nkx, nky);
+        if (k + gridDim.x < ntiles) {
+            const int nx0 = nkx * ADV_WTX, ny0 = jw0 + nky * ADV_TY;
+            pre = weighted_direct(nx0, ny0, nx, base, nbuf);
+            if (pre && threadIdx.x == 0) issue(nx0, ny0, next, (it + 1) & 1);
+        }
         // The thread's cells: columns x0 − ADV_WE + Q·qx + m, rows y0 − 2(ADV_STEPS − 1) + ry
         // + r (cell r·Q + m).
         constexpr int R = ADV_WRQ;
         const int xc = x0 - ADV_WE + Q * qx, yc = y0 - 2 * (ADV_STEPS - 1) + ry;
         real a[R * Q], b[R * Q];
-        if (pre) {
-            mbar_wait(full, parity);
-            parity ^= 1u;
+        if (now) {
+            mbar_wait(full + (it & 1), (parity >> (it & 1)) & 1u);
+            parity ^= 1u << (it & 1);
+            const real* const dus = vel + 2 * (it & 1) * ADV_WVEL;
+            const real* const dvs = dus + ADV_WVEL;
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 load16<Q>(dus + (ry + r) * ADV_WQX * Q + Q * qx, a + r * Q);
@@ -1047,19 +1065,12 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         // each warp takes its own form (the five-term sums round as the four-term ones).
         // Every form passes the same ADV_STEPS − 1 barriers, each warp whole (its vote is
         // the warp's), which is what bar.sync asks of warps in different branches.
-        // After the barrier the next tile's copies may overwrite what this block read
-        // last: the velocity buffer, and the field buffer of the tile before.
         vote = __reduce_or_sync(~0u, vote);
-        __syncthreads();
+        if (!now) __syncthreads();  // the values loaded one by one, before step 1 reads them
         const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);
-        const int next = (in + 2) % 3;
         real* const other = bufs + ((in + 1) % 3) * ADV_WBUF;
-        advance(kx, ky);
-        if (k + gridDim.x < ntiles) {
-            const int nx0 = kx * ADV_WTX, ny0 = jw0 + ky * ADV_TY;
-            pre = weighted_direct(nx0, ny0, nx, base, nbuf);
-            if (pre && threadIdx.x == 0) issue(nx0, ny0, next);
-        }
+        kx = nkx;
+        ky = nky;
         if (xm && ym) weighted_steps<0, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
         else if (xm && yp) weighted_steps<0, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
         else if (xp && ym) weighted_steps<1, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);

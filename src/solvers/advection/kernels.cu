@@ -411,6 +411,26 @@ __device__ __forceinline__ void store_in_pairs(real* q, const real* out) {
     }
 }
 
+// Four f32 values to q (on 8 bytes, 2 mod 4 values from 16) in two 8-byte stores, the
+// pair at q + 2 first where `swap`: lanes that swap when bit 3 of their group index is set
+// spread a half-warp's stores of groups 16 bytes apart over all 32 banks, one wavefront a
+// store instead of two. Other types and counts store in pairs.
+template <int N>
+__device__ __forceinline__ void store_in_pairs_spread(real* q, const real* out, bool swap) {
+    if (N == 4 && sizeof(real) == 4) {
+        const int o = swap ? 2 : 0;
+        real2 u, w;
+        u.x = swap ? out[2] : out[0];
+        u.y = swap ? out[3] : out[1];
+        w.x = swap ? out[0] : out[2];
+        w.y = swap ? out[1] : out[3];
+        *(real2*)(q + o) = u;
+        *(real2*)(q + (2 - o)) = w;
+    } else {
+        store_in_pairs<N>(q, out);
+    }
+}
+
 __device__ __forceinline__ void store_pairs(real* q, const real* out) {
     if (ADV_COLS % 2 == 0) {
         // (An even count also where ADV_COLS is odd: the branch is compiled regardless.)
@@ -888,7 +908,7 @@ __device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, 
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (s < ADV_STEPS) {
-                    store_in_pairs<Q>(dst + (ry + r + 2) * ADV_WW + Q * qx + 2, out[r]);
+                    store_in_pairs_spread<Q>(dst + (ry + r + 2) * ADV_WW + Q * qx + 2, out[r], qx & 8);
                 } else {
                     const int x = x0 + qc, y = y0 + ly + r;
                     // Threads of more than two rows straddle the tile's edge rows; their

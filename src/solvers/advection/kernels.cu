@@ -1012,10 +1012,9 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         // 148.1 with the barrier after the votes and one velocity set; 2048 steps 596 ms).
         __syncthreads();
         const bool now = pre;
-        int nkx = kx, nky = ky;
-        advance(nkx, nky);
+        advance(kx, ky);  // the next tile's (x0, y0 are this one's)
         if (k + gridDim.x < ntiles) {
-            const int nx0 = nkx * ADV_WTX, ny0 = jw0 + nky * ADV_TY;
+            const int nx0 = kx * ADV_WTX, ny0 = jw0 + ky * ADV_TY;
             pre = weighted_direct(nx0, ny0, nx, base, nbuf);
             if (pre && threadIdx.x == 0) issue(nx0, ny0, next, (it + 1) & 1);
         }
@@ -1091,8 +1090,6 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         if (!now) __syncthreads();  // the values loaded one by one, before step 1 reads them
         const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);
         real* const other = bufs + ((in + 1) % 3) * ADV_WBUF;
-        kx = nkx;
-        ky = nky;
         if (xm && ym) weighted_steps<0, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
         else if (xm && yp) weighted_steps<0, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
         else if (xp && ym) weighted_steps<1, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);

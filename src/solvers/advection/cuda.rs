@@ -592,10 +592,10 @@ impl<T: Real> CudaAdvection<T> {
         let tx = cols * threads - 4 * (steps - 1);
         let (w, r) = (tx + 4 * steps, ty + 4 * steps);
         // Field buffers (kernels.cu: ADV_NBUF): one at 2 steps (the first step reads f, the
-        // last writes g), two from 3; and the separable kernel's x weights (Lagrange, six
+        // last writes g), two from 3; and the separable kernel's x weights (Lagrange, five
         // values aligned to 16 bytes per tile row).
         let buffers = if steps == 2 { 1 } else { 2 };
-        let weights = (6 * std::mem::size_of::<T>()).next_multiple_of(16);
+        let weights = (5 * std::mem::size_of::<T>()).next_multiple_of(16);
         let shared = buffers * w * r * std::mem::size_of::<T>() + r * weights * separable as usize;
         if shared > crate::device::cuda::MAX_DYNAMIC_SHARED || ty == 0 {
             return Err(Error::invalid(

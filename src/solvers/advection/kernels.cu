@@ -242,13 +242,14 @@ typedef Vec2<real>::type real2;
 // on the column only, so the interpolation weights of a row (x) and of a column (y) serve
 // every cell that shares them. The cubic through the study's four upwind points (d <= 0:
 // i-2 .. i+1; d > 0: i-1 .. i+2) is the same polynomial as its Horner form above, written
-// as Lagrange weights of the five values i-2 .. i+2, the unused end one 0, and s, the
-// stencil's start (0: i-2, 1: i-1). A cell then costs 5 × 4 + 5 multiply-adds on raw
-// values instead of a row's coefficients, six Horner evaluations and the y coefficients
-// (≈ 64 operations). The weights are exact at d = -1, 0, 1, so whole-cell shifts stay
-// exact. Every separable kernel uses these functions in the same order: a pass equals
-// single steps bit for bit.
-struct __align__(16) Lagrange { real w[5]; real s; };
+// as the Lagrange weights w of its four points and s, the stencil's start among the five
+// values i-2 .. i+2 (0: i-2, 1: i-1). A cell then costs 4 × 4 + 4 multiply-adds on raw
+// values (x on the four rows of the column's stencil, then y; 5 × 4 + 4 where the tile's
+// columns start their stencils differently) instead of a row's coefficients, six Horner
+// evaluations and the y coefficients (≈ 64 operations). The weights are exact at d = -1,
+// 0, 1, so whole-cell shifts stay exact. Every separable kernel takes x and y as the same
+// 4-term sums (apply4): a pass equals single steps bit for bit.
+struct __align__(16) Lagrange { real w[4]; real s; };
 
 // The four weights of the stencil that starts at its first point, at t in [-1, 0] (the
 // position relative to its third point).
@@ -265,27 +266,25 @@ __device__ __forceinline__ void lagrange4(real t, real& a, real& b, real& c, rea
 
 __device__ __forceinline__ Lagrange lagrange(real d) {
     const bool m = d > (real)0;
-    real a, b, c, e;
-    lagrange4(m ? d - (real)1 : d, a, b, c, e);
     Lagrange l;
-    l.w[0] = m ? (real)0 : a;
-    l.w[1] = m ? a : b;
-    l.w[2] = m ? b : c;
-    l.w[3] = m ? c : e;
-    l.w[4] = m ? e : (real)0;
+    lagrange4(m ? d - (real)1 : d, l.w[0], l.w[1], l.w[2], l.w[3]);
     l.s = m ? (real)1 : (real)0;
     return l;
 }
 
-// x on one row: the four weights of the row's stencil (S: its start, 0 or 1) on the
-// values there. Every separable kernel takes x this way, so they round alike.
+// The stencil's weights on the five values v[0 .. 4] (i-2 .. i+2). S: its start when the
+// caller knows it (0, 1), else 2: the values picked by l.s (selects, no branch: a warp's
+// columns may start their y stencils differently). Every separable kernel takes x and y
+// this way, so they round alike.
 template <int S>
 __device__ __forceinline__ real apply4(const Lagrange& l, const real* v) {
-    return fma(l.w[S + 3], v[S + 3], fma(l.w[S + 2], v[S + 2], fma(l.w[S + 1], v[S + 1], l.w[S] * v[S])));
-}
-
-__device__ __forceinline__ real apply(const Lagrange& l, const real* v) {
-    return fma(l.w[4], v[4], fma(l.w[3], v[3], fma(l.w[2], v[2], fma(l.w[1], v[1], l.w[0] * v[0]))));
+    if (S == 2) {
+        const bool m = l.s != (real)0;
+        const real u[4] = {m ? v[1] : v[0], m ? v[2] : v[1], m ? v[3] : v[2], m ? v[4] : v[3]};
+        return apply4<0>(l, u);
+    }
+    constexpr int o = S == 1 ? 1 : 0;
+    return fma(l.w[3], v[o + 3], fma(l.w[2], v[o + 2], fma(l.w[1], v[o + 1], l.w[0] * v[o])));
 }
 
 // The displacements of the separable presets: displacement()'s formulas, by row and column.
@@ -297,21 +296,23 @@ __device__ __forceinline__ real dv_of_col(const Velocity& v, int i) {
 }
 
 // A thread's ADV_COLS cells of one output row from the five rows' values (k[r].v[0 ..
-// C+3]: columns i0-2 .. i0+C+1): x on each row with the row's weights, then y with each
-// column's (five weights: a warp's columns may start their stencils differently). XS: the
-// row's stencil start when the caller knows it (0, 1), else 2: a branch on it, uniform
-// over the warp (every thread is on the same row).
-template <int XS>
+// C+3]: columns i0-2 .. i0+C+1): x on the rows of the column's y stencil with the row's
+// weights, then y with the column's. XS: the row's stencil start when the caller knows it
+// (0, 1), else 2: a branch on it, uniform over the warp (every thread is on the same row).
+// YS: the columns' y stencil start when the caller knows it (0: k[0 .. 3] are its rows; 1:
+// k[1 .. 4]), else 2 (x on all five, y picks four).
+template <int XS, int YS>
 __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange* y,
                                               const RowVals* k, real* out) {
+    constexpr int j0 = YS == 1 ? 1 : 0, j1 = YS == 0 ? 4 : 5;
     for (int m = 0; m < ADV_COLS; ++m) {
-        real r[5];
+        real r[5] = {};
         if (XS == 0 || (XS == 2 && x.s == (real)0)) {
-            for (int j = 0; j < 5; ++j) r[j] = apply4<0>(x, k[j].v + m);
+            for (int j = j0; j < j1; ++j) r[j] = apply4<0>(x, k[j].v + m);
         } else {
-            for (int j = 0; j < 5; ++j) r[j] = apply4<1>(x, k[j].v + m);
+            for (int j = j0; j < j1; ++j) r[j] = apply4<1>(x, k[j].v + m);
         }
-        out[m] = apply(y[m], r);
+        out[m] = apply4<YS>(y[m], r);
     }
 }
 
@@ -337,7 +338,7 @@ adv_step_sep(ADV_PARAMS) {
         k[4] = row_vals(j + 2);
         const bool row = ADV_PERIODIC || (j >= 2 && j < ny - 2);
         real out[C];
-        separable_row<2>(lagrange(du_of_row(vel, j)), wy, k, out);
+        separable_row<2, 2>(lagrange(du_of_row(vel, j)), wy, k, out);
         for (int c = 0; c < C; ++c) {
             const int i = i0 + c;
             const size_t n = (size_t)(j - base) * nx + i;
@@ -352,11 +353,16 @@ adv_step_sep(ADV_PARAMS) {
 // ADV_STEPS: h = 2·(ADV_STEPS − s)), each thread ADV_COLS columns walked down the rows.
 // load(c, r): the RowVals of tile row r at columns c−2 .. c+C+1; store(c, r, out): the
 // thread's results of row r. CHECK: the tile touches the contest's held cells, so each
-// cell asks; tiles clear of them (almost all) skip the test.
-template <bool CHECK, int XS, class Load, class Store>
+// cell asks; tiles clear of them (almost all) skip the test. XS: as separable_row's. YS 0:
+// every column's y stencil starts at oy (0, 1), so the walk keeps the four rows of that
+// stencil, r − 2 + oy .. r + 1 + oy, and takes x on them only; one code for both starts
+// (a compile-time start would put two codes on the rotation's tile rows, whose tiles
+// lie on both sides of its centre column: 517 against 491 ms, contest 5, H100). YS 2:
+// the five rows r − 2 .. r + 2.
+template <bool CHECK, int XS, int YS, class Load, class Store>
 __device__ __forceinline__ void separable_step(int h, const Lagrange* wxs, const Velocity& vel,
-                                               int x0, int y0, int nx, int ny, Load load,
-                                               Store store) {
+                                               int x0, int y0, int nx, int ny, int oy,
+                                               Load load, Store store) {
     constexpr int C = ADV_COLS;
     const int c0 = ADV_H - h, c1 = ADV_H + ADV_TX + h, r0 = ADV_H - h, r1 = ADV_H + ADV_TY + h;
     const int c = c0 + C * threadIdx.x;
@@ -368,12 +374,27 @@ __device__ __forceinline__ void separable_step(int h, const Lagrange* wxs, const
         col[m] = !CHECK || ADV_PERIODIC || (x >= 2 && x < nx - 2);
         wy[m] = lagrange(dv_of_col(vel, grid_index(x, nx)));
     }
+    if (YS == 0) {
+        static_assert(YS != 0 || !CHECK, "a tile with held cells walks five rows");
+        RowVals k[4] = {load(c, r0 - 2 + oy), load(c, r0 - 1 + oy), load(c, r0 + oy)};
+        // The window's period: every step's row count (ADV_TY + 2h) is a multiple of it
+        // where ADV_TY is (the defaults, 32 rows in f32 and 24 in f64, are).
+#pragma unroll 4
+        for (int r = r0; r < r1; ++r) {
+            k[3] = load(c, r + 1 + oy);
+            real out[C];
+            separable_row<XS, 0>(wxs[r], wy, k, out);
+            store(c, r, out);
+            for (int j = 0; j < 3; ++j) k[j] = k[j + 1];
+        }
+        return;
+    }
     RowVals k[5] = {load(c, r0 - 2), load(c, r0 - 1), load(c, r0), load(c, r0 + 1)};
 #pragma unroll 5
     for (int r = r0; r < r1; ++r) {
         k[4] = load(c, r + 2);
         real out[C];
-        separable_row<XS>(wxs[r], wy, k, out);
+        separable_row<XS, YS>(wxs[r], wy, k, out);
         if (CHECK) {
             const int y = y0 + r;
             const bool row = ADV_PERIODIC || (y >= 2 && y < ny - 2);
@@ -605,30 +626,34 @@ adv_pass_sep(ADV_PARAMS) {
     real* g = g_pad + ADV_PAD;
     const Velocity vel = {du, dv, a0, a1, a2, a3};
     const int x0 = blockIdx.x * ADV_TX - ADV_H, y0 = jw0 + blockIdx.y * ADV_TY - ADV_H;
-    // The x weights of the tile's rows, and whether their stencils all start alike (all
-    // but the tiles that hold the rotation's centre row, or a periodic wrap): then x
-    // needs no branch.
+    // The x weights of the tile's rows, and whether the rows' stencils all start alike and
+    // the columns' too (all but the tiles that hold the rotation's centre row or column, or
+    // a periodic wrap): then x and y need no branch or select, and x takes 4 rows, not 5.
     const bool up = du_of_row(vel, grid_index(y0, ny)) > (real)0;
+    const bool right = dv_of_col(vel, grid_index(x0, nx)) > (real)0;
     bool alike = true;
     for (int r = threadIdx.x; r < ADV_R; r += ADV_BX) {
         const Lagrange l = lagrange(du_of_row(vel, grid_index(y0 + r, ny)));
         wxs[r] = l;
         alike = alike && (l.s != (real)0) == up;
     }
+    for (int c = threadIdx.x; c < ADV_W; c += ADV_BX)
+        alike = alike && (dv_of_col(vel, grid_index(x0 + c, nx)) > (real)0) == right;
     alike = __syncthreads_and(alike);
     const bool direct = tile_direct(x0, y0, nx, base, nbuf);
     // Every cell a step computes lies 2 or more cells inside the grid.
     const bool clear = ADV_PERIODIC || (x0 >= 0 && x0 + ADV_W <= nx && y0 >= 0 && y0 + ADV_R <= ny);
-#define ADV_SEP_PASS(CHECK, XS, DIRECT)                                                     \
+#define ADV_SEP_PASS(CHECK, XS, YS, DIRECT)                                                 \
     tile_pass<DIRECT>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1,                     \
                       [&](int h, auto load, auto store) {                                    \
-                          separable_step<CHECK, XS>(h, wxs, vel, x0, y0, nx, ny, load, store); \
+                          separable_step<CHECK, XS, YS>(h, wxs, vel, x0, y0, nx, ny, right,  \
+                                                        load, store);                        \
                       })
-    if (!direct) ADV_SEP_PASS(!ADV_PERIODIC, 2, false);
-    else if (!clear) ADV_SEP_PASS(true, 2, true);
-    else if (!alike) ADV_SEP_PASS(false, 2, true);
-    else if (!up) ADV_SEP_PASS(false, 0, true);
-    else ADV_SEP_PASS(false, 1, true);
+    if (!direct) ADV_SEP_PASS(!ADV_PERIODIC, 2, 2, false);
+    else if (!clear) ADV_SEP_PASS(true, 2, 2, true);
+    else if (!alike) ADV_SEP_PASS(false, 2, 2, true);
+    else if (!up) ADV_SEP_PASS(false, 0, 0, true);
+    else ADV_SEP_PASS(false, 1, 0, true);
 #undef ADV_SEP_PASS
 }
 

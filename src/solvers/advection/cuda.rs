@@ -117,7 +117,10 @@ const PASS_THREADS: usize = 128;
 /// 0.500, 0.501 s; 32 rows 0.500, 0.502, 0.503, 0.507 s); then 30 rows for f32 and 25 for
 /// f64, multiples of the row loop's unroll by 5 (2026-11-26 04:13-04:18 UTC, H100: f32 30
 /// rows 492.6-497.8 ms in 7 runs against 28 rows 495.8-503.5 ms in 6, 25 rows 500-503, 35
-/// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037).
+/// rows 502-504; f64 25 rows 968-972 ms against 24 rows 982-985, 30 rows 1033-1037);
+/// kept with the four-row window of tiles whose y stencils start alike, unrolled by 4
+/// (2026-11-27, 512 steps: f32 30 rows 117.1-117.5 ms, 26: 120.0-120.1, 28: 118.5-119.0,
+/// 32: 120.5-120.9, 36: 128.7; f64 25 rows 221.5 ms, 24 and 28: 222.9, 20: 227.5).
 /// Arrays on rows of 16 bytes took single steps since adv_step_bulk (2026-11-26, H100,
 /// 512 steps of contest 5: f32 388.9 ms against 2 steps a pass 427 ms (1.707 s for 2048);
 /// f64 743.4 ms against 916.8 ms), and since adv_pass_w its passes (WEIGHTED_STEPS) over

@@ -176,6 +176,57 @@ fn several_steps_per_pass_equal_single_steps_bit_for_bit() {
     }
 }
 
+/// The separable pass's fast tiles: on a grid wide and tall enough for tiles that lie
+/// inside it (neither clamped nor wrapped) and away from the rotation's centre row and
+/// column, a tile whose rows start their x stencils alike and whose columns start their y
+/// stencils alike walks a four-row window, offset by the y start at run time; the others
+/// walk five rows. With the centre column at 0.43 of 2048 columns, such tiles lie on both
+/// sides of it (both y starts), and above and below the centre row (both x starts); the
+/// uniform velocities take every sign pair. Passes of 2 and 3 steps against single steps
+/// (which always walk five rows) bit for bit, in both precisions and on both boundaries,
+/// and the default pass against the CPU.
+#[test]
+fn separable_passes_over_inner_tiles_equal_single_steps_bit_for_bit() {
+    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection separable inner tiles") else {
+        return;
+    };
+    let mut rng = common::rng();
+    for boundary in ["contest", "periodic"] {
+        for velocity in [
+            ROTATION,
+            "{ kind = \"uniform\", u = -0.7, v = 0.4 }",
+            "{ kind = \"uniform\", u = 0.5, v = -0.6 }",
+        ] {
+            let p = common::advection(&format!(
+                "nx = 2048\nny = 400\nsteps = 11\ncfl = 0.9\nboundary = \"{boundary}\"\n\
+                 velocity = {velocity}\ninitial = {{ preset = \"sine\" }}\n"
+            ));
+            let f0 = common::random_field(p.cells(), &mut rng);
+            let what = format!("{boundary} {velocity}");
+            let with = |per_pass: usize| AdvectionProblem {
+                steps_per_pass: Some(per_pass),
+                ..p.clone()
+            };
+            let kernel = VelocitySource::Kernel;
+            let single = common::advection_cuda_run::<f64>(&gpu, &with(1), &f0, kernel);
+            let single32 = common::advection_cuda_run::<f32>(&gpu, &with(1), &f0, kernel);
+            for per_pass in [2, 3] {
+                let pass = common::advection_cuda_run::<f64>(&gpu, &with(per_pass), &f0, kernel);
+                assert!(
+                    common::same_bits(&single, &pass),
+                    "f64 {what}: {per_pass} a pass"
+                );
+                let pass = common::advection_cuda_run::<f32>(&gpu, &with(per_pass), &f0, kernel);
+                assert!(
+                    common::same_bits(&single32, &pass),
+                    "f32 {what}: {per_pass} a pass"
+                );
+            }
+            against_cpu(&gpu, &p, &f0, kernel, &format!("inner tiles {what}"));
+        }
+    }
+}
+
 /// Single steps of the general form on rows of 16 bytes come from adv_step_bulk (velocity
 /// arrays, and the swirl computed in the kernel): against the CPU in both precisions and
 /// both boundaries. (Against adv_step bit for bit: through the passes, above.)

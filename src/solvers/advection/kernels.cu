@@ -299,18 +299,19 @@ __device__ __forceinline__ real dv_of_col(const Velocity& v, int i) {
 // C+3]: columns i0-2 .. i0+C+1): x on the rows of the column's y stencil with the row's
 // weights, then y with the column's. XS: the row's stencil start when the caller knows it
 // (0, 1), else 2: a branch on it, uniform over the warp (every thread is on the same row).
-// YS: the columns' y stencil start when the caller knows it (0: k[0 .. 3] are its rows; 1:
-// k[1 .. 4]), else 2 (x on all five, y picks four).
+// YS 0: k[0 .. 3] are the rows of the columns' y stencil (the caller's window starts where
+// they do); YS 2: k holds all five (x on each, y picks four).
 template <int XS, int YS>
 __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange* y,
                                               const RowVals* k, real* out) {
-    constexpr int j0 = YS == 1 ? 1 : 0, j1 = YS == 0 ? 4 : 5;
+    static_assert(YS == 0 || YS == 2, "the window's rows: the stencil's four, or all five");
+    constexpr int rows = YS == 0 ? 4 : 5;
     for (int m = 0; m < ADV_COLS; ++m) {
         real r[5] = {};
         if (XS == 0 || (XS == 2 && x.s == (real)0)) {
-            for (int j = j0; j < j1; ++j) r[j] = apply4<0>(x, k[j].v + m);
+            for (int j = 0; j < rows; ++j) r[j] = apply4<0>(x, k[j].v + m);
         } else {
-            for (int j = j0; j < j1; ++j) r[j] = apply4<1>(x, k[j].v + m);
+            for (int j = 0; j < rows; ++j) r[j] = apply4<1>(x, k[j].v + m);
         }
         out[m] = apply4<YS>(y[m], r);
     }

@@ -19,8 +19,18 @@ fn problem(boundary: &str, velocity: &str, steps: u64) -> AdvectionProblem {
 const BULK_NX: usize = 136;
 
 fn problem_nx(nx: usize, boundary: &str, velocity: &str, steps: u64) -> AdvectionProblem {
+    problem_grid(nx, 70, boundary, velocity, steps)
+}
+
+fn problem_grid(
+    nx: usize,
+    ny: usize,
+    boundary: &str,
+    velocity: &str,
+    steps: u64,
+) -> AdvectionProblem {
     common::advection(&format!(
-        "nx = {nx}\nny = 70\nsteps = {steps}\ncfl = 0.9\nboundary = \"{boundary}\"\n\
+        "nx = {nx}\nny = {ny}\nsteps = {steps}\ncfl = 0.9\nboundary = \"{boundary}\"\n\
          velocity = {velocity}\ninitial = {{ preset = \"sine\" }}\n"
     ))
 }
@@ -197,10 +207,7 @@ fn separable_passes_over_inner_tiles_equal_single_steps_bit_for_bit() {
             "{ kind = \"uniform\", u = -0.7, v = 0.4 }",
             "{ kind = \"uniform\", u = 0.5, v = -0.6 }",
         ] {
-            let p = common::advection(&format!(
-                "nx = 2048\nny = 400\nsteps = 11\ncfl = 0.9\nboundary = \"{boundary}\"\n\
-                 velocity = {velocity}\ninitial = {{ preset = \"sine\" }}\n"
-            ));
+            let p = problem_grid(2048, 400, boundary, velocity, 11);
             let f0 = common::random_field(p.cells(), &mut rng);
             let what = format!("{boundary} {velocity}");
             let with = |per_pass: usize| AdvectionProblem {
@@ -282,10 +289,7 @@ fn weighted_passes_match_the_cpu_and_each_other_bit_for_bit() {
             "{ kind = \"uniform\", u = -0.7, v = 0.4 }",
             "{ kind = \"uniform\", u = 0.7, v = -0.4 }",
         ] {
-            let p = common::advection(&format!(
-                "nx = {nx}\nny = {ny}\nsteps = 13\ncfl = 0.9\nboundary = \"{boundary}\"\n\
-                 velocity = {velocity}\ninitial = {{ preset = \"sine\" }}\n"
-            ));
+            let p = problem_grid(nx, ny, boundary, velocity, 13);
             let f0 = common::random_field(p.cells(), &mut rng);
             let what = format!("weighted {nx} x {ny} {boundary} {velocity}");
             against_cpu(&gpu, &p, &f0, VelocitySource::Arrays, &what);

@@ -378,10 +378,8 @@ __device__ __forceinline__ void separable_step(int h, const Lagrange* wxs, const
     if (YS == 0) {
         static_assert(YS != 0 || !CHECK, "a tile with held cells walks five rows");
         RowVals k[4] = {load(c, r0 - 2 + oy), load(c, r0 - 1 + oy), load(c, r0 + oy)};
-        // By the window's period. A step's row count (ADV_TY + 2h) need not be a multiple
-        // of it: 30-row tiles (f32) beat 28 and 32 (contest 5, H100, 2026-11-27: 512 steps
-        // 117.1-117.5 against 118.5-119.0 and 120.5-120.9 ms); f64 25 rows 221.5 ms, 24
-        // and 28 222.9 ms.
+        // By the window's period; a step's row count (ADV_TY + 2h) need not be a multiple
+        // of it (the default tile heights and their timings: cuda.rs, pass_shape).
 #pragma unroll 4
         for (int r = r0; r < r1; ++r) {
             k[3] = load(c, r + 1 + oy);

@@ -1,5 +1,5 @@
-//! Electrostatics on the CPU: parallel plates with a dielectric layer (exact on any
-//! mesh), the concentric-sphere capacitance under refinement, thread-count independence,
+//! Electrostatics on the CPU: parallel plates with dielectric layers in series (exact on
+//! uniform and nonuniform meshes), the concentric-sphere capacitance under refinement, thread-count independence,
 //! and bad input.
 
 mod common;
@@ -31,36 +31,24 @@ fn example(name: &str) -> String {
     .unwrap()
 }
 
-#[test]
-fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    std::fs::write(d.join("p.toml"), example("electrostatics-plates.toml")).unwrap();
+/// Runs a parallel-plate problem (plates at x = 0, 1 V, and x = 1 mm, 0 V; the y and z
+/// faces zero normal field) and checks it against the exact discrete solution: a constant
+/// flux εf·ΔV/Δ through every x face, εf the mean of the two nodes' εr, so V is piecewise
+/// linear through the layers in series; and the plates' charges by Gauss's law. `x`: the
+/// mesh's x nodes, `eps`: εr at a node's x.
+fn assert_plates_exact(
+    d: &Path,
+    toml: &str,
+    x: &[f64],
+    eps: impl Fn(f64) -> f64,
+) -> serde_json::Value {
+    std::fs::write(d.join("p.toml"), toml).unwrap();
     let s = run(
         d,
         "p.toml",
         &["--out", "res", "--set", "electrostatics.tolerance=1e-15"],
     );
     assert_eq!(s["status"], "converged", "{s}");
-    // The discrete solution: constant flux εf·ΔV/Δ through every x face, εf the mean of
-    // the two nodes' εr (4 inside [0.4, 0.7] mm, 1 outside).
-    let mut x = vec![0.0];
-    for (a, b, n) in [(0.0, 0.4e-3, 8), (0.4e-3, 0.7e-3, 12), (0.7e-3, 1.0e-3, 6)] {
-        for c in 1..=n {
-            x.push(if c == n {
-                b
-            } else {
-                a + (b - a) * c as f64 / n as f64
-            });
-        }
-    }
-    let eps = |xv: f64| {
-        if (0.4e-3 - 1e-15..=0.7e-3 + 1e-15).contains(&xv) {
-            4.0
-        } else {
-            1.0
-        }
-    };
     let resistance: Vec<f64> = x
         .windows(2)
         .map(|w| (w[1] - w[0]) / ((eps(w[0]) + eps(w[1])) / 2.0))
@@ -74,9 +62,9 @@ fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
         .unwrap()
         .into_vec()
         .unwrap();
-    assert_eq!(v.len(), 5 * 5 * 27);
+    assert_eq!(v.len(), 5 * 5 * x.len());
     for (n, got) in v.iter().enumerate() {
-        let want = exact[n % 27];
+        let want = exact[n % x.len()];
         assert!((got - want).abs() < 1e-12, "node {n}: {got} vs {want}");
     }
     // Gauss's law on the plates: Q = ε0·A·ΔV/Σ(Δ/εf), equal and opposite.
@@ -89,6 +77,35 @@ fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
     );
     assert!((q1 - c).abs() < 1e-10 * c, "{q1} vs {c}");
     assert!((q2 + c).abs() < 1e-10 * c, "{q2} vs {}", -c);
+    s
+}
+
+/// εr 4 in [0.4, 0.7] mm, 1 outside (the example's slab); a node on an interface takes the
+/// slab's εr (its box is closed).
+fn slab_eps(xv: f64) -> f64 {
+    if (0.4e-3 - 1e-15..=0.7e-3 + 1e-15).contains(&xv) {
+        4.0
+    } else {
+        1.0
+    }
+}
+
+#[test]
+fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut x = vec![0.0];
+    for (a, b, n) in [(0.0, 0.4e-3, 8), (0.4e-3, 0.7e-3, 12), (0.7e-3, 1.0e-3, 6)] {
+        for c in 1..=n {
+            x.push(if c == n {
+                b
+            } else {
+                a + (b - a) * c as f64 / n as f64
+            });
+        }
+    }
+    assert_eq!(x.len(), 27);
+    assert_plates_exact(d, &example("electrostatics-plates.toml"), &x, slab_eps);
     for f in [
         "V.vtr",
         "E.vtr",
@@ -101,6 +118,31 @@ fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
     ] {
         assert!(d.join("res").join(f).exists(), "{f}");
     }
+}
+
+#[test]
+fn parallel_plates_with_dielectric_layers_in_series_are_exact_on_a_uniform_mesh() {
+    // 20 cells of 0.05 mm: the interfaces at 0.4, 0.7 and 0.9 mm are nodes. A second layer
+    // (εr 2.5 in [0.7, 0.9] mm) is given after the slab, so the node at 0.7 mm is its.
+    let toml = example("electrostatics-plates.toml")
+        .replace(
+            "x = { breakpoints = [0.0, 0.4e-3, 0.7e-3, 1.0e-3], divisions = [8, 12, 6] }",
+            "x = { range = [0.0, 1.0e-3], cells = 20 }",
+        )
+        .replace("permittivities = [4.0]", "permittivities = [4.0, 2.5]")
+        + "[[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.7e-3, 0.0, 0.0]\n\
+           max = [0.9e-3, 0.5e-3, 0.5e-3]\ndielectric = 2\n";
+    assert!(toml.contains("cells = 20") && toml.contains("[4.0, 2.5]"));
+    let x: Vec<f64> = (0..=20).map(|c| 1.0e-3 * c as f64 / 20.0).collect();
+    let eps = |xv: f64| {
+        if (0.7e-3 - 1e-15..=0.9e-3 + 1e-15).contains(&xv) {
+            2.5
+        } else {
+            slab_eps(xv)
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    assert_plates_exact(dir.path(), &toml, &x, eps);
 }
 
 #[test]

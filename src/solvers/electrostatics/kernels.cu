@@ -1087,6 +1087,178 @@ es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restr
 }
 
 // ---------------------------------------------------------------------------------------
+// es_resident: one red-black iteration in one pass, every tile's block resident at once
+// (a probe of issue 11's fused pass without halo recomputation). Block (bx, by) owns the
+// ES_BX compact columns from bx·ES_BX (ES_XOFF = 0: pairs (0, 1), (2, 3), ...) of the
+// ES_BY rows from 1 + by·ES_BY, and walks the whole z-column: at step k, red at plane k
+// (from the input buffers ri, bi: the old black values), then black at plane k - ES_RL
+// from the new red values: its own column's and its block's neighbours' from a shared ring
+// of red planes, the other tiles' from the output buffer ro once those tiles have
+// published (flags) that their red is past that plane. Every ES_RM steps a block
+// publishes its step and waits for its four neighbours. The update is es_fused's
+// (sor_update), operation for operation.
+// ---------------------------------------------------------------------------------------
+#ifndef ES_RL
+#define ES_RL 6
+#endif
+#ifndef ES_RM
+#define ES_RM 4
+#endif
+#define ES_RR (ES_RL + ES_RM + 2)
+
+struct RedVal { real v, e; };
+
+#if ES_BX == 32
+extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
+es_resident(const real* __restrict__ ri, const real* __restrict__ bi, real* ro,
+            real* __restrict__ bo, const unsigned char* __restrict__ cr,
+            const unsigned char* __restrict__ cb, const real* __restrict__ classes,
+            const real* __restrict__ qr, const real* __restrict__ qb, int has_qnode, real q,
+            const real* __restrict__ rxp, const real* __restrict__ rxm,
+            const real* __restrict__ ryp, const real* __restrict__ rym,
+            const real* __restrict__ rzp, const real* __restrict__ rzm, int nx, int ny, int nz,
+            int ph, int planes, real omega, double tol, u64 iteration,
+            double* __restrict__ partials, unsigned int* __restrict__ ticket,
+            u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len,
+            u64* flags) {
+    static_assert(ES_RL >= ES_RM, "es_resident: the lag covers the steps between syncs");
+    if (((volatile u64*)ctl)[1] != 0) return;
+    __shared__ es_class cls[256];
+    extern __shared__ __align__(16) unsigned char es_ring_bytes[];
+    RedVal(*ring)[ES_BY][ES_BX] = (RedVal(*)[ES_BY][ES_BX])es_ring_bytes;
+    const int lane = threadIdx.x, ty = threadIdx.y, tid = lane + ES_BX * ty;
+    load_classes(cls, classes, tid);
+    const int tx_n = gridDim.x, tile = blockIdx.x + tx_n * blockIdx.y;
+    const int h = blockIdx.x * ES_BX + lane, j = 1 + blockIdx.y * ES_BY + ty;
+    const int hc = min(h, ph - 1), jc = min(j, ny - 1);
+    const bool row = j <= ny - 2;
+    constexpr unsigned hj = ES_HJ, hk = ES_HK;
+    // The L2 prefetch (es_sweep's): one 32-byte sector per lane of the warp's row segments
+    // of ri, bi (S sectors each), cr and cb, ES_PF planes above the red plane.
+    constexpr int S = sizeof(real);
+    const int arr = lane < 2 * S ? lane / S : lane < 2 * S + 2 ? 2 + lane - 2 * S : 4;
+    const int sec = lane < 2 * S ? lane % S : 0;
+    const char* pfa = arr == 0 ? (const char*)ri : arr == 1 ? (const char*)bi
+                    : arr == 2 ? (const char*)cr : (const char*)cb;
+    const unsigned pfs = arr >= 2 ? 1 : S;
+    const bool pf_on = arr < 4;
+    // The two nodes of compact column h: i = 2h and 2h + 1; red takes 2h + s, black
+    // 2h + 1 - s with s = (j + k) & 1.
+    const int i0 = 2 * h, i0c = min(max(i0, 1), nx - 2), i1c = min(max(i0 + 1, 1), nx - 2);
+    const real xp0 = rxp[i0c], xm0 = rxm[i0c], xp1 = rxp[i1c], xm1 = rxm[i1c];
+    const int jr = min(max(j, 1), ny - 2);
+    const real yp = ryp[jr], ym = rym[jr];
+    const bool in0 = row && i0 >= 1 && i0 <= nx - 2, in1 = row && i0 + 1 >= 1 && i0 + 1 <= nx - 2;
+    const u64 base = iteration << 20;
+    __syncthreads();
+
+    double res2 = 0.0, v2 = 0.0;
+    // Red at plane 0 (a face: its input values) into the ring.
+    unsigned n = (unsigned)jc * hj + hc;
+    ring[0][ty][lane] = RedVal{ri[n], cls[cr[n]].eps};
+    // Red's z-stream: black (input) at planes k - 1, k, k + 1 and their eps.
+    real bm = bi[n], bc = bi[n + hk];
+    real ebm = cls[cb[n]].eps, ebc = cls[cb[n + hk]].eps;
+    const int last = nz - 2 + ES_RL;
+    int slot = 0;  // ring slot of plane k
+    for (int k = 1; k <= last; ++k) {
+        slot = slot + 1 == ES_RR ? 0 : slot + 1;
+        if (k <= nz - 1) {
+            n += hk;  // (h, j, k)
+            if (ES_PF && pf_on && k + ES_PF <= nz)
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(
+                    pfa + ((size_t)n + (size_t)ES_PF * hk - lane) * pfs + 32 * sec));
+            const real bn = bi[n + hk];
+            const es_class kn = cls[cb[n + hk]];
+            const int s_ = (j + k) & 1;
+            const real old = ri[n];
+            const es_class me = cls[cr[n]];
+            // Black x-neighbours at h - 1 + s and h + s: one is bc (own column).
+            const unsigned xo = s_ ? n + 1 : n - 1;
+            const real vo = bi[xo];
+            const real eo = cls[cb[xo]].eps;
+            const real vs = bi[n - hj], vn = bi[n + hj];
+            const real es_ = cls[cb[n - hj]].eps, en_ = cls[cb[n + hj]].eps;
+            real rn = old;
+            const bool upd = (s_ ? in1 : in0) && k <= nz - 2 && me.held == (real)0;
+            if (upd) {
+                real res;
+                const real qq = has_qnode ? qr[n] : q;
+                rn = sor_update(me.eps, old, qq, omega, s_ ? vo : bc, s_ ? eo : ebc,
+                                s_ ? bc : vo, s_ ? ebc : eo, vn, en_, vs, es_, bn, kn.eps, bm,
+                                ebm, s_ ? xp1 : xp0, s_ ? xm1 : xm0, yp, ym, rzp[k], rzm[k], res);
+                ro[n] = rn;
+                res2 = fma((double)res, (double)res, res2);
+                v2 = fma((double)rn, (double)rn, v2);
+            }
+            ring[slot][ty][lane] = RedVal{rn, me.eps};
+            bm = bc; ebm = ebc;
+            bc = bn; ebc = kn.eps;
+        }
+        if (k % ES_RM == 0 || k == nz - 1) {
+            __syncthreads();
+            if (tid == 0) {
+                __threadfence();
+                ((volatile u64*)flags)[tile] = base + (u64)min(k, nz - 1);
+                const u64 want = base + (u64)max(1, min(k + ES_RM - 1 - ES_RL, nz - 2));
+                const int bx = blockIdx.x, by = blockIdx.y;
+                volatile u64* f = flags;
+                if (bx > 0) while (f[tile - 1] < want) {}
+                if (bx + 1 < tx_n) while (f[tile + 1] < want) {}
+                if (by > 0) while (f[tile - tx_n] < want) {}
+                if (by + 1 < (int)gridDim.y) while (f[tile + tx_n] < want) {}
+                __threadfence();
+            }
+            __syncthreads();
+        }
+        const int kb = k - ES_RL;
+        if (kb >= 1 && kb <= nz - 2) {
+            const unsigned nb = n - (unsigned)(min(k, nz - 1) - kb) * hk;  // (h, j, kb)
+            const int sb = (j + kb) & 1;
+            int sl = slot - (k - kb);
+            if (sl < 0) sl += ES_RR;
+            const int slm = sl == 0 ? ES_RR - 1 : sl - 1, slp = sl + 1 == ES_RR ? 0 : sl + 1;
+            const real old = bi[nb];
+            const es_class me = cls[cb[nb]];
+            const bool upd = (sb ? in0 : in1) && me.held == (real)0;
+            // Red neighbours: own column at kb - 1, kb, kb + 1; (h - 1 or h + 1, j) and
+            // (h, j ± 1) at kb: the ring where the block holds them, else the output buffer.
+            const RedVal zm = ring[slm][ty][lane], zc = ring[sl][ty][lane], zp = ring[slp][ty][lane];
+            RedVal xo, ys, yn;
+            const int lx = sb ? lane - 1 : lane + 1;
+            if (lx >= 0 && lx < ES_BX) xo = ring[sl][ty][lx];
+            else {
+                const unsigned m = sb ? nb - 1 : nb + 1;
+                xo = RedVal{__ldcg(ro + m), cls[cr[m]].eps};
+            }
+            if (ty > 0) ys = ring[sl][ty - 1][lane];
+            else ys = RedVal{__ldcg(ro + nb - hj), cls[cr[nb - hj]].eps};
+            if (ty + 1 < ES_BY) yn = ring[sl][ty + 1][lane];
+            else yn = RedVal{__ldcg(ro + nb + hj), cls[cr[nb + hj]].eps};
+            if (upd) {
+                real res;
+                const real qq = has_qnode ? qb[nb] : q;
+                // Black at i = 2h + 1 - sb: red at i - 1 is (h - sb), at i + 1 (h + 1 - sb).
+                const RedVal xm = sb ? xo : zc, xp = sb ? zc : xo;
+                const real bn = sor_update(me.eps, old, qq, omega, xp.v, xp.e, xm.v, xm.e,
+                                           yn.v, yn.e, ys.v, ys.e, zp.v, zp.e, zm.v, zm.e,
+                                           sb ? xp0 : xp1, sb ? xm0 : xm1, yp, ym, rzp[kb],
+                                           rzm[kb], res);
+                bo[nb] = bn;
+                res2 = fma((double)res, (double)res, res2);
+                v2 = fma((double)bn, (double)bn, v2);
+            }
+        }
+    }
+    double total[2];
+    if (!grid_residual_sums(res2, v2, partials, ticket, total)) return;
+    double rel;
+    const int verdict = residual_verdict(total[0], total[1], tol, rel);
+    record_iteration(rel, verdict, iteration, ctl, hist, hist_len);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------
 // es_staged: es_sweep with every operand of a plane staged through shared memory by
 // asynchronous copies (cp.async), ES_STAGE planes ahead of the plane updated, so the
 // loads' latency hides behind several planes of work without holding registers. Each

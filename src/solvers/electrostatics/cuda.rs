@@ -399,9 +399,6 @@ pub struct CudaElectrostatics<T: Real> {
     class_bits: u8,
     /// es_sweep launched as a programmatic dependent launch (see `launch_sweep`).
     programmatic: bool,
-    /// The fused pass as es_resident (every tile's block resident; a probe): the tiles'
-    /// progress flags.
-    resident: Option<CudaSlice<u64>>,
     launched: u64,
     reported: u64,
 }
@@ -499,11 +496,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
-        // KEISAN_ES_RESIDENT=1: the fused pass as es_resident (a probe, kernels.cu).
-        let resident_pass = launch.kernel == SweepKernel::Fused
-            && crate::tuning::switch("KEISAN_ES_RESIDENT")?.unwrap_or(false);
         let sweep_name = match launch.kernel {
-            SweepKernel::Fused if resident_pass => "es_resident",
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",
             SweepKernel::Persistent => "es_persist",
@@ -517,7 +510,6 @@ impl<T: Real> CudaElectrostatics<T> {
         // KEISAN_ES_PDL=0: the per-colour sweeps as plain launches (a tuning knob).
         let programmatic = crate::tuning::switch("KEISAN_ES_PDL")?.unwrap_or(true);
         let (pairs_per_block, rows_per_block) = match launch.kernel {
-            SweepKernel::Fused if resident_pass => (bx, by),
             SweepKernel::Fused => (30 * bx / 32, by - 2),
             SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => (bx, by),
         };
@@ -526,37 +518,11 @@ impl<T: Real> CudaElectrostatics<T> {
             (ny - 2).div_ceil(rows_per_block),
         );
         let resident = resident_blocks(&gpu, &sweep, block)?;
-        let mut planes = launch
+        let planes = launch
             .planes
             .unwrap_or(default_planes(resident, gx * gy, nz - 2))
             .clamp(1, nz - 2)
             .min(MAX_PLANES);
-        // es_resident: its ring of red planes (kernels.cu ES_RR × ES_BY × ES_BX values and
-        // εr), every tile's block resident, the whole z-column each.
-        let ring_bytes = 12 * block.1 as usize * block.0 as usize * 2 * std::mem::size_of::<T>();
-        if resident_pass {
-            crate::device::cuda::allow_shared(
-                &sweep,
-                ring_bytes.max(crate::device::cuda::STATIC_SHARED + 1),
-            )?;
-            let per_sm = sweep.occupancy_max_active_blocks_per_multiprocessor(
-                block.0 * block.1,
-                ring_bytes,
-                None,
-            )? as usize;
-            if gx * gy > per_sm * gpu.multiprocessors {
-                return Err(Error::invalid(
-                    "KEISAN_ES_RESIDENT",
-                    "1",
-                    format!(
-                        "{} tiles, but the device holds {} such blocks at once",
-                        gx * gy,
-                        per_sm * gpu.multiprocessors
-                    ),
-                ));
-            }
-            planes = nz - 2;
-        }
         let tiles = (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32);
         // The persistent kernel: as many blocks as the device holds at once (a cooperative
         // launch refuses more), each taking every such tile in turn.
@@ -579,7 +545,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let cfg = LaunchConfig {
             grid_dim,
             block_dim: (block.0, block.1, 1),
-            shared_mem_bytes: if resident_pass { ring_bytes as u32 } else { 0 },
+            shared_mem_bytes: 0,
         };
         let faces_cfg = (free_faces && !sweep_faces).then(|| faces_config(g.counts, &(0..nz)));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
@@ -641,11 +607,6 @@ impl<T: Real> CudaElectrostatics<T> {
             planes,
             class_bits,
             programmatic,
-            resident: if resident_pass {
-                Some(s.alloc_zeros::<u64>(gx * gy)?)
-            } else {
-                None
-            },
             launched: step,
             reported: step,
             gpu,
@@ -807,9 +768,6 @@ impl<T: Real> CudaElectrostatics<T> {
             .arg(&mut self.ticket)
             .arg(&mut self.ctl);
         l.arg(&mut self.hist).arg(&k.hist_len);
-        if let Some(flags) = &mut self.resident {
-            l.arg(flags);
-        }
         // SAFETY: as launch_sweep, for both buffers of V; the kernel writes only the
         // output buffer's interior.
         unsafe { l.launch(self.cfg) }?;

@@ -213,11 +213,18 @@ fn rows_of_several_tiles_keep_the_cpu_bits() {
         for nx_odd in [false, true] {
             let p = random_problem_sized(&mut rng, nx_odd, 50 + n as u64, 0.0, charge, true);
             let g = Geometry::build(&p).unwrap();
-            for (class_bits, block) in [(Some(4), (32, 8)), (Some(8), (32, 16)), (None, (32, 4))] {
+            // The large meshes' sweep: 4-bit codes, 32×16, compiled once per colour.
+            for (class_bits, block, colour_templated) in [
+                (Some(4), (32, 8), None),
+                (Some(4), (32, 16), Some(true)),
+                (Some(8), (32, 16), None),
+                (None, (32, 4), None),
+            ] {
                 let launch = electrostatics::Launch {
                     kernel: SweepKernel::PerColour,
                     class_bits,
                     block: Some(block),
+                    colour_templated,
                     ..electrostatics::DEFAULT_LAUNCH
                 };
                 assert_cpu_bits_both_precisions(&gpu, &p, &g, launch, &format!("odd nx {nx_odd}"));

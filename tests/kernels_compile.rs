@@ -88,8 +88,9 @@ fn nbody_force_variants_compile() {
 /// rings need room the other kernels' shapes do not leave), in its default shapes; the
 /// slabs' sweep with its residual plane range (ES_SUM_RANGE=1); the sweep with the charge
 /// per node known at compile time (ES_QNODE, which the engine always sets), with 4-bit
-/// class codes (ES_CBITS=4, both colours' in one byte) and with its colour's face nodes
-/// (ES_FACES=1, the one-device engine's where the mesh has free face nodes).
+/// class codes (ES_CBITS=4, both colours' in one byte), with its colour's face nodes
+/// (ES_FACES=1, the one-device engine's where the mesh has free face nodes) and compiled
+/// once per colour (ES_COLOUR_T=1, the f32 large-mesh and persistent sweeps).
 #[test]
 fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
@@ -107,6 +108,8 @@ fn electrostatics_variants_compile() {
         (Precision::F64, "8", "ES_CBITS", "4", "es_persist"),
         (Precision::F32, "8", "ES_FACES", "1", "es_sweep"),
         (Precision::F64, "4", "ES_FACES", "1", "es_sweep"),
+        (Precision::F32, "16", "ES_COLOUR_T", "1", "es_sweep"),
+        (Precision::F32, "8", "ES_COLOUR_T", "1", "es_persist"),
     ] {
         let mut defines = vec![("ES_BY", by.to_string()), (switch, value.to_string())];
         if switch == "ES_FACES" {

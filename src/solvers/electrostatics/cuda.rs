@@ -496,6 +496,10 @@ impl<T: Real> CudaElectrostatics<T> {
         let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
+        let templated = launch
+            .colour_templated
+            .unwrap_or_else(|| launch.kernel.colour_templated(T::PRECISION, p.points()));
+        defines.push(("ES_COLOUR_T", (templated as u8).to_string()));
         let sweep_name = match launch.kernel {
             SweepKernel::Fused => "es_fused",
             SweepKernel::PerColour => "es_sweep",

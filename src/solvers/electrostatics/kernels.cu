@@ -416,6 +416,13 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
 // colour's. zt: ES_ZCAP entries of shared memory; every thread of the block calls this.
 // No __restrict__ on V here: es_persist reads in one phase what other blocks wrote in
 // the previous one, so V must not go through the read-only (non-coherent) path there.
+// With ES_COLOUR_T the colour is a template parameter (OE = 0 or 1): the class tables'
+// colour offsets are then immediates of the shared loads, not an add per code (211 -> 195
+// SASS instructions per two planes at 512^3 f32: 741-761 against 756-775 us per
+// iteration on the H100). Without it (OE = -1) the colour comes from `oe_rt`: in f64 the
+// constant colour spilled more and was 1.5 % slower, and the small meshes' 64x2 sweep
+// 4 % slower (docs/PERFORMANCE.md); the engine chooses.
+template <int OE>
 __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsigned char* cc,
                                            const unsigned char* cd, const es_class* cls,
                                            es_z* zt,
@@ -423,9 +430,10 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
                                            const real* rxp, const real* rxm, const real* ryp,
                                            const real* rym, const real* rzp, const real* rzm,
                                            int nx, int ny, int kfirst, int kend, int kbase,
-                                           int planes, int oe, real omega, int bx, int by,
+                                           int planes, int oe_rt, real omega, int bx, int by,
                                            int bz, int sfirst, int send, double& res2,
                                            double& v2) {
+    const int oe = OE >= 0 ? OE : oe_rt;
     // Threads off the mesh still walk the planes (and store nothing), reading their own
     // (valid) compact column; only whole off-mesh rows are clamped.
     const int h = min((int)(ES_XOFF + bx * ES_BX + threadIdx.x), ES_HJ - 1);
@@ -510,6 +518,16 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     res2 += c.res2;
     v2 += c.v2;
 }
+
+// A colour as a type, so that one generic lambda can call sweep_tile<0>, <1> or, with
+// the colour at run time, <-1>.
+template <int C>
+struct Colour {
+    static constexpr int value = C;
+};
+#ifndef ES_COLOUR_T
+#define ES_COLOUR_T 0
+#endif
 
 // Face node (a, b) of face f (see es_faces): whether it is of colour oe, on a plane
 // kfirst..kend-1 and not owned by an earlier face (x, then y, then z own shared edges and
@@ -601,9 +619,17 @@ es_sweep(ES_SWEEP_PARAMS) {
                    ES_BX * ES_BY * gridDim.x * gridDim.y, false);
     } else
 #endif
-        sweep_tile(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp, rxm, ryp, rym, rzp, rzm, nx,
-                   ny, kfirst, kend, kbase, planes, oe, omega, blockIdx.x, blockIdx.y,
-                   blockIdx.z, sfirst, send, res2, v2);
+    {
+        const auto tile = [&](auto colour) {
+            sweep_tile<decltype(colour)::value>(vc, vd, cc, cd, cls, zt, qc, has_qnode, q, rxp,
+                                                rxm, ryp, rym, rzp, rzm, nx, ny, kfirst, kend,
+                                                kbase, planes, oe, omega, blockIdx.x,
+                                                blockIdx.y, blockIdx.z, sfirst, send, res2, v2);
+        };
+        if (!ES_COLOUR_T) tile(Colour<-1>{});
+        else if (oe) tile(Colour<1>{});
+        else tile(Colour<0>{});
+    }
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }
@@ -720,7 +746,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
     const unsigned tiles = (unsigned)tiles_x * tiles_y * tiles_z;
     for (u64 it = first; it < last; ++it) {
         double* part = partials + (it & 1) * 4 * nb;
-        for (int oe = 0; oe < 2; ++oe) {
+        const auto sweep = [&](auto colour, int oe) {
             real* vc = oe ? v1 : v0;
             const real* vd = oe ? v0 : v1;
             const unsigned char* cc = oe ? c1 : c0;
@@ -730,10 +756,10 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
                            nb * nthreads, true);
             double res2 = 0.0, v2 = 0.0;
             for (unsigned t = blockIdx.x; t < tiles; t += nb)
-                sweep_tile(vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym,
-                           rzp, rzm, nx, ny, 1, nz - 1, 0, planes, oe, omega, t % tiles_x,
-                           (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), 1, nz - 1,
-                           res2, v2);
+                sweep_tile<decltype(colour)::value>(
+                    vc, vd, cc, cd, cls, zt, oe ? q1 : q0, has_qnode, q, rxp, rxm, ryp, rym, rzp,
+                    rzm, nx, ny, 1, nz - 1, 0, planes, oe, omega, t % tiles_x,
+                    (t / tiles_x) % tiles_y, t / (tiles_x * tiles_y), 1, nz - 1, res2, v2);
             const double r = block_sum(res2);
             __syncthreads();
             const double n = block_sum(v2);
@@ -742,6 +768,12 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
                 part[(2 * oe + 1) * nb + blockIdx.x] = n;
             }
             grid_barrier(bar);
+        };
+        if (ES_COLOUR_T) {
+            sweep(Colour<0>{}, 0);
+            sweep(Colour<1>{}, 1);
+        } else {
+            for (int oe = 0; oe < 2; ++oe) sweep(Colour<-1>{}, oe);
         }
         // (res², V²) of red, then of black, each added over the blocks in block order.
         double total[4];

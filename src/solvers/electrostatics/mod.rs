@@ -52,6 +52,10 @@ pub struct Launch {
     /// Bits per class code on the device, 4 or 8; None: 4 where the kernel reads packed
     /// codes (per-colour, persistent) and the mesh has at most 16 classes, else 8.
     pub class_bits: Option<u8>,
+    /// The per-colour and persistent sweeps compiled once per colour (kernels.cu's
+    /// ES_COLOUR_T); None: where that was measured faster
+    /// ([`SweepKernel::colour_templated`]).
+    pub colour_templated: Option<bool>,
 }
 
 impl SweepKernel {
@@ -98,6 +102,19 @@ impl SweepKernel {
         }
     }
 
+    /// Whether the sweep is compiled once per colour (kernels.cu's ES_COLOUR_T): faster
+    /// for the f32 per-colour sweep of large meshes and the f32 persistent kernel, slower
+    /// for f64 and the small meshes' per-colour sweep (H100, 2026-11-27,
+    /// docs/PERFORMANCE.md).
+    pub fn colour_templated(self, precision: Precision, nodes: usize) -> bool {
+        precision == Precision::F32
+            && match self {
+                SweepKernel::Persistent => true,
+                SweepKernel::PerColour => nodes > SMALL_MESH,
+                SweepKernel::Fused | SweepKernel::Staged => false,
+            }
+    }
+
     /// Blocks per multiprocessor the compiler must fit by default (measured on the H100,
     /// docs/PERFORMANCE.md): 4 in f32, 3 in f64 (512³ per-colour, 2026-11-26: 1.33–1.37
     /// against 1.40–1.42 ms per iteration at 2, in four calls; it spilled at 3 before the
@@ -139,12 +156,13 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
     persistent_blocks: None,
     kernel: SweepKernel::PerColour,
     class_bits: None,
+    colour_templated: None,
 };
 
 impl Launch {
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
     /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged and
-    /// KEISAN_ES_CLASS_BITS=4|8 for tuning runs; a value that does not parse is an error
+    /// KEISAN_ES_CLASS_BITS=4|8, KEISAN_ES_COLOUR_T=0|1 for tuning runs; a value that does not parse is an error
     /// naming its variable.
     pub fn from_env() -> Result<Self> {
         use crate::tuning::{at_least, knob, number, pair};
@@ -173,6 +191,7 @@ impl Launch {
             "8" => Some(8u8),
             _ => None,
         })?;
+        let colour_templated = crate::tuning::switch("KEISAN_ES_COLOUR_T")?;
         Ok(Self {
             block,
             planes,
@@ -180,6 +199,7 @@ impl Launch {
             persistent_blocks,
             kernel,
             class_bits,
+            colour_templated,
         })
     }
 }

@@ -161,9 +161,9 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
 
 impl Launch {
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
-    /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged and
-    /// KEISAN_ES_CLASS_BITS=4|8, KEISAN_ES_COLOUR_T=0|1 for tuning runs; a value that does not parse is an error
-    /// naming its variable.
+    /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged,
+    /// KEISAN_ES_CLASS_BITS=4|8 and KEISAN_ES_COLOUR_T=0|1 for tuning runs; a value that does
+    /// not parse is an error naming its variable.
     pub fn from_env() -> Result<Self> {
         use crate::tuning::{at_least, knob, number, pair};
         let block = pair(

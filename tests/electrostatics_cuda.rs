@@ -94,7 +94,7 @@ fn cpu_and_cuda<T: Real>(
     kernel: SweepKernel,
 ) -> ((Vec<f64>, u64), (Vec<f64>, u64)) {
     let launch = electrostatics::Launch {
-        kernel,
+        kernel: Some(kernel),
         ..electrostatics::DEFAULT_LAUNCH
     };
     cpu_and_cuda_with::<T>(gpu, p, g, launch)
@@ -167,7 +167,7 @@ fn cuda_matches_cpu_on_random_geometries() {
             widths
                 .into_iter()
                 .map(move |class_bits| electrostatics::Launch {
-                    kernel,
+                    kernel: Some(kernel),
                     class_bits,
                     ..electrostatics::DEFAULT_LAUNCH
                 })
@@ -221,7 +221,7 @@ fn rows_of_several_tiles_keep_the_cpu_bits() {
                 (None, (32, 4), None),
             ] {
                 let launch = electrostatics::Launch {
-                    kernel: SweepKernel::PerColour,
+                    kernel: Some(SweepKernel::PerColour),
                     class_bits,
                     block: Some(block),
                     colour_templated,
@@ -286,7 +286,7 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
                 let launch = electrostatics::Launch {
                     block: Some(block),
                     planes,
-                    kernel,
+                    kernel: Some(kernel),
                     persistent_blocks,
                     ..electrostatics::DEFAULT_LAUNCH
                 };

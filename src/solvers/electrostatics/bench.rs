@@ -226,7 +226,7 @@ fn case<T: Real>(
                     &g,
                     None,
                     super::Launch {
-                        kernel: kernel.unwrap_or(SweepKernel::Fused),
+                        kernel,
                         ..super::Launch::from_env()?
                     },
                 )?;
@@ -354,7 +354,13 @@ fn poisson_case<T: Real>(
         Device::Cuda(_) => {
             let launch = super::Launch::from_env()?;
             let classes = super::cuda::Classes::of(&g)?.present;
-            (launch.kernel, super::cuda::class_bits(launch, classes)?)
+            let kernel = launch.kernel.unwrap_or_else(|| {
+                SweepKernel::default_for(T::PRECISION, p.points(), g.q_node.is_some())
+            });
+            (
+                kernel,
+                super::cuda::class_bits(kernel, launch.class_bits, classes)?,
+            )
         }
         Device::Cpu { .. } => (SweepKernel::PerColour, 8),
     };

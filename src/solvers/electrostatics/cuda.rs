@@ -44,24 +44,21 @@ pub(super) fn skip_zero(g: &Geometry) -> u8 {
 /// iteration, docs/PERFORMANCE.md); KEISAN_ES_CLASS_BITS=8 asks for bytes.
 const PACK_BY_DEFAULT: bool = true;
 
-/// Bits per class code for `launch` over a mesh of `classes` classes: 4 (both colours'
+/// Bits per class code for `kernel` over a mesh of `classes` classes: 4 (both colours'
 /// codes of a compact index in one byte: one byte of codes per node and iteration instead
 /// of two, one stream instead of two) for the kernels that read packed codes when the
-/// codes fit (and [`PACK_BY_DEFAULT`]), else 8;
-/// `launch.class_bits` (KEISAN_ES_CLASS_BITS) asks for one.
-pub(super) fn class_bits(launch: Launch, classes: usize) -> Result<u8> {
-    let packed = matches!(
-        launch.kernel,
-        SweepKernel::PerColour | SweepKernel::Persistent
-    );
-    match launch.class_bits {
+/// codes fit (and [`PACK_BY_DEFAULT`]), else 8; `asked` (KEISAN_ES_CLASS_BITS) asks for
+/// one.
+pub(super) fn class_bits(kernel: SweepKernel, asked: Option<u8>, classes: usize) -> Result<u8> {
+    let packed = matches!(kernel, SweepKernel::PerColour | SweepKernel::Persistent);
+    match asked {
         Some(4) if !packed || classes > 16 => Err(Error::invalid(
             "KEISAN_ES_CLASS_BITS",
             "4",
             format!(
                 "4-bit class codes need the per-colour or persistent kernel and at most 16 \
                  classes ({classes} here, kernel {})",
-                launch.kernel.name()
+                kernel.name()
             ),
         )),
         Some(bits @ (4 | 8)) => Ok(bits),
@@ -118,6 +115,14 @@ pub(super) fn paired_table<T: Copy>(table: &[T]) -> Vec<T> {
 /// 866 / 892 µs per iteration (2026-11-26).
 const WAVES: usize = 11;
 const MIN_PLANES: usize = 16;
+
+/// Blocks per sweep below which chunks get shorter than MIN_PLANES. A tiny mesh is one
+/// wave of a few blocks, each walking its planes one after another, so its iteration
+/// lasts as long as one block's chunk. The examples (H100, f64, 2026-11-27), per iteration
+/// at 16 planes against the best: the microstrip (one tile a plane, 41 planes) 20.6
+/// against 12.9 µs at 1 plane; the spheres (24 tiles, 47 planes) 21.1 against 15.9 µs at
+/// 3 (4 / 5 / 6 planes: 16.8 / 17.0 / 17.0 µs; 1 plane, 1128 blocks: 29.0 µs).
+const SMALL_GRID: usize = 384;
 
 /// Planes of a sweep's chunk at most: its z coefficients sit in a shared table this long
 /// (ES_ZCAP in kernels.cu).
@@ -411,10 +416,13 @@ impl<T: Real> CudaElectrostatics<T> {
         restart: Option<Restart<T>>,
         launch: Launch,
     ) -> Result<Self> {
+        let kernel = launch.kernel.unwrap_or_else(|| {
+            SweepKernel::default_for(T::PRECISION, p.points(), g.q_node.is_some())
+        });
         let block = launch
             .block
-            .unwrap_or_else(|| launch.kernel.default_block(T::PRECISION, p.points()));
-        let min_rows = match launch.kernel {
+            .unwrap_or_else(|| kernel.default_block(T::PRECISION, p.points()));
+        let min_rows = match kernel {
             SweepKernel::Fused => 3,
             SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 1,
         };
@@ -428,7 +436,7 @@ impl<T: Real> CudaElectrostatics<T> {
                 ),
             ));
         }
-        if launch.kernel == SweepKernel::Staged {
+        if kernel == SweepKernel::Staged {
             // kernels.cu: 6 StagedPlane per warp (184 values and 152 class bytes each) and
             // the class table, in the 48 KB of static shared memory.
             let t = std::mem::size_of::<T>();
@@ -449,7 +457,7 @@ impl<T: Real> CudaElectrostatics<T> {
         }
         let [nx, ny, nz] = g.counts;
         // The fused and staged kernels index columns as i/2.
-        let xoff = match launch.kernel {
+        let xoff = match kernel {
             SweepKernel::PerColour | SweepKernel::Persistent => 1,
             SweepKernel::Fused | SweepKernel::Staged => 0,
         };
@@ -463,7 +471,7 @@ impl<T: Real> CudaElectrostatics<T> {
         }
         let qnode = cpu::charge_per_node::<T>(g);
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
-        let buffers = match launch.kernel {
+        let buffers = match kernel {
             SweepKernel::Fused => 2,
             SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 1,
         };
@@ -474,7 +482,7 @@ impl<T: Real> CudaElectrostatics<T> {
         )?;
         let min_blocks = launch
             .min_blocks
-            .unwrap_or_else(|| launch.kernel.default_min_blocks(T::PRECISION, block));
+            .unwrap_or_else(|| kernel.default_min_blocks(T::PRECISION, block));
         // KEISAN_ES_FUSED_UNROLL=4: planes per trip of the fused march (a tuning knob).
         let unroll = crate::tuning::knob("KEISAN_ES_FUSED_UNROLL", "2 or 4", |v| {
             v.parse().ok().filter(|u: &u32| [2, 4].contains(u))
@@ -482,9 +490,9 @@ impl<T: Real> CudaElectrostatics<T> {
         .unwrap_or(2);
         // The staged kernel's shared rings exceed 48 KB for some shapes of the others: it
         // is compiled only when used.
-        let staged = (launch.kernel == SweepKernel::Staged) as u8;
+        let staged = (kernel == SweepKernel::Staged) as u8;
         let classes = Classes::of(g)?;
-        let class_bits = class_bits(launch, classes.present)?;
+        let class_bits = class_bits(kernel, launch.class_bits, classes.present)?;
         let mut defines = layout.defines(block, min_blocks);
         defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_FUSED_UNROLL", unroll.to_string()));
@@ -493,27 +501,17 @@ impl<T: Real> CudaElectrostatics<T> {
         defines.push(("ES_QNODE", (qnode.is_some() as u8).to_string()));
         // The per-colour sweep does its colour's face nodes itself (kernels.cu ES_FACES).
         let free_faces = has_free_face_nodes(g.counts, &classes, 0);
-        let sweep_faces = launch.kernel == SweepKernel::PerColour && free_faces;
+        let sweep_faces = kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
         let templated = launch
             .colour_templated
-            .unwrap_or_else(|| launch.kernel.colour_templated(T::PRECISION, p.points()));
+            .unwrap_or_else(|| kernel.colour_templated(T::PRECISION, p.points()));
         defines.push(("ES_COLOUR_T", (templated as u8).to_string()));
-        let sweep_name = match launch.kernel {
-            SweepKernel::Fused => "es_fused",
-            SweepKernel::PerColour => "es_sweep",
-            SweepKernel::Persistent => "es_persist",
-            SweepKernel::Staged => "es_staged",
-        };
-        let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, sweep_name)?;
-        let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
         // Columns holding interior nodes (a thread each), from column xoff. The fused
         // kernel's blocks own 30 pairs per warp and all rows but the first and last.
         let (bx, by) = (block.0 as usize, block.1 as usize);
-        // KEISAN_ES_PDL=0: the per-colour sweeps as plain launches (a tuning knob).
-        let programmatic = crate::tuning::switch("KEISAN_ES_PDL")?.unwrap_or(true);
-        let (pairs_per_block, rows_per_block) = match launch.kernel {
+        let (pairs_per_block, rows_per_block) = match kernel {
             SweepKernel::Fused => (30 * bx / 32, by - 2),
             SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => (bx, by),
         };
@@ -521,6 +519,26 @@ impl<T: Real> CudaElectrostatics<T> {
             interior_columns(nx, xoff).div_ceil(pairs_per_block),
             (ny - 2).div_ceil(rows_per_block),
         );
+        // KEISAN_ES_FACE_ENTRIES=N: a tuning knob.
+        let per_thread =
+            crate::tuning::at_least("KEISAN_ES_FACE_ENTRIES", 1usize)?.unwrap_or(FACE_ENTRIES);
+        // The blocks the device surely holds at once: min_blocks per multiprocessor.
+        let held = gpu.multiprocessors * min_blocks as usize;
+        let face_layers = match sweep_faces {
+            true => face_layers(g.counts, (gx * gy, bx * by), held, per_thread),
+            false => 0,
+        };
+        defines.push(("ES_FACE_LAYERS", face_layers.max(1).to_string()));
+        let sweep_name = match kernel {
+            SweepKernel::Fused => "es_fused",
+            SweepKernel::PerColour => "es_sweep",
+            SweepKernel::Persistent => "es_persist",
+            SweepKernel::Staged => "es_staged",
+        };
+        let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, sweep_name)?;
+        let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
+        // KEISAN_ES_PDL=0: the per-colour sweeps as plain launches (a tuning knob).
+        let programmatic = crate::tuning::switch("KEISAN_ES_PDL")?.unwrap_or(true);
         let resident = resident_blocks(&gpu, &sweep, block)?;
         let planes = launch
             .planes
@@ -530,7 +548,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let tiles = (gx as u32, gy as u32, (nz - 2).div_ceil(planes) as u32);
         // The persistent kernel: as many blocks as the device holds at once (a cooperative
         // launch refuses more), each taking every such tile in turn.
-        let grid_dim = match launch.kernel {
+        let grid_dim = match kernel {
             SweepKernel::Persistent => {
                 let all = tiles.0 as usize * tiles.1 as usize * tiles.2 as usize;
                 (
@@ -543,8 +561,8 @@ impl<T: Real> CudaElectrostatics<T> {
                     1,
                 )
             }
-            // The per-colour sweep's last layer of blocks copies face nodes (ES_FACES).
-            _ => (tiles.0, tiles.1, tiles.2 + sweep_faces as u32),
+            // The per-colour sweep's last layers of blocks copy face nodes (ES_FACES).
+            _ => (tiles.0, tiles.1, tiles.2 + face_layers),
         };
         let cfg = LaunchConfig {
             grid_dim,
@@ -603,7 +621,7 @@ impl<T: Real> CudaElectrostatics<T> {
             hist: s.alloc_zeros::<f64>(HISTORY)?,
             sweep,
             faces,
-            kernel: launch.kernel,
+            kernel,
             cfg,
             faces_cfg,
             tiles,
@@ -871,13 +889,15 @@ fn resident_blocks(gpu: &Gpu, sweep: &CudaFunction, block: (u32, u32)) -> Result
 }
 
 /// Planes per block for a sweep of `planes` planes in tiles of `tiles_xy` blocks per
-/// plane: WAVES waves of the `resident` blocks, at least MIN_PLANES, at most MAX_PLANES.
+/// plane: WAVES waves of the `resident` blocks, at least MIN_PLANES (or fewer where that
+/// leaves fewer than SMALL_GRID blocks), at most MAX_PLANES.
 fn default_planes(resident: usize, tiles_xy: usize, planes: usize) -> usize {
     let planes = planes.max(1);
     let chunks = (WAVES * resident).div_ceil(tiles_xy).clamp(1, planes);
+    let floor = MIN_PLANES.min((planes * tiles_xy).div_ceil(SMALL_GRID));
     planes
         .div_ceil(chunks)
-        .max(MIN_PLANES)
+        .max(floor)
         .clamp(1, planes)
         .min(MAX_PLANES)
 }
@@ -896,6 +916,27 @@ pub(super) fn sweep_planes(
         planes,
     ))
 }
+
+/// Layers of `tiles` blocks (blocks per layer, threads per block) after the per-colour
+/// sweep's that copy the face nodes the lanes do not (ES_FACES): enough that each thread
+/// takes about `per_thread` of es_sweep's 6·max(nx, ny)·max(ny, nz) face entries, but no
+/// more blocks than the device surely holds at once (`held`), at least one layer. One layer
+/// left a small mesh's faces to a few blocks whose threads copy node after node: 87.6 µs
+/// per iteration for the microstrip example (73 × 3 × 43 nodes, one block a layer), and
+/// 128³ meshes 12 % slower in f64 than with about 4 entries a thread (H100, 2026-11-27).
+fn face_layers(counts: [usize; 3], tiles: (usize, usize), held: usize, per_thread: usize) -> u32 {
+    let [nx, ny, nz] = counts;
+    let entries = 6 * nx.max(ny) * ny.max(nz);
+    let (blocks, threads) = tiles;
+    let wanted = entries.div_ceil(blocks * threads * per_thread);
+    wanted.min(held / blocks).max(1) as u32
+}
+
+/// Face entries per thread that [`face_layers`] aims at by default. 128³ nodes with free
+/// faces (H100, 2026-11-27, per iteration, 1 / 2 / 4 / 8 / 16 entries, one layer): f64
+/// 37.0 / 37.0 / 36.2 / 37.5 / 41.5 µs (one layer 41.3), f32 33.9 / 33.2 / 32.2 / 32.2 /
+/// 31.5 µs (31.8): a thread per entry costs the f32 sweep more blocks than it saves.
+const FACE_ENTRIES: usize = 4;
 
 /// The face launch's grid for the planes `planes`: blockIdx.z the face, (x, y) its two
 /// in-plane indices (for the x and y faces the second is the plane, from planes.start;
@@ -1107,38 +1148,32 @@ mod tests {
 
     #[test]
     fn codes_are_packed_only_where_the_kernel_reads_them_so_and_they_fit() {
-        let with = |kernel, class_bits| Launch {
-            kernel,
-            class_bits,
-            ..super::super::DEFAULT_LAUNCH
-        };
         let packs = if PACK_BY_DEFAULT { 4 } else { 8 };
-        assert_eq!(
-            class_bits(with(SweepKernel::PerColour, None), 16).unwrap(),
-            packs
-        );
-        assert_eq!(
-            class_bits(with(SweepKernel::Persistent, None), 3).unwrap(),
-            packs
-        );
-        assert_eq!(
-            class_bits(with(SweepKernel::PerColour, Some(4)), 16).unwrap(),
-            4
-        );
-        assert_eq!(
-            class_bits(with(SweepKernel::PerColour, None), 17).unwrap(),
-            8
-        );
-        assert_eq!(class_bits(with(SweepKernel::Fused, None), 2).unwrap(), 8);
-        assert_eq!(class_bits(with(SweepKernel::Staged, None), 2).unwrap(), 8);
-        assert_eq!(
-            class_bits(with(SweepKernel::PerColour, Some(8)), 2).unwrap(),
-            8
-        );
-        let err = class_bits(with(SweepKernel::Fused, Some(4)), 2).unwrap_err();
+        assert_eq!(class_bits(SweepKernel::PerColour, None, 16).unwrap(), packs);
+        assert_eq!(class_bits(SweepKernel::Persistent, None, 3).unwrap(), packs);
+        assert_eq!(class_bits(SweepKernel::PerColour, Some(4), 16).unwrap(), 4);
+        assert_eq!(class_bits(SweepKernel::PerColour, None, 17).unwrap(), 8);
+        assert_eq!(class_bits(SweepKernel::Fused, None, 2).unwrap(), 8);
+        assert_eq!(class_bits(SweepKernel::Staged, None, 2).unwrap(), 8);
+        assert_eq!(class_bits(SweepKernel::PerColour, Some(8), 2).unwrap(), 8);
+        let err = class_bits(SweepKernel::Fused, Some(4), 2).unwrap_err();
         assert!(err.to_string().contains("KEISAN_ES_CLASS_BITS"), "{err}");
-        assert!(class_bits(with(SweepKernel::PerColour, Some(4)), 20).is_err());
-        assert!(class_bits(with(SweepKernel::PerColour, Some(2)), 2).is_err());
+        assert!(class_bits(SweepKernel::PerColour, Some(4), 20).is_err());
+        assert!(class_bits(SweepKernel::PerColour, Some(2), 2).is_err());
+    }
+
+    #[test]
+    fn face_layers_give_each_thread_a_few_entries_within_one_wave() {
+        // 512³ f32 (256 tiles of 512 threads, 2 blocks on each of 132 multiprocessors):
+        // the one layer it had.
+        assert_eq!(face_layers([512; 3], (256, 512), 264, 4), 1);
+        // 130³ nodes in 64 tiles of 128 threads: 101 400 entries, about 4 a thread.
+        assert_eq!(face_layers([130; 3], (64, 128), 396, 4), 4);
+        // The microstrip example: one tile per layer.
+        assert_eq!(face_layers([73, 3, 43], (1, 128), 396, 4), 37);
+        // Never beyond what the device surely holds at once, never none.
+        assert_eq!(face_layers([73, 3, 43], (1, 128), 20, 4), 20);
+        assert_eq!(face_layers([3; 3], (1, 128), 396, 4), 1);
     }
 
     #[test]
@@ -1149,6 +1184,10 @@ mod tests {
         // Many tiles per plane: one chunk, capped by the shared table.
         assert_eq!(default_planes(528, 100_000, 4094), MAX_PLANES);
         assert_eq!(default_planes(528, 100_000, 3), 3);
+        // Tiny meshes: at most about SMALL_GRID blocks, in shorter chunks.
+        assert_eq!(default_planes(2112, 1, 41), 1);
+        assert_eq!(default_planes(2112, 24, 47), 3);
+        assert_eq!(default_planes(2112, 48, 3), 1);
     }
 
     #[test]

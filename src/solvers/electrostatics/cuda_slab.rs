@@ -110,10 +110,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         // need the face launches.
         let classes = Classes::of_window(g, &window)?;
         let class_bits = super::cuda::class_bits(
-            Launch {
-                kernel: super::SweepKernel::PerColour,
-                ..launch
-            },
+            super::SweepKernel::PerColour,
+            launch.class_bits,
             classes.present,
         )?;
         let mut defines = layout.defines(block, min_blocks);

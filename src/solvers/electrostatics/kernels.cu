@@ -167,10 +167,15 @@ struct Column {
 // are copied by the lane that passes their inner neighbour (its own-column D node, in a
 // register; the face node's sectors are beside the row's), in the blocks that have such
 // lanes only (the others run the plain sweep: XF in march), and the rest (the y and z
-// faces, whole rows, and the x faces' edges) by one more layer of blocks in z, which the
-// device starts last, in the slots the sweep's last wave leaves idle.
+// faces, whole rows, and the x faces' edges) by more layers of blocks in z (a couple of
+// face entries a thread: face_layers in cuda.rs), which the device starts last, in the
+// slots the sweep's last wave leaves idle.
 #ifndef ES_FACES
 #define ES_FACES 0
+#endif
+// Layers of blocks in z after the sweep's that copy the rest (ES_FACES).
+#ifndef ES_FACE_LAYERS
+#define ES_FACE_LAYERS 1
 #endif
 #if ES_FACES && ES_XOFF != 1
 #error "ES_FACES assumes the pairs (1, 2), (3, 4), ... of ES_XOFF = 1"
@@ -611,12 +616,15 @@ es_sweep(ES_SWEEP_PARAMS) {
     const int sfirst = kfirst, send = kend;  // every swept plane counts
 #endif
 #if ES_FACES
-    if (blockIdx.z == gridDim.z - 1) {
-        // The launch's last layer of blocks: the face nodes the lanes do not copy.
+    if (blockIdx.z >= gridDim.z - ES_FACE_LAYERS) {
+        // The launch's last layers of blocks: the face nodes the lanes do not copy.
         __syncthreads();
+        const unsigned layer = gridDim.x * gridDim.y;
         copy_faces(vc, vd, cc, cls, nx, ny, nz, oe,
-                   tid + ES_BX * ES_BY * (blockIdx.x + gridDim.x * blockIdx.y),
-                   ES_BX * ES_BY * gridDim.x * gridDim.y, false);
+                   tid + ES_BX * ES_BY *
+                             (blockIdx.x + gridDim.x * blockIdx.y +
+                              layer * (blockIdx.z - (gridDim.z - ES_FACE_LAYERS))),
+                   ES_BX * ES_BY * layer * ES_FACE_LAYERS, false);
     } else
 #endif
     {

@@ -46,9 +46,9 @@ pub struct Launch {
     /// The persistent kernel's blocks (None: as many as the device holds at once); fewer
     /// make each block take several tiles per colour.
     pub persistent_blocks: Option<usize>,
-    /// Both colours in one pass (es_fused, ping-pong buffers), or one launch per colour
-    /// (es_sweep, in place).
-    pub kernel: SweepKernel,
+    /// How an iteration runs (see [`SweepKernel`]); None: the one measured fastest for
+    /// the mesh ([`SweepKernel::default_for`]).
+    pub kernel: Option<SweepKernel>,
     /// Bits per class code on the device, 4 or 8; None: 4 where the kernel reads packed
     /// codes (per-colour, persistent) and the mesh has at most 16 classes, else 8.
     pub class_bits: Option<u8>,
@@ -99,6 +99,26 @@ impl SweepKernel {
             (SweepKernel::PerColour | SweepKernel::Persistent, _)
             | (SweepKernel::Staged, Precision::F32) => (32, 8),
             (SweepKernel::Staged, Precision::F64) => (32, 4),
+        }
+    }
+
+    /// The kernel measured fastest for a mesh of `nodes` (H100, 2026-11-27,
+    /// docs/PERFORMANCE.md): the persistent kernel where launches set the pace and no
+    /// per-node charge lengthens its sweep — f32 meshes of 2¹⁸ (64³) to 2²⁴ (256³) nodes,
+    /// f64 ones of 2¹⁸ to [`SMALL_MESH`] (per iteration against the per-colour sweeps: 64³
+    /// 14.6 / 19.0 µs, 128³ 22.2 / 31.3 µs in f32, 26.2 / 35.6 µs in f64, 256³ f32 120 /
+    /// 131 µs, but 256³ f64 216 / 199 µs); else the per-colour sweeps (the 128³ Poisson
+    /// case with its charge per node: 36.6 / 32.6 µs; the examples' meshes of 10⁴–10⁵
+    /// nodes, whose few blocks end each launch quickly: coax 19.7 / 15.6 µs).
+    pub fn default_for(precision: Precision, nodes: usize, charge_per_node: bool) -> Self {
+        let most = match precision {
+            Precision::F32 => 1 << 24,
+            Precision::F64 => SMALL_MESH,
+        };
+        if !charge_per_node && (1 << 18..=most).contains(&nodes) {
+            SweepKernel::Persistent
+        } else {
+            SweepKernel::PerColour
         }
     }
 
@@ -154,7 +174,7 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
     planes: None,
     min_blocks: None,
     persistent_blocks: None,
-    kernel: SweepKernel::PerColour,
+    kernel: None,
     class_bits: None,
     colour_templated: None,
 };
@@ -184,8 +204,7 @@ impl Launch {
             "KEISAN_ES_KERNEL",
             SweepKernel::NAMES,
             SweepKernel::from_name,
-        )?
-        .unwrap_or(DEFAULT_LAUNCH.kernel);
+        )?;
         let class_bits = knob("KEISAN_ES_CLASS_BITS", "4 or 8", |v| match v {
             "4" => Some(4u8),
             "8" => Some(8u8),
@@ -785,5 +804,35 @@ impl ElectrostaticsProblem {
             self.nodes[1].clone(),
             self.nodes[0].clone(),
         ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_persistent_kernel_is_the_default_only_where_it_was_measured_faster() {
+        use Precision::{F32, F64};
+        use SweepKernel::{PerColour, Persistent};
+        let cube = |n: usize| n * n * n;
+        for (precision, nodes, charge, kernel) in [
+            (F32, cube(64), false, Persistent),
+            (F32, cube(128), false, Persistent),
+            (F64, cube(128), false, Persistent),
+            (F32, cube(256), false, Persistent),
+            // The 128³ Poisson case (a charge per node), 256³ f64, 512³, the examples.
+            (F64, cube(130), true, PerColour),
+            (F32, cube(128), true, PerColour),
+            (F64, cube(256), false, PerColour),
+            (F32, cube(512), false, PerColour),
+            (F64, cube(49), false, PerColour),
+        ] {
+            assert_eq!(
+                SweepKernel::default_for(precision, nodes, charge),
+                kernel,
+                "{precision} {nodes} nodes, charge per node {charge}"
+            );
+        }
     }
 }

@@ -105,7 +105,7 @@ impl SweepKernel {
     /// The kernel measured fastest for a mesh of `nodes` (H100, 2026-11-27,
     /// docs/PERFORMANCE.md): the persistent kernel where launches set the pace and no
     /// per-node charge lengthens its sweep — f32 meshes of 2¹⁸ (64³) to 2²⁴ (256³) nodes,
-    /// f64 ones of 2¹⁸ to [`SMALL_MESH`] (per iteration against the per-colour sweeps: 64³
+    /// f64 ones of 2¹⁸ to 2²² (per iteration against the per-colour sweeps: 64³
     /// 14.6 / 19.0 µs, 128³ 22.2 / 31.3 µs in f32, 26.2 / 35.6 µs in f64, 256³ f32 120 /
     /// 131 µs, but 256³ f64 216 / 199 µs); else the per-colour sweeps (the 128³ Poisson
     /// case with its charge per node: 36.6 / 32.6 µs; the examples' meshes of 10⁴–10⁵

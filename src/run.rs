@@ -221,6 +221,11 @@ pub trait Engine {
     fn advance(&mut self, steps: u64) -> Result<()>;
     fn diagnostics(&mut self) -> Result<Diagnostics>;
     fn snapshot(&mut self) -> Result<Field<Self::Real>>;
+    /// How the engine runs where it chose among several ways (the CUDA kernel and its
+    /// launch), for the run's summary; None where there is nothing to tell.
+    fn describe(&self) -> Option<String> {
+        None
+    }
     /// Diagnostics must be read at least this often (device-side history buffers).
     fn max_steps_between_diagnostics(&self) -> u64 {
         u64::MAX

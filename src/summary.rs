@@ -42,7 +42,8 @@ pub struct Summary {
     pub time_per_iteration_s: f64,
     pub timings: Timings,
     pub outputs: Vec<PathBuf>,
-    /// How the grid met the device (heat: in-core or the pyramid plan).
+    /// How the grid met the device (heat: in-core or the pyramid plan; electrostatics on
+    /// CUDA: the kernel and its launch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layout: Option<serde_json::Value>,
     /// What the solver computed beyond the field (electrostatics: charges, capacitance).
@@ -96,6 +97,9 @@ impl Summary {
                 l["tasks"],
                 seconds(l["predicted_s"].as_f64().unwrap_or(0.0)),
             );
+        }
+        if let Some(k) = self.layout.as_ref().and_then(|l| l.get("kernel")?.as_str()) {
+            s += &format!("  kernel        {k}\n");
         }
         if let Some(e) = self.solution_error {
             s += &format!("  solution err  {e:.6e}\n");

@@ -1018,6 +1018,19 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
         Ok(cpu::field_of(&self.p, "V", self.layout.merge([&a, &b])))
     }
 
+    fn describe(&self) -> Option<String> {
+        let (b, g) = (self.cfg.block_dim, self.cfg.grid_dim);
+        Some(format!(
+            "{} (blocks of {}×{} threads, {} of them, {} planes each, {}-bit class codes)",
+            self.kernel.name(),
+            b.0,
+            b.1,
+            g.0 * g.1 * g.2,
+            self.planes,
+            self.class_bits
+        ))
+    }
+
     fn max_steps_between_diagnostics(&self) -> u64 {
         match self.kernel {
             // Stops inside its launch: nothing queued runs after convergence.

@@ -194,6 +194,11 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
     fn needs_final_field(&self) -> bool {
         true // the charges are summed on the host
     }
+    fn layout(&self) -> Option<serde_json::Value> {
+        // The CUDA kernel the mesh got (SweepKernel::default_for or KEISAN_ES_KERNEL).
+        let kernel = self.engine.describe()?;
+        Some(serde_json::json!({ "kernel": kernel }))
+    }
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         let mut results = serde_json::json!({
             "omega": self.p.omega, "omega_estimated": self.p.omega_auto,

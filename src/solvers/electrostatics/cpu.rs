@@ -211,13 +211,17 @@ impl<T: Real> CpuElectrostatics<T> {
     }
 
     /// One colour's sweep (`oe` = (i + j + k) mod 2) over the grid planes `planes`;
-    /// returns (Σ res², Σ V² of the updated interior nodes) per plane.
+    /// returns (Σ res², Σ V² of the updated interior nodes) per plane, each added in node
+    /// order.
     fn sweep(&mut self, oe: usize, planes: Range<usize>) -> Vec<(f64, f64)> {
         let [nx, ny, nz] = self.counts;
-        let (ni, nj, nk) = (1usize, nx, nx * ny);
+        let (nj, nk) = (nx, nx * ny);
         let base = self.window.base;
         let v = Shared(self.v.as_mut_ptr());
-        let (idv, ide, epsr) = (&self.id_volt, &self.id_epsr, &self.epsr);
+        let (idv, ide) = (&self.id_volt, &self.id_epsr);
+        // εr by class byte: any u8 indexes it, so the lookups need no bounds check.
+        let mut epsr = [T::zero(); 256];
+        epsr[..self.epsr.len()].copy_from_slice(&self.epsr);
         let (rp, rm, q, q_node) = (&self.rp, &self.rm, self.q, self.q_node.as_deref());
         let omega = T::lit(self.p.omega);
         planes
@@ -228,39 +232,63 @@ impl<T: Real> CpuElectrostatics<T> {
                 // node it writes; no other thread writes those during this sweep.
                 let at = |n: usize| unsafe { *v.ptr().add(n) };
                 let set = |n: usize, x: T| unsafe { *v.ptr().add(n) = x };
+                // Zero normal field on the box faces: a free face node copies its inner
+                // neighbour (the study's order: x faces, then y, then z).
+                let face = |n: usize, i: usize, j: usize| {
+                    if idv[n] != 0 {
+                        return;
+                    }
+                    let from = if i == 0 {
+                        n + 1
+                    } else if i == nx - 1 {
+                        n - 1
+                    } else if j == 0 {
+                        n + nj
+                    } else if j == ny - 1 {
+                        n - nj
+                    } else if k == 0 {
+                        n + nk
+                    } else {
+                        n - nk
+                    };
+                    set(n, at(from));
+                };
                 let (mut res2, mut v2) = (0.0f64, 0.0f64);
                 let first = (k as isize - base) as usize * nk;
                 for j in 0..ny {
                     let i0 = (oe + j + k) % 2;
-                    for i in (i0..nx).step_by(2) {
-                        let n = first + j * nj + i;
-                        if idv[n] != 0 {
-                            continue;
+                    let row = first + j * nj;
+                    if j == 0 || j == ny - 1 || k == 0 || k == nz - 1 {
+                        for i in (i0..nx).step_by(2) {
+                            face(row + i, i, j);
                         }
-                        // Zero normal field on the box faces: copy the inner neighbour
-                        // (the study's order: x faces, then y, then z).
-                        if i == 0 {
-                            set(n, at(n + ni));
-                        } else if i == nx - 1 {
-                            set(n, at(n - ni));
-                        } else if j == 0 {
-                            set(n, at(n + nj));
-                        } else if j == ny - 1 {
-                            set(n, at(n - nj));
-                        } else if k == 0 {
-                            set(n, at(n + nk));
-                        } else if k == nz - 1 {
-                            set(n, at(n - nk));
-                        } else {
-                            let e = epsr[ide[n] as usize];
-                            let axp = (e + epsr[ide[n + ni] as usize]) * rp[0][i];
-                            let axm = (e + epsr[ide[n - ni] as usize]) * rm[0][i];
-                            let ayp = (e + epsr[ide[n + nj] as usize]) * rp[1][j];
-                            let aym = (e + epsr[ide[n - nj] as usize]) * rm[1][j];
-                            let azp = (e + epsr[ide[n + nk] as usize]) * rp[2][k];
-                            let azm = (e + epsr[ide[n - nk] as usize]) * rm[2][k];
-                            let sum = axp * at(n + ni)
-                                + axm * at(n - ni)
+                        continue;
+                    }
+                    if i0 == 0 {
+                        face(row, 0, j);
+                    }
+                    // The row's interior nodes of colour oe, in order (their sums too).
+                    // Their class bytes and those of the rows around, as slices a row long
+                    // indexed by i < nx - 1, so the compiler can drop the bounds checks.
+                    let class_row = |r: usize| &ide[r..r + nx];
+                    let (c, ym, yp) = (class_row(row), class_row(row - nj), class_row(row + nj));
+                    let (zm, zp) = (class_row(row - nk), class_row(row + nk));
+                    let (held, xp, xm) = (&idv[row..row + nx], &rp[0][..nx], &rm[0][..nx]);
+                    let e_of = |b: u8| epsr[b as usize];
+                    let (ryp, rym, rzp, rzm) = (rp[1][j], rm[1][j], rp[2][k], rm[2][k]);
+                    let mut i = if i0 == 0 { 2 } else { 1 };
+                    while i < nx - 1 {
+                        let n = row + i;
+                        if held[i] == 0 {
+                            let e = e_of(c[i]);
+                            let axp = (e + e_of(c[i + 1])) * xp[i];
+                            let axm = (e + e_of(c[i - 1])) * xm[i];
+                            let ayp = (e + e_of(yp[i])) * ryp;
+                            let aym = (e + e_of(ym[i])) * rym;
+                            let azp = (e + e_of(zp[i])) * rzp;
+                            let azm = (e + e_of(zm[i])) * rzm;
+                            let sum = axp * at(n + 1)
+                                + axm * at(n - 1)
                                 + ayp * at(n + nj)
                                 + aym * at(n - nj)
                                 + azp * at(n + nk)
@@ -274,6 +302,10 @@ impl<T: Real> CpuElectrostatics<T> {
                             res2 += res.as_f64() * res.as_f64();
                             v2 += new.as_f64() * new.as_f64();
                         }
+                        i += 2;
+                    }
+                    if (nx - 1 + j + k) % 2 == oe {
+                        face(row + nx - 1, nx - 1, j);
                     }
                 }
                 (res2, v2)

@@ -142,3 +142,42 @@ impl Summary {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(layout: Option<serde_json::Value>) -> Summary {
+        Summary {
+            solver: "electrostatics",
+            title: "t".into(),
+            device: "d".into(),
+            precision: "f32".into(),
+            shape: vec![3, 3, 3],
+            iterations: 1,
+            max_iterations: 1,
+            status: Status::Running,
+            final_residual: None,
+            solution_error: None,
+            time_per_iteration_s: 0.0,
+            timings: Timings::default(),
+            outputs: Vec::new(),
+            layout,
+            results: None,
+            restarted_at_step: None,
+            checkpoint: None,
+            pieces: None,
+        }
+    }
+
+    #[test]
+    fn the_kernel_a_run_got_is_a_line_of_its_own() {
+        let kernel = serde_json::json!({ "kernel": "persistent (blocks of 32×8 threads)" });
+        let text = summary(Some(kernel)).human();
+        assert!(
+            text.contains("  kernel        persistent (blocks of 32×8 threads)\n"),
+            "{text}"
+        );
+        assert!(!summary(None).human().contains("kernel"));
+    }
+}

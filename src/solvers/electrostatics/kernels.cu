@@ -167,7 +167,7 @@ struct Column {
 // are copied by the lane that passes their inner neighbour (its own-column D node, in a
 // register; the face node's sectors are beside the row's), in the blocks that have such
 // lanes only (the others run the plain sweep: XF in march), and the rest (the y and z
-// faces, whole rows, and the x faces' edges) by more layers of blocks in z (a couple of
+// faces, whole rows, and the x faces' edges) by more layers of blocks in z (about four
 // face entries a thread: face_layers in cuda.rs), which the device starts last, in the
 // slots the sweep's last wave leaves idle.
 #ifndef ES_FACES

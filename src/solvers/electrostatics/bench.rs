@@ -354,9 +354,7 @@ fn poisson_case<T: Real>(
         Device::Cuda(_) => {
             let launch = super::Launch::from_env()?;
             let classes = super::cuda::Classes::of(&g)?.present;
-            let kernel = launch.kernel.unwrap_or_else(|| {
-                SweepKernel::default_for(T::PRECISION, p.points(), g.q_node.is_some())
-            });
+            let kernel = launch.kernel_for(T::PRECISION, &g);
             (
                 kernel,
                 super::cuda::class_bits(kernel, launch.class_bits, classes)?,

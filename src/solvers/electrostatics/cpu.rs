@@ -141,7 +141,8 @@ pub struct CpuElectrostatics<T> {
     id_epsr: Vec<u8>,
     rp: [Vec<T>; 3],
     rm: [Vec<T>; 3],
-    epsr: Vec<T>,
+    /// εr by class byte: any u8 indexes it, so the sweep's lookups need no bounds check.
+    epsr: [T; 256],
     /// 2ρ/ε0: the charge term of the node equation, uniform or per node.
     q: T,
     q_node: Option<Vec<T>>,
@@ -194,7 +195,7 @@ impl<T: Real> CpuElectrostatics<T> {
         let [(xp, xm), (yp, ym), (zp, zm)] = [coefficients(0), coefficients(1), coefficients(2)];
         let plane = g.counts[0] * g.counts[1];
         Ok(Self {
-            epsr: g.epsr.iter().map(|&e| T::lit(e)).collect(),
+            epsr: std::array::from_fn(|c| g.epsr.get(c).map_or(T::zero(), |&e| T::lit(e))),
             q: T::lit(g.q_uniform),
             q_node: charge_of_window::<T>(g, &window),
             p: p.clone(),
@@ -218,10 +219,7 @@ impl<T: Real> CpuElectrostatics<T> {
         let (nj, nk) = (nx, nx * ny);
         let base = self.window.base;
         let v = Shared(self.v.as_mut_ptr());
-        let (idv, ide) = (&self.id_volt, &self.id_epsr);
-        // εr by class byte: any u8 indexes it, so the lookups need no bounds check.
-        let mut epsr = [T::zero(); 256];
-        epsr[..self.epsr.len()].copy_from_slice(&self.epsr);
+        let (idv, ide, epsr) = (&self.id_volt, &self.id_epsr, &self.epsr);
         let (rp, rm, q, q_node) = (&self.rp, &self.rm, self.q, self.q_node.as_deref());
         let omega = T::lit(self.p.omega);
         planes

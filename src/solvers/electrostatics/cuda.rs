@@ -416,9 +416,7 @@ impl<T: Real> CudaElectrostatics<T> {
         restart: Option<Restart<T>>,
         launch: Launch,
     ) -> Result<Self> {
-        let kernel = launch.kernel.unwrap_or_else(|| {
-            SweepKernel::default_for(T::PRECISION, p.points(), g.q_node.is_some())
-        });
+        let kernel = launch.kernel_for(T::PRECISION, g);
         let block = launch
             .block
             .unwrap_or_else(|| kernel.default_block(T::PRECISION, p.points()));

@@ -180,6 +180,14 @@ pub const DEFAULT_LAUNCH: Launch = Launch {
 };
 
 impl Launch {
+    /// The kernel this launch runs in `precision` on the mesh of `g`: the one asked for,
+    /// else [`SweepKernel::default_for`] the mesh.
+    pub fn kernel_for(&self, precision: Precision, g: &Geometry) -> SweepKernel {
+        self.kernel.unwrap_or_else(|| {
+            SweepKernel::default_for(precision, g.counts.iter().product(), g.q_node.is_some())
+        })
+    }
+
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
     /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged,
     /// KEISAN_ES_CLASS_BITS=4|8 and KEISAN_ES_COLOUR_T=0|1 for tuning runs; a value that does

@@ -335,7 +335,18 @@ impl Gpu {
                 }
             }
         };
-        Ok(module.load_function(name)?)
+        let function = module.load_function(name)?;
+        // KEISAN_CARVEOUT=P: the share of each multiprocessor's unified L1/shared memory
+        // that kernels prefer as shared memory, in percent (a tuning knob; unset: the
+        // driver's choice).
+        if let Some(percent) = crate::tuning::number("KEISAN_CARVEOUT", 0i32..=100)? {
+            use cudarc::driver::sys::CUfunction_attribute_enum as A;
+            function.set_attribute(
+                A::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                percent,
+            )?;
+        }
+        Ok(function)
     }
 
     /// Page-lock `bytes` of host memory at `ptr` so the device's copy engines read and

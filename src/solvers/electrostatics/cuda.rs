@@ -1019,12 +1019,13 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
     fn describe(&self) -> Option<String> {
         let (b, g) = (self.cfg.block_dim, self.cfg.grid_dim);
         Some(format!(
-            "{} (blocks of {}×{} threads, {} of them, {} planes each, {}-bit class codes)",
+            "{} (blocks of {}×{} threads, {} of them, {} plane{} each, {}-bit class codes)",
             self.kernel.name(),
             b.0,
             b.1,
             g.0 * g.1 * g.2,
             self.planes,
+            if self.planes == 1 { "" } else { "s" },
             self.class_bits
         ))
     }

@@ -1,4 +1,8 @@
-//! CPU reference engine: the study's two-branch cubic interpolation, rayon over rows.
+//! CPU reference engine: the study's two-branch cubic interpolation, rayon over rows. The
+//! cells of a row away from its x edges take both branches and keep one (`cubic_select`:
+//! the same operations, so the same bits as `cubic`), with no test per cell, so that the
+//! compiler vectorises their loop; it is compiled for AVX-512 and AVX2 as well and picked
+//! at run time (3.2× in f32, 2.1× in f64 on one AVX-512 core, docs/PERFORMANCE.md).
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -35,6 +39,82 @@ pub fn cubic<T: Real>(fm2: T, fm1: T, f0: T, fp1: T, fp2: T, d: T) -> T {
     ((c3 * d + c2) * d + c1) * d + f0
 }
 
+/// `cubic` with both branches computed and one selected: the same operations, so the same
+/// bits, but no branch, so that a loop of them vectorises (`interior_cells`).
+#[inline(always)]
+fn cubic_select<T: Real>(fm2: T, fm1: T, f0: T, fp1: T, fp2: T, d: T) -> T {
+    let (h, s3, s6) = (T::lit(0.5), T::lit(1.0 / 3.0), T::lit(1.0 / 6.0));
+    let c2 = h * fp1 - f0 + h * fm1;
+    let (c3m, c1m) = (
+        s6 * fp1 - h * f0 + h * fm1 - s6 * fm2,
+        s3 * fp1 + h * f0 - fm1 + s6 * fm2,
+    );
+    let (c3p, c1p) = (
+        -(s6 * fm1) + h * f0 - h * fp1 + s6 * fp2,
+        -(s3 * fm1) - h * f0 + fp1 - s6 * fp2,
+    );
+    let minus = d <= T::zero();
+    let c3 = if minus { c3m } else { c3p };
+    let c1 = if minus { c1m } else { c1p };
+    ((c3 * d + c2) * d + c1) * d + f0
+}
+
+/// The cells of one row away from the grid's x edges, all updated: `src[r]` holds rows
+/// j − 2 + r from two cells before the first output cell to two after the last, `du`
+/// and `dv` one entry per output cell.
+#[inline(always)]
+fn interior_cells<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
+    let n = out.len();
+    let (du, dv) = (&du[..n], &dv[..n]);
+    // Row r's cells i − 2 .. i + 2 are s[r][0][i] .. s[r][4][i]: every slice n long, so
+    // the loop's indices need no bound checks.
+    let s: [[&[T]; 5]; 5] = std::array::from_fn(|r| std::array::from_fn(|k| &src[r][k..k + n]));
+    for i in 0..n {
+        let d = du[i];
+        let mut x = [T::zero(); 5];
+        for (x, t) in x.iter_mut().zip(&s) {
+            *x = cubic_select(t[0][i], t[1][i], t[2][i], t[3][i], t[4][i], d);
+        }
+        out[i] = cubic_select(x[0], x[1], x[2], x[3], x[4], dv[i]);
+    }
+}
+
+/// `interior_cells` compiled for AVX2 (wider vectors, the same operations: Rust never
+/// contracts a multiply and an add into an FMA, so the bits do not change).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn interior_cells_avx2<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
+    interior_cells(src, du, dv, out)
+}
+
+/// `interior_cells` compiled for AVX-512, as `interior_cells_avx2`.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn interior_cells_avx512<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
+    interior_cells(src, du, dv, out)
+}
+
+/// `interior_cells` in the widest form this CPU runs.
+fn interior_row<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512F was detected.
+        return unsafe { interior_cells_avx512(src, du, dv, out) };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected.
+        return unsafe { interior_cells_avx2(src, du, dv, out) };
+    }
+    interior_cells(src, du, dv, out)
+}
+
 /// One step f → g of the grid rows `rows` (owned by `w`; buffers of `w.rows` rows);
 /// `d(i, j)` gives du, dv at node (i, j) of the grid.
 pub fn step<T: Real>(
@@ -49,35 +129,62 @@ pub fn step<T: Real>(
     let wrap = |a: isize, n: usize| a.rem_euclid(n as isize) as usize;
     let first = w.buffer_row(rows.start as isize);
     let out = &mut g[first * nx..(first + rows.len()) * nx];
-    out.par_chunks_mut(nx).enumerate().for_each(|(r, out)| {
-        let j = rows.start + r;
-        let rows: [usize; 5] = std::array::from_fn(|o| w.buffer_row(j as isize + o as isize - 2));
-        for (i, slot) in out.iter_mut().enumerate() {
-            if !p.updated(i, j) {
-                *slot = f[rows[2] * nx + i];
-                continue;
-            }
-            // Columns i-2..i+2: wrapped only near a periodic edge (the division is slow).
-            let cols: [usize; 5] = if i >= 2 && i + 2 < nx {
-                [i - 2, i - 1, i, i + 1, i + 2]
+    let scratch = || (Vec::<T>::with_capacity(nx), Vec::<T>::with_capacity(nx));
+    out.par_chunks_mut(nx)
+        .enumerate()
+        .for_each_init(scratch, |(du, dv), (r, out)| {
+            let j = rows.start + r;
+            let rows: [usize; 5] =
+                std::array::from_fn(|o| w.buffer_row(j as isize + o as isize - 2));
+            // Cells 2..nx-2 wrap no column and are all updated or none (`updated`): one
+            // loop with no test per cell.
+            let span = if nx >= 5 && p.updated(2, j) {
+                2..nx - 2
             } else {
-                std::array::from_fn(|o| wrap(i as isize + o as isize - 2, nx))
+                0..0
             };
-            let (du, dv) = d(i, j);
-            let x: [T; 5] = std::array::from_fn(|r| {
-                let row = &f[rows[r] * nx..(rows[r] + 1) * nx];
-                cubic(
-                    row[cols[0]],
-                    row[cols[1]],
-                    row[cols[2]],
-                    row[cols[3]],
-                    row[cols[4]],
-                    du,
-                )
-            });
-            *slot = cubic(x[0], x[1], x[2], x[3], x[4], dv);
-        }
-    });
+            if !span.is_empty() {
+                du.clear();
+                dv.clear();
+                for i in span.clone() {
+                    let (a, b) = d(i, j);
+                    du.push(a);
+                    dv.push(b);
+                }
+                let src: [&[T]; 5] = std::array::from_fn(|o| {
+                    &f[rows[o] * nx + span.start - 2..rows[o] * nx + span.end + 2]
+                });
+                interior_row(src, du, dv, &mut out[span.clone()]);
+            }
+            for (i, slot) in out.iter_mut().enumerate() {
+                if span.contains(&i) {
+                    continue;
+                }
+                if !p.updated(i, j) {
+                    *slot = f[rows[2] * nx + i];
+                    continue;
+                }
+                // Columns i-2..i+2: wrapped only near a periodic edge (the division is slow).
+                let cols: [usize; 5] = if i >= 2 && i + 2 < nx {
+                    [i - 2, i - 1, i, i + 1, i + 2]
+                } else {
+                    std::array::from_fn(|o| wrap(i as isize + o as isize - 2, nx))
+                };
+                let (du, dv) = d(i, j);
+                let x: [T; 5] = std::array::from_fn(|r| {
+                    let row = &f[rows[r] * nx..(rows[r] + 1) * nx];
+                    cubic(
+                        row[cols[0]],
+                        row[cols[1]],
+                        row[cols[2]],
+                        row[cols[3]],
+                        row[cols[4]],
+                        du,
+                    )
+                });
+                *slot = cubic(x[0], x[1], x[2], x[3], x[4], dv);
+            }
+        });
 }
 
 pub struct CpuAdvection<T> {
@@ -189,5 +296,100 @@ impl<T: Real> Subdomain for CpuAdvection<T> {
     fn commit(&mut self, steps: u64) {
         std::mem::swap(&mut self.f, &mut self.g);
         self.steps += steps;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A row's interior by `cubic`, cell by cell: what `interior_row` must reproduce.
+    fn by_cell<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T]) -> Vec<T> {
+        (0..du.len())
+            .map(|i| {
+                let x: [T; 5] = std::array::from_fn(|r| {
+                    let s = &src[r][i..i + 5];
+                    cubic(s[0], s[1], s[2], s[3], s[4], du[i])
+                });
+                cubic(x[0], x[1], x[2], x[3], x[4], dv[i])
+            })
+            .collect()
+    }
+
+    proptest! {
+        // Displacements on both sides of 0 and exactly 0, every vector width's tail.
+        #[test]
+        fn interior_row_is_cubic_bit_for_bit(
+            n in 1usize..70,
+            seed in any::<u64>(),
+        ) {
+            use rand::{Rng, SeedableRng};
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let mut d = |rng: &mut rand::rngs::StdRng| match rng.random_range(0..8) {
+                0 => 0.0,
+                _ => rng.random_range(-1.0..=1.0),
+            };
+            let rows: Vec<Vec<f64>> =
+                (0..5).map(|_| (0..n + 4).map(|_| rng.random_range(-2.0..2.0)).collect()).collect();
+            let du: Vec<f64> = (0..n).map(|_| d(&mut rng)).collect();
+            let dv: Vec<f64> = (0..n).map(|_| d(&mut rng)).collect();
+            let src: [&[f64]; 5] = std::array::from_fn(|r| &rows[r][..]);
+            let mut out = vec![0.0; n];
+            interior_row(src, &du, &dv, &mut out);
+            let want = by_cell(src, &du, &dv);
+            prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            // f32 through the same rows.
+            let rows32: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|&v| v as f32).collect()).collect();
+            let du32: Vec<f32> = du.iter().map(|&v| v as f32).collect();
+            let dv32: Vec<f32> = dv.iter().map(|&v| v as f32).collect();
+            let src32: [&[f32]; 5] = std::array::from_fn(|r| &rows32[r][..]);
+            let mut out32 = vec![0.0f32; n];
+            interior_row(src32, &du32, &dv32, &mut out32);
+            let want32 = by_cell(src32, &du32, &dv32);
+            prop_assert_eq!(out32.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            want32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
+    }
+
+    /// Each compiled form this CPU runs, not only the widest.
+    #[test]
+    fn every_form_gives_the_same_bits() {
+        let n = 37;
+        let rows: Vec<Vec<f32>> = (0..5)
+            .map(|r| {
+                (0..n + 4)
+                    .map(|i| ((i * 7 + r * 13) % 11) as f32 * 0.37 - 1.3)
+                    .collect()
+            })
+            .collect();
+        let du: Vec<f32> = (0..n).map(|i| (i as f32 * 0.61).sin()).collect();
+        let dv: Vec<f32> = (0..n).map(|i| (i as f32 * 0.43).cos()).collect();
+        let src: [&[f32]; 5] = std::array::from_fn(|r| &rows[r][..]);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let want = bits(&by_cell(src, &du, &dv));
+        let mut out = vec![0.0f32; n];
+        interior_cells(src, &du, &dv, &mut out);
+        assert_eq!(bits(&out), want);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx2") {
+                let mut out = vec![0.0f32; n];
+                // SAFETY: AVX2 was detected.
+                unsafe { interior_cells_avx2(src, &du, &dv, &mut out) };
+                assert_eq!(bits(&out), want);
+            } else {
+                eprintln!("every_form_gives_the_same_bits: no AVX2 here, its form not run");
+            }
+            if std::is_x86_feature_detected!("avx512f") {
+                let mut out = vec![0.0f32; n];
+                // SAFETY: AVX-512F was detected.
+                unsafe { interior_cells_avx512(src, &du, &dv, &mut out) };
+                assert_eq!(bits(&out), want);
+            } else {
+                eprintln!("every_form_gives_the_same_bits: no AVX-512 here, its form not run");
+            }
+        }
     }
 }

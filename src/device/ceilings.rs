@@ -153,32 +153,77 @@ pub fn measure_cpu() -> Ceilings {
     }
 }
 
-/// f64 FLOP rate of every rayon thread together (a multiply and an add count 2): eight
-/// independent multiply-add chains per thread, as plain x86-64 code (SSE2, no FMA)
-/// issues them — the arithmetic ceiling of the compute-bound CPU engines.
+/// Independent multiply-add chains of `cpu_flop_rate`: eight vectors of AVX-512, enough
+/// to cover the adds' latency.
+const CHAINS: usize = 64;
+
+/// `iters` rounds of x ← x·a + b on each of the chains (a multiply and an add: Rust
+/// never contracts them into an FMA).
+#[inline(always)]
+fn multiply_add_chains(x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) {
+    for _ in 0..iters {
+        for v in x.iter_mut() {
+            *v = *v * a + b;
+        }
+    }
+}
+
+/// `multiply_add_chains` for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn multiply_add_chains_avx2(x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) {
+    multiply_add_chains(x, a, b, iters)
+}
+
+/// `multiply_add_chains` for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn multiply_add_chains_avx512(x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) {
+    multiply_add_chains(x, a, b, iters)
+}
+
+/// f64 FLOP rate of every rayon thread together (a multiply and an add count 2): 64
+/// independent multiply-add chains per thread in the widest vectors the CPU runs
+/// (AVX-512, AVX2, else SSE2; no FMA) — the arithmetic ceiling of the compute-bound
+/// CPU engines, which pick their widest form the same way.
 pub fn cpu_flop_rate() -> f64 {
     use rayon::prelude::*;
     use std::hint::black_box;
-    const ITERS: usize = 1 << 22;
+    const ITERS: usize = 1 << 23;
     let threads = rayon::current_num_threads();
+    let run = |x: &mut [f64; CHAINS], a: f64, b: f64| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                // SAFETY: AVX-512F was detected.
+                return unsafe { multiply_add_chains_avx512(x, a, b, ITERS) };
+            }
+            if std::is_x86_feature_detected!("avx2") {
+                // SAFETY: AVX2 was detected.
+                return unsafe { multiply_add_chains_avx2(x, a, b, ITERS) };
+            }
+        }
+        multiply_add_chains(x, a, b, ITERS)
+    };
     let mut times = Vec::new();
     for _ in 0..3 {
         let t0 = std::time::Instant::now();
         let s: f64 = (0..threads)
             .into_par_iter()
             .map(|t| {
-                let mut x: [f64; 8] = std::array::from_fn(|k| (t + k) as f64);
-                let (a, b) = (black_box(0.999), black_box(1e-3));
-                for _ in 0..ITERS {
-                    for v in &mut x {
-                        *v = *v * a + b;
-                    }
-                }
+                let mut x: [f64; CHAINS] = std::array::from_fn(|k| (t + k) as f64);
+                run(&mut x, black_box(0.999), black_box(1e-3));
                 x.iter().sum::<f64>()
             })
             .sum();
         black_box(s);
         times.push(t0.elapsed().as_secs_f64());
     }
-    2.0 * 8.0 * (ITERS * threads) as f64 / median(times)
+    2.0 * CHAINS as f64 * (ITERS * threads) as f64 / median(times)
 }

@@ -326,7 +326,7 @@ mod tests {
         ) {
             use rand::{Rng, SeedableRng};
             let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-            let mut d = |rng: &mut rand::rngs::StdRng| match rng.random_range(0..8) {
+            let d = |rng: &mut rand::rngs::StdRng| match rng.random_range(0..8) {
                 0 => 0.0,
                 _ => rng.random_range(-1.0..=1.0),
             };

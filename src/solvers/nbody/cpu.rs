@@ -27,32 +27,154 @@ pub fn accelerations_of(
 ) -> (Vec<[f64; 3]>, Vec<f64>) {
     let eps2 = grav.softening * grav.softening;
     let first = of.start;
-    let rows: Vec<([f64; 3], f64)> = p.pos[of]
-        .par_iter()
+    // Blocks of LANES particles, each block's j loop run once for all of them (a vector
+    // lane a particle); the last block may be short.
+    let blocks: Vec<([[f64; 3]; LANES], [f64; LANES])> = p.pos[of.clone()]
+        .par_chunks(LANES)
         .enumerate()
-        .map(|(o, xi)| {
-            let i = first + o;
-            let (mut a, mut phi) = ([0.0f64; 3], 0.0f64);
-            for (j, (xj, &mj)) in p.pos.iter().zip(&p.mass).enumerate() {
-                if j == i {
-                    continue;
-                }
-                let d = [xj[0] - xi[0], xj[1] - xi[1], xj[2] - xi[2]];
-                let r2 = eps2 + d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
-                let inv = 1.0 / r2.sqrt();
-                let s = mj * inv * inv * inv;
-                for k in 0..3 {
-                    a[k] += s * d[k];
-                }
-                if potential {
-                    phi -= mj * inv;
+        .map(|(b, xi)| {
+            let i0 = first + b * LANES;
+            match (xi.len() == LANES, potential) {
+                (true, true) => lane_block::<true>(p, eps2, i0),
+                (true, false) => lane_block::<false>(p, eps2, i0),
+                (false, _) => {
+                    let (mut a, mut phi) = ([[0.0; 3]; LANES], [0.0; LANES]);
+                    for (l, xi) in xi.iter().enumerate() {
+                        (a[l], phi[l]) = one_particle(p, eps2, potential, i0 + l, xi);
+                    }
+                    (a, phi)
                 }
             }
-            (a.map(|v| grav.g * v), grav.g * phi)
         })
         .collect();
-    let (acc, phi): (Vec<_>, Vec<_>) = rows.into_iter().unzip();
-    (acc, if potential { phi } else { Vec::new() })
+    let n = of.len();
+    let acc: Vec<[f64; 3]> = blocks
+        .iter()
+        .flat_map(|(a, _)| a.iter())
+        .take(n)
+        .map(|a| a.map(|v| grav.g * v))
+        .collect();
+    let phi = match potential {
+        true => blocks
+            .iter()
+            .flat_map(|(_, f)| f.iter())
+            .take(n)
+            .map(|&f| grav.g * f)
+            .collect(),
+        false => Vec::new(),
+    };
+    (acc, phi)
+}
+
+/// Particles per block of [`lane_block`]: a vector of f64 on AVX-512.
+const LANES: usize = 8;
+
+/// Σ_j over every j ≠ i in index order of particle i: the sums before the factor G.
+fn one_particle(
+    p: &Particles,
+    eps2: f64,
+    potential: bool,
+    i: usize,
+    xi: &[f64; 3],
+) -> ([f64; 3], f64) {
+    let (mut a, mut phi) = ([0.0f64; 3], 0.0f64);
+    for (j, (xj, &mj)) in p.pos.iter().zip(&p.mass).enumerate() {
+        if j == i {
+            continue;
+        }
+        let d = [xj[0] - xi[0], xj[1] - xi[1], xj[2] - xi[2]];
+        let r2 = eps2 + d[0] * d[0] + d[1] * d[1] + d[2] * d[2];
+        let inv = 1.0 / r2.sqrt();
+        let s = mj * inv * inv * inv;
+        for k in 0..3 {
+            a[k] += s * d[k];
+        }
+        if potential {
+            phi -= mj * inv;
+        }
+    }
+    (a, phi)
+}
+
+/// [`one_particle`] of particles i0 .. i0 + LANES at once: each lane does its particle's
+/// operations in its order (sqrt and division are exact IEEE operations in every
+/// width), so the same bits. Lane i's own term j = i adds an exact +0 instead of being
+/// skipped: its sums start at +0 and a sum of finite terms is never −0, so adding +0
+/// leaves them as they are.
+#[inline(always)]
+fn lanes_of<const P: bool>(
+    p: &Particles,
+    eps2: f64,
+    i0: usize,
+) -> ([[f64; 3]; LANES], [f64; LANES]) {
+    let xi: [[f64; LANES]; 3] = std::array::from_fn(|k| std::array::from_fn(|l| p.pos[i0 + l][k]));
+    let (mut ax, mut ay, mut az, mut phi) =
+        ([0.0f64; LANES], [0.0; LANES], [0.0; LANES], [0.0; LANES]);
+    for (j, (xj, &mj)) in p.pos.iter().zip(&p.mass).enumerate() {
+        for l in 0..LANES {
+            let own = j == i0 + l;
+            let (dx, dy, dz) = (xj[0] - xi[0][l], xj[1] - xi[1][l], xj[2] - xi[2][l]);
+            let r2 = eps2 + dx * dx + dy * dy + dz * dz;
+            let inv = 1.0 / r2.sqrt();
+            let s = mj * inv * inv * inv;
+            ax[l] += if own { 0.0 } else { s * dx };
+            ay[l] += if own { 0.0 } else { s * dy };
+            az[l] += if own { 0.0 } else { s * dz };
+            if P {
+                phi[l] -= if own { 0.0 } else { mj * inv };
+            }
+        }
+    }
+    (std::array::from_fn(|l| [ax[l], ay[l], az[l]]), phi)
+}
+
+/// [`lanes_of`] compiled for AVX2 (Rust never contracts a multiply and an add into an
+/// FMA, so the bits do not change).
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn lanes_avx2<const P: bool>(
+    p: &Particles,
+    eps2: f64,
+    i0: usize,
+) -> ([[f64; 3]; LANES], [f64; LANES]) {
+    lanes_of::<P>(p, eps2, i0)
+}
+
+/// [`lanes_of`] compiled for AVX-512.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn lanes_avx512<const P: bool>(
+    p: &Particles,
+    eps2: f64,
+    i0: usize,
+) -> ([[f64; 3]; LANES], [f64; LANES]) {
+    lanes_of::<P>(p, eps2, i0)
+}
+
+/// [`lanes_of`] in the widest form this CPU runs.
+fn lane_block<const P: bool>(
+    p: &Particles,
+    eps2: f64,
+    i0: usize,
+) -> ([[f64; 3]; LANES], [f64; LANES]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512F was detected.
+            return unsafe { lanes_avx512::<P>(p, eps2, i0) };
+        }
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: AVX2 was detected.
+            return unsafe { lanes_avx2::<P>(p, eps2, i0) };
+        }
+    }
+    lanes_of::<P>(p, eps2, i0)
 }
 
 /// Leapfrog kick-drift-kick with fixed `dt`: symplectic and time-reversible, so the
@@ -210,5 +332,72 @@ pub fn particles_of(data: &[f64]) -> Particles {
         pos: rows.clone().map(|r| [r[0], r[1], r[2]]).collect(),
         vel: rows.clone().map(|r| [r[3], r[4], r[5]]).collect(),
         mass: rows.map(|r| r[6]).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn random_particles(n: usize, seed: u64) -> Particles {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut v = || std::array::from_fn(|_| rng.random_range(-1.0..1.0));
+        let pos: Vec<[f64; 3]> = (0..n).map(|_| v()).collect();
+        let vel = (0..n).map(|_| v()).collect();
+        let mass = (0..n).map(|i| 0.5 + (i % 7) as f64 * 0.1).collect();
+        Particles { pos, vel, mass }
+    }
+
+    /// Every compiled form of a block of lanes: the bits of the particle-by-particle sums,
+    /// with and without softening (no softening: the own term is infinite and must not
+    /// reach the sums).
+    #[test]
+    fn lane_blocks_are_the_particle_sums_bit_for_bit() {
+        let p = random_particles(3 * LANES + 5, 7);
+        for eps2 in [0.0, 1e-4] {
+            for i0 in [0, LANES, 2 * LANES + 3] {
+                let want: Vec<([f64; 3], f64)> = (0..LANES)
+                    .map(|l| one_particle(&p, eps2, true, i0 + l, &p.pos[i0 + l]))
+                    .collect();
+                let bits = |(a, phi): ([[f64; 3]; LANES], [f64; LANES])| {
+                    (0..LANES)
+                        .map(|l| (a[l].map(f64::to_bits), phi[l].to_bits()))
+                        .collect::<Vec<_>>()
+                };
+                let want = bits((
+                    std::array::from_fn(|l| want[l].0),
+                    std::array::from_fn(|l| want[l].1),
+                ));
+                assert_eq!(bits(lanes_of::<true>(&p, eps2, i0)), want, "plain");
+                assert_eq!(bits(lane_block::<true>(&p, eps2, i0)), want, "widest");
+                #[cfg(target_arch = "x86_64")]
+                {
+                    if std::is_x86_feature_detected!("avx2") {
+                        // SAFETY: AVX2 was detected.
+                        let got = unsafe { lanes_avx2::<true>(&p, eps2, i0) };
+                        assert_eq!(bits(got), want, "avx2");
+                    } else {
+                        eprintln!("no AVX2 here: its form not run");
+                    }
+                    if std::is_x86_feature_detected!("avx512f") {
+                        // SAFETY: AVX-512F was detected.
+                        let got = unsafe { lanes_avx512::<true>(&p, eps2, i0) };
+                        assert_eq!(bits(got), want, "avx512");
+                    } else {
+                        eprintln!("no AVX-512 here: its form not run");
+                    }
+                }
+                // Without the potential: the same accelerations.
+                let (a, _) = lane_block::<false>(&p, eps2, i0);
+                assert_eq!(
+                    bits((a, [0.0; LANES]))
+                        .iter()
+                        .map(|x| x.0)
+                        .collect::<Vec<_>>(),
+                    want.iter().map(|x| x.0).collect::<Vec<_>>()
+                );
+            }
+        }
     }
 }

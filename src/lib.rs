@@ -22,5 +22,6 @@ pub mod solvers;
 pub mod summary;
 pub mod tuning;
 pub mod units;
+pub mod vector;
 
 pub use error::{Error, Result};

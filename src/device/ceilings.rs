@@ -168,24 +168,9 @@ fn multiply_add_chains(x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) {
     }
 }
 
-/// `multiply_add_chains` for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn multiply_add_chains_avx2(x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) {
-    multiply_add_chains(x, a, b, iters)
-}
-
-/// `multiply_add_chains` for AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn multiply_add_chains_avx512(x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) {
-    multiply_add_chains(x, a, b, iters)
+crate::vector::vector_forms! {
+    /// `multiply_add_chains` for SSE2, AVX2 and AVX-512.
+    mod chains = multiply_add_chains [] [] (x: &mut [f64; CHAINS], a: f64, b: f64, iters: usize) -> ();
 }
 
 /// f64 FLOP rate of every rayon thread together (a multiply and an add count 2): 64
@@ -197,20 +182,6 @@ pub fn cpu_flop_rate() -> f64 {
     use std::hint::black_box;
     const ITERS: usize = 1 << 23;
     let threads = rayon::current_num_threads();
-    let run = |x: &mut [f64; CHAINS], a: f64, b: f64| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx512f") {
-                // SAFETY: AVX-512F was detected.
-                return unsafe { multiply_add_chains_avx512(x, a, b, ITERS) };
-            }
-            if std::is_x86_feature_detected!("avx2") {
-                // SAFETY: AVX2 was detected.
-                return unsafe { multiply_add_chains_avx2(x, a, b, ITERS) };
-            }
-        }
-        multiply_add_chains(x, a, b, ITERS)
-    };
     let mut times = Vec::new();
     for _ in 0..3 {
         let t0 = std::time::Instant::now();
@@ -218,7 +189,7 @@ pub fn cpu_flop_rate() -> f64 {
             .into_par_iter()
             .map(|t| {
                 let mut x: [f64; CHAINS] = std::array::from_fn(|k| (t + k) as f64);
-                run(&mut x, black_box(0.999), black_box(1e-3));
+                chains::widest(&mut x, black_box(0.999), black_box(1e-3), ITERS);
                 x.iter().sum::<f64>()
             })
             .sum();

@@ -79,40 +79,10 @@ fn interior_cells<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
     }
 }
 
-/// `interior_cells` compiled for AVX2 (wider vectors, the same operations: Rust never
-/// contracts a multiply and an add into an FMA, so the bits do not change).
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn interior_cells_avx2<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
-    interior_cells(src, du, dv, out)
-}
-
-/// `interior_cells` compiled for AVX-512, as `interior_cells_avx2`.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn interior_cells_avx512<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
-    interior_cells(src, du, dv, out)
-}
-
-/// `interior_cells` in the widest form this CPU runs.
-fn interior_row<T: Real>(src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx512f") {
-        // SAFETY: AVX-512F was detected.
-        return unsafe { interior_cells_avx512(src, du, dv, out) };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected.
-        return unsafe { interior_cells_avx2(src, du, dv, out) };
-    }
-    interior_cells(src, du, dv, out)
+crate::vector::vector_forms! {
+    /// `interior_cells` for SSE2, AVX2 and AVX-512 (`widest`: the widest this CPU runs).
+    mod interior_row = interior_cells [T: Real] [T]
+        (src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) -> ();
 }
 
 /// One step f → g of the grid rows `rows` (owned by `w`; buffers of `w.rows` rows);
@@ -154,7 +124,7 @@ pub fn step<T: Real>(
                 let src: [&[T]; 5] = std::array::from_fn(|o| {
                     &f[rows[o] * nx + span.start - 2..rows[o] * nx + span.end + 2]
                 });
-                interior_row(src, du, dv, &mut out[span.clone()]);
+                interior_row::widest(src, du, dv, &mut out[span.clone()]);
             }
             for (i, slot) in out.iter_mut().enumerate() {
                 if span.contains(&i) {
@@ -336,7 +306,7 @@ mod tests {
             let dv: Vec<f64> = (0..n).map(|_| d(&mut rng)).collect();
             let src: [&[f64]; 5] = std::array::from_fn(|r| &rows[r][..]);
             let mut out = vec![0.0; n];
-            interior_row(src, &du, &dv, &mut out);
+            interior_row::widest(src, &du, &dv, &mut out);
             let want = by_cell(src, &du, &dv);
             prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                             want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
@@ -346,7 +316,7 @@ mod tests {
             let dv32: Vec<f32> = dv.iter().map(|&v| v as f32).collect();
             let src32: [&[f32]; 5] = std::array::from_fn(|r| &rows32[r][..]);
             let mut out32 = vec![0.0f32; n];
-            interior_row(src32, &du32, &dv32, &mut out32);
+            interior_row::widest(src32, &du32, &dv32, &mut out32);
             let want32 = by_cell(src32, &du32, &dv32);
             prop_assert_eq!(out32.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                             want32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
@@ -369,26 +339,11 @@ mod tests {
         let src: [&[f32]; 5] = std::array::from_fn(|r| &rows[r][..]);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         let want = bits(&by_cell(src, &du, &dv));
-        let mut out = vec![0.0f32; n];
-        interior_cells(src, &du, &dv, &mut out);
-        assert_eq!(bits(&out), want);
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::is_x86_feature_detected!("avx2") {
-                let mut out = vec![0.0f32; n];
-                // SAFETY: AVX2 was detected.
-                unsafe { interior_cells_avx2(src, &du, &dv, &mut out) };
-                assert_eq!(bits(&out), want);
-            } else {
-                eprintln!("every_form_gives_the_same_bits: no AVX2 here, its form not run");
-            }
-            if std::is_x86_feature_detected!("avx512f") {
-                let mut out = vec![0.0f32; n];
-                // SAFETY: AVX-512F was detected.
-                unsafe { interior_cells_avx512(src, &du, &dv, &mut out) };
-                assert_eq!(bits(&out), want);
-            } else {
-                eprintln!("every_form_gives_the_same_bits: no AVX-512 here, its form not run");
+        for form in crate::vector::Form::ALL {
+            let mut out = vec![0.0f32; n];
+            match interior_row::form(form, src, &du, &dv, &mut out) {
+                Some(()) => assert_eq!(bits(&out), want, "{form:?}"),
+                None => eprintln!("{form:?} does not run on this CPU: not checked"),
             }
         }
     }

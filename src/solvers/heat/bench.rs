@@ -379,10 +379,15 @@ impl HeatBench {
     pub fn human(&self) -> String {
         let c = &self.ceilings;
         let mut r = format!("heat bench on {}\n", self.device);
+        // Every case has the bench's one precision.
+        let (precision, bytes) = self
+            .cases
+            .first()
+            .map_or(("f32", 8), |k| (k.precision.as_str(), k.bytes_per_cell));
         r += &format!(
-            "  ceilings (measured now): copy {:.1} GB/s → single-pass floor {:.1} Gcell/s (f32, 8 B/cell/step)\n",
+            "  ceilings (measured now): copy {:.1} GB/s → single-pass floor {:.1} Gcell/s ({precision}, {bytes} B/cell/step)\n",
             c.copy_bandwidth * 1e-9,
-            c.copy_bandwidth / 8.0 * 1e-9
+            c.copy_bandwidth / bytes as f64 * 1e-9
         );
         let mut in_core_3d = None;
         let mut pyramid = None;

@@ -35,8 +35,8 @@ pub fn accelerations_of(
         .map(|(b, xi)| {
             let i0 = first + b * LANES;
             match (xi.len() == LANES, potential) {
-                (true, true) => lane_block::<true>(p, eps2, i0),
-                (true, false) => lane_block::<false>(p, eps2, i0),
+                (true, true) => lane_block::widest::<true>(p, eps2, i0),
+                (true, false) => lane_block::widest::<false>(p, eps2, i0),
                 (false, _) => {
                     let (mut a, mut phi) = ([[0.0; 3]; LANES], [0.0; LANES]);
                     for (l, xi) in xi.iter().enumerate() {
@@ -128,53 +128,10 @@ fn lanes_of<const P: bool>(
     (std::array::from_fn(|l| [ax[l], ay[l], az[l]]), phi)
 }
 
-/// [`lanes_of`] compiled for AVX2 (Rust never contracts a multiply and an add into an
-/// FMA, so the bits do not change).
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn lanes_avx2<const P: bool>(
-    p: &Particles,
-    eps2: f64,
-    i0: usize,
-) -> ([[f64; 3]; LANES], [f64; LANES]) {
-    lanes_of::<P>(p, eps2, i0)
-}
-
-/// [`lanes_of`] compiled for AVX-512.
-///
-/// # Safety
-/// The CPU must support AVX-512F.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn lanes_avx512<const P: bool>(
-    p: &Particles,
-    eps2: f64,
-    i0: usize,
-) -> ([[f64; 3]; LANES], [f64; LANES]) {
-    lanes_of::<P>(p, eps2, i0)
-}
-
-/// [`lanes_of`] in the widest form this CPU runs.
-fn lane_block<const P: bool>(
-    p: &Particles,
-    eps2: f64,
-    i0: usize,
-) -> ([[f64; 3]; LANES], [f64; LANES]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512F was detected.
-            return unsafe { lanes_avx512::<P>(p, eps2, i0) };
-        }
-        if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: AVX2 was detected.
-            return unsafe { lanes_avx2::<P>(p, eps2, i0) };
-        }
-    }
-    lanes_of::<P>(p, eps2, i0)
+crate::vector::vector_forms! {
+    /// [`lanes_of`] for SSE2, AVX2 and AVX-512 (`widest`: the widest this CPU runs).
+    mod lane_block = lanes_of [const P: bool] [P]
+        (p: &Particles, eps2: f64, i0: usize) -> ([[f64; 3]; LANES], [f64; LANES]);
 }
 
 /// Leapfrog kick-drift-kick with fixed `dt`: symplectic and time-reversible, so the
@@ -369,27 +326,14 @@ mod tests {
                     std::array::from_fn(|l| want[l].0),
                     std::array::from_fn(|l| want[l].1),
                 ));
-                assert_eq!(bits(lanes_of::<true>(&p, eps2, i0)), want, "plain");
-                assert_eq!(bits(lane_block::<true>(&p, eps2, i0)), want, "widest");
-                #[cfg(target_arch = "x86_64")]
-                {
-                    if std::is_x86_feature_detected!("avx2") {
-                        // SAFETY: AVX2 was detected.
-                        let got = unsafe { lanes_avx2::<true>(&p, eps2, i0) };
-                        assert_eq!(bits(got), want, "avx2");
-                    } else {
-                        eprintln!("no AVX2 here: its form not run");
-                    }
-                    if std::is_x86_feature_detected!("avx512f") {
-                        // SAFETY: AVX-512F was detected.
-                        let got = unsafe { lanes_avx512::<true>(&p, eps2, i0) };
-                        assert_eq!(bits(got), want, "avx512");
-                    } else {
-                        eprintln!("no AVX-512 here: its form not run");
+                for form in crate::vector::Form::ALL {
+                    match lane_block::form::<true>(form, &p, eps2, i0) {
+                        Some(got) => assert_eq!(bits(got), want, "{form:?}"),
+                        None => eprintln!("{form:?} does not run on this CPU: not checked"),
                     }
                 }
                 // Without the potential: the same accelerations.
-                let (a, _) = lane_block::<false>(&p, eps2, i0);
+                let (a, _) = lane_block::widest::<false>(&p, eps2, i0);
                 assert_eq!(
                     bits((a, [0.0; LANES]))
                         .iter()

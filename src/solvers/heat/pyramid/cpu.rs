@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::memory::try_filled;
 use crate::precision::Real;
 use crate::solvers::heat::HeatProblem;
-use crate::solvers::heat::cpu::update;
+use crate::solvers::heat::cpu::row_step;
 
 /// One step inside a box: write `region` (local indices) of `dst` from `src`. Points on the
 /// grid's boundary are copied (Dirichlet), the rest updated. False if a value is non-finite.
@@ -40,33 +40,31 @@ pub fn step_box<T: Real>(
             if z < region.lo[0] || z >= region.hi[0] || y < region.lo[1] || y >= region.hi[1] {
                 return true;
             }
-            let boundary_row = edge(0, z) || edge(1, y);
+            let (lo, hi) = (region.lo[2], region.hi[2]);
+            let base = row * bx;
+            let c = &src[base..base + bx];
+            if edge(0, z) || edge(1, y) {
+                out[lo..hi].copy_from_slice(&c[lo..hi]);
+                return c[lo..hi].iter().all(|v| v.is_finite());
+            }
+            // Cells on the grid's x edges are copied; a..b, the others, updated.
+            let a = lo.max(usize::from(origin[2] == 0)).min(hi);
+            let b = hi.min(p.shape[2] - 1 - origin[2]).max(a);
             let mut finite = true;
-            let xs = out
-                .iter_mut()
-                .enumerate()
-                .take(region.hi[2])
-                .skip(region.lo[2]);
-            for (x, slot) in xs {
-                let i = row * bx + x;
-                let c = src[i];
-                let v = if boundary_row || edge(2, x) {
-                    c
-                } else {
-                    let (ym, yp) = if dims >= 2 {
-                        (src[i - bx], src[i + bx])
-                    } else {
-                        (c, c)
-                    };
-                    let (zm, zp) = if dims >= 3 {
-                        (src[i - plane], src[i + plane])
-                    } else {
-                        (c, c)
-                    };
-                    update(c, src[i - 1], src[i + 1], ym, yp, zm, zp, rx, ry, rz)
+            for x in (lo..a).chain(b..hi) {
+                out[x] = c[x];
+                finite &= c[x].is_finite();
+            }
+            if a < b {
+                let y = match dims >= 2 {
+                    true => [&src[base - bx..base], &src[base + bx..base + 2 * bx]],
+                    false => [c, c],
                 };
-                finite &= v.is_finite();
-                *slot = v;
+                let z = match dims >= 3 {
+                    true => [&src[base - plane..][..bx], &src[base + plane..][..bx]],
+                    false => [c, c],
+                };
+                finite &= row_step::widest(out, c, y, z, [rz, ry, rx], a, b);
             }
             finite
         })

@@ -287,6 +287,15 @@ mod tests {
             .collect()
     }
 
+    /// The bits (widened to f64: exact) of `interior_row::widest` and of `by_cell`.
+    fn widest_and_by_cell<T: Real>(rows: &[Vec<T>], du: &[T], dv: &[T]) -> (Vec<u64>, Vec<u64>) {
+        let src: [&[T]; 5] = std::array::from_fn(|r| &rows[r][..]);
+        let mut out = vec![T::zero(); du.len()];
+        interior_row::widest(src, du, dv, &mut out);
+        let bits = |v: &[T]| v.iter().map(|x| x.as_f64().to_bits()).collect::<Vec<_>>();
+        (bits(&out), bits(&by_cell(src, du, dv)))
+    }
+
     proptest! {
         // Displacements on both sides of 0 and exactly 0, every vector width's tail.
         #[test]
@@ -304,22 +313,13 @@ mod tests {
                 (0..5).map(|_| (0..n + 4).map(|_| rng.random_range(-2.0..2.0)).collect()).collect();
             let du: Vec<f64> = (0..n).map(|_| d(&mut rng)).collect();
             let dv: Vec<f64> = (0..n).map(|_| d(&mut rng)).collect();
-            let src: [&[f64]; 5] = std::array::from_fn(|r| &rows[r][..]);
-            let mut out = vec![0.0; n];
-            interior_row::widest(src, &du, &dv, &mut out);
-            let want = by_cell(src, &du, &dv);
-            prop_assert_eq!(out.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            let (got, want) = widest_and_by_cell(&rows, &du, &dv);
+            prop_assert_eq!(got, want);
             // f32 through the same rows.
-            let rows32: Vec<Vec<f32>> = rows.iter().map(|r| r.iter().map(|&v| v as f32).collect()).collect();
-            let du32: Vec<f32> = du.iter().map(|&v| v as f32).collect();
-            let dv32: Vec<f32> = dv.iter().map(|&v| v as f32).collect();
-            let src32: [&[f32]; 5] = std::array::from_fn(|r| &rows32[r][..]);
-            let mut out32 = vec![0.0f32; n];
-            interior_row::widest(src32, &du32, &dv32, &mut out32);
-            let want32 = by_cell(src32, &du32, &dv32);
-            prop_assert_eq!(out32.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                            want32.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+            let narrow = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+            let rows32: Vec<Vec<f32>> = rows.iter().map(|r| narrow(r)).collect();
+            let (got, want) = widest_and_by_cell(&rows32, &narrow(&du), &narrow(&dv));
+            prop_assert_eq!(got, want);
         }
     }
 

@@ -90,20 +90,33 @@ impl<T: Real> CpuHeat<T> {
                 if !(interior_y && interior_z) {
                     return true;
                 }
-                let base = row * nx;
-                let c = &u[base..base + nx];
-                let y = match dims >= 2 {
-                    true => [&u[base - nx..base], &u[base + nx..base + 2 * nx]],
-                    false => [c, c],
-                };
-                let z = match dims >= 3 {
-                    true => [&u[base - plane..][..nx], &u[base + plane..][..nx]],
-                    false => [c, c],
-                };
+                let (c, y, z) = neighbour_rows(u, row * nx, nx, plane, dims);
                 row_step::widest(out, c, y, z, [rz, ry, rx], 1, nx - 1)
             })
             .reduce(|| true, |a, b| a && b)
     }
+}
+
+/// The row of `len` cells from index `base` of `grid` and its neighbour rows in y and z
+/// (below, above), as `row_updates` takes them: the row itself on an axis a grid of
+/// `dims` dimensions lacks; `plane` = the z stride.
+pub fn neighbour_rows<T>(
+    grid: &[T],
+    base: usize,
+    len: usize,
+    plane: usize,
+    dims: usize,
+) -> (&[T], [&[T]; 2], [&[T]; 2]) {
+    let c = &grid[base..base + len];
+    let y = match dims >= 2 {
+        true => [&grid[base - len..base], &grid[base + len..base + 2 * len]],
+        false => [c, c],
+    };
+    let z = match dims >= 3 {
+        true => [&grid[base - plane..][..len], &grid[base + plane..][..len]],
+        false => [c, c],
+    };
+    (c, y, z)
 }
 
 /// The FTCS updates of cells lo..hi of one row into `out`: `c` the row, `y` and `z` its

@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::memory::try_filled;
 use crate::precision::Real;
 use crate::solvers::heat::HeatProblem;
-use crate::solvers::heat::cpu::row_step;
+use crate::solvers::heat::cpu::{neighbour_rows, row_step};
 
 /// One step inside a box: write `region` (local indices) of `dst` from `src`. Points on the
 /// grid's boundary are copied (Dirichlet), the rest updated. False if a value is non-finite.
@@ -56,14 +56,7 @@ pub fn step_box<T: Real>(
                 finite &= c[x].is_finite();
             }
             if a < b {
-                let y = match dims >= 2 {
-                    true => [&src[base - bx..base], &src[base + bx..base + 2 * bx]],
-                    false => [c, c],
-                };
-                let z = match dims >= 3 {
-                    true => [&src[base - plane..][..bx], &src[base + plane..][..bx]],
-                    false => [c, c],
-                };
+                let (_, y, z) = neighbour_rows(src, base, bx, plane, dims);
                 finite &= row_step::widest(out, c, y, z, [rz, ry, rx], a, b);
             }
             finite

@@ -49,45 +49,40 @@ macro_rules! vector_forms {
                 super::$body::<$($garg)*>($($arg),*)
             }
 
+            /// `form`.
+            ///
+            /// # Safety
+            /// The CPU must run `form` ([`Form::runs_here`]).
+            #[allow(clippy::too_many_arguments)]
+            unsafe fn run<$($gen)*>(form: $crate::vector::Form, $($arg: $ty),*) -> $ret {
+                match form {
+                    $crate::vector::Form::Plain => plain::<$($garg)*>($($arg),*),
+                    // SAFETY: the caller's.
+                    #[cfg(target_arch = "x86_64")]
+                    $crate::vector::Form::Avx2 => unsafe { avx2::<$($garg)*>($($arg),*) },
+                    // SAFETY: the caller's.
+                    #[cfg(target_arch = "x86_64")]
+                    $crate::vector::Form::Avx512 => unsafe { avx512::<$($garg)*>($($arg),*) },
+                    #[cfg(not(target_arch = "x86_64"))]
+                    _ => unreachable!("{form:?} runs on x86-64 only"),
+                }
+            }
+
             /// `form`, if this CPU runs it (tests compare the forms).
             #[allow(dead_code, clippy::too_many_arguments)]
             pub fn form<$($gen)*>(
                 form: $crate::vector::Form,
                 $($arg: $ty),*
             ) -> Option<$ret> {
-                if !form.runs_here() {
-                    return None;
-                }
-                match form {
-                    $crate::vector::Form::Plain => Some(plain::<$($garg)*>($($arg),*)),
-                    // SAFETY: runs_here checked the feature.
-                    #[cfg(target_arch = "x86_64")]
-                    $crate::vector::Form::Avx2 => Some(unsafe { avx2::<$($garg)*>($($arg),*) }),
-                    // SAFETY: runs_here checked the feature.
-                    #[cfg(target_arch = "x86_64")]
-                    $crate::vector::Form::Avx512 => {
-                        Some(unsafe { avx512::<$($garg)*>($($arg),*) })
-                    }
-                    #[cfg(not(target_arch = "x86_64"))]
-                    _ => None,
-                }
+                // SAFETY: runs_here checked the feature.
+                form.runs_here().then(|| unsafe { run::<$($garg)*>(form, $($arg),*) })
             }
 
             /// The widest form this CPU runs.
             #[allow(clippy::too_many_arguments)]
             pub fn widest<$($gen)*>($($arg: $ty),*) -> $ret {
-                #[cfg(target_arch = "x86_64")]
-                {
-                    if std::is_x86_feature_detected!("avx512f") {
-                        // SAFETY: AVX-512F was detected.
-                        return unsafe { avx512::<$($garg)*>($($arg),*) };
-                    }
-                    if std::is_x86_feature_detected!("avx2") {
-                        // SAFETY: AVX2 was detected.
-                        return unsafe { avx2::<$($garg)*>($($arg),*) };
-                    }
-                }
-                plain::<$($garg)*>($($arg),*)
+                // SAFETY: Form::widest runs here.
+                unsafe { run::<$($garg)*>($crate::vector::Form::widest(), $($arg),*) }
             }
         }
     };
@@ -104,6 +99,14 @@ pub enum Form {
 
 impl Form {
     pub const ALL: [Form; 3] = [Form::Plain, Form::Avx2, Form::Avx512];
+
+    /// The widest form this CPU runs.
+    pub fn widest() -> Form {
+        [Form::Avx512, Form::Avx2]
+            .into_iter()
+            .find(|f| f.runs_here())
+            .unwrap_or(Form::Plain)
+    }
 
     /// Whether this CPU runs the form.
     pub fn runs_here(self) -> bool {

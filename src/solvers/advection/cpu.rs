@@ -126,10 +126,9 @@ pub fn step<T: Real>(
                 });
                 interior_row::widest(src, du, dv, &mut out[span.clone()]);
             }
-            for (i, slot) in out.iter_mut().enumerate() {
-                if span.contains(&i) {
-                    continue;
-                }
+            // The rest: the end cells, or the whole row when it has no such span.
+            for i in (0..span.start).chain(span.end..nx) {
+                let slot = &mut out[i];
                 if !p.updated(i, j) {
                     *slot = f[rows[2] * nx + i];
                     continue;

@@ -86,13 +86,16 @@ crate::vector::vector_forms! {
 }
 
 /// One step f → g of the grid rows `rows` (owned by `w`; buffers of `w.rows` rows);
-/// `d(i, j)` gives du, dv at node (i, j) of the grid.
+/// `d(i, j)` gives du, dv at node (i, j) of the grid. `arrays`: the same values as whole
+/// rows (du, dv from grid row `w.own.start`, `nx` a row), where the velocity is steady,
+/// so that a row's interior reads them in place.
 pub fn step<T: Real>(
     p: &AdvectionProblem,
     w: &Window,
     rows: Range<usize>,
     f: &[T],
     g: &mut [T],
+    arrays: Option<(&[T], &[T])>,
     d: impl Fn(usize, usize) -> (T, T) + Sync,
 ) {
     let nx = p.nx;
@@ -114,13 +117,23 @@ pub fn step<T: Real>(
                 0..0
             };
             if !span.is_empty() {
-                du.clear();
-                dv.clear();
-                for i in span.clone() {
-                    let (a, b) = d(i, j);
-                    du.push(a);
-                    dv.push(b);
-                }
+                let (du, dv): (&[T], &[T]) = match arrays {
+                    Some((a, b)) => {
+                        let at = (j - w.own.start) * nx;
+                        let cells = at + span.start..at + span.end;
+                        (&a[cells.clone()], &b[cells])
+                    }
+                    None => {
+                        du.clear();
+                        dv.clear();
+                        for i in span.clone() {
+                            let (a, b) = d(i, j);
+                            du.push(a);
+                            dv.push(b);
+                        }
+                        (du, dv)
+                    }
+                };
                 let src: [&[T]; 5] = std::array::from_fn(|o| {
                     &f[rows[o] * nx + span.start - 2..rows[o] * nx + span.end + 2]
                 });
@@ -249,13 +262,13 @@ impl<T: Real> Subdomain for CpuAdvection<T> {
         let w = &self.window;
         let j0 = w.own.start;
         match &self.arrays {
-            Some((du, dv)) => step(p, w, rows, &self.f, &mut self.g, |i, j| {
+            Some((du, dv)) => step(p, w, rows, &self.f, &mut self.g, Some((du, dv)), |i, j| {
                 let n = (j - j0) * nx + i;
                 (du[n], dv[n])
             }),
             None => {
                 let d = Displacement::of(p);
-                step(p, w, rows, &self.f, &mut self.g, |i, j| {
+                step(p, w, rows, &self.f, &mut self.g, None, |i, j| {
                     d.at::<T>(p, i, j, t)
                 })
             }

@@ -220,3 +220,42 @@ fn a_run_on_a_schedule_writes_an_animation() {
     let frames = gif.windows(2).filter(|w| w == &[0x21, 0xF9]).count();
     assert_eq!(frames, 4, "steps 0, 4, 8 and the end");
 }
+
+#[test]
+fn the_swirl_tables_give_the_formula_bit_for_bit() {
+    use presets::{Displacement, SwirlTables};
+    let p = common::advection(
+        "nx = 37\nny = 29\nsteps = 10\ndt = 0.004\n\
+         velocity = { kind = \"swirl\", period = 1.5 }\n\
+         initial = { preset = \"cosine_bell\" }\n",
+    );
+    let tables = SwirlTables::of(&p).expect("a swirl");
+    let d = Displacement::of(&p);
+    for step in [0u64, 1, 7, 300] {
+        let t = step as f64 * p.dt;
+        let c = tables.cos(&p, t);
+        for j in 0..p.ny {
+            for i in 0..p.nx {
+                let (a, b) = d.at::<f64>(&p, i, j, t);
+                let (x, y) = tables.at::<f64>(&p, i, j, c);
+                assert_eq!(
+                    (a.to_bits(), b.to_bits()),
+                    (x.to_bits(), y.to_bits()),
+                    "node ({i}, {j}), step {step}"
+                );
+                let (a, b) = d.at::<f32>(&p, i, j, t);
+                let (x, y) = tables.at::<f32>(&p, i, j, c);
+                assert_eq!(
+                    (a.to_bits(), b.to_bits()),
+                    (x.to_bits(), y.to_bits()),
+                    "f32 node ({i}, {j})"
+                );
+            }
+        }
+    }
+    let rotation = common::advection(
+        "nx = 8\nny = 8\nsteps = 1\ncfl = 0.5\nvelocity = { kind = \"rotation\" }\n\
+         initial = { preset = \"gaussian\" }\n",
+    );
+    assert!(SwirlTables::of(&rotation).is_none());
+}

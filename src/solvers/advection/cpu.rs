@@ -12,7 +12,7 @@ use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use super::AdvectionProblem;
-use super::presets::{Displacement, displacement_rows};
+use super::presets::{Displacement, SwirlTables, displacement_rows};
 use crate::error::Result;
 use crate::memory::try_filled;
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
@@ -177,6 +177,8 @@ pub struct CpuAdvection<T> {
     g: Vec<T>,
     /// du, dv per owned node when the velocity does not change in time.
     arrays: Option<(Vec<T>, Vec<T>)>,
+    /// The swirl's sines, when that is the velocity.
+    swirl: Option<SwirlTables>,
     steps: u64,
 }
 
@@ -209,6 +211,7 @@ impl<T: Real> CpuAdvection<T> {
             f,
             g,
             arrays,
+            swirl: SwirlTables::of(p),
             steps: step0,
         })
     }
@@ -266,12 +269,20 @@ impl<T: Real> Subdomain for CpuAdvection<T> {
                 let n = (j - j0) * nx + i;
                 (du[n], dv[n])
             }),
-            None => {
-                let d = Displacement::of(p);
-                step(p, w, rows, &self.f, &mut self.g, None, |i, j| {
-                    d.at::<T>(p, i, j, t)
-                })
-            }
+            None => match &self.swirl {
+                Some(s) => {
+                    let c = s.cos(p, t);
+                    step(p, w, rows, &self.f, &mut self.g, None, |i, j| {
+                        s.at::<T>(p, i, j, c)
+                    })
+                }
+                None => {
+                    let d = Displacement::of(p);
+                    step(p, w, rows, &self.f, &mut self.g, None, |i, j| {
+                        d.at::<T>(p, i, j, t)
+                    })
+                }
+            },
         }
         Ok(())
     }

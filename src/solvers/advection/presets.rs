@@ -274,17 +274,72 @@ impl Displacement {
                 T::lit(a) * (T::lit(j as f64) - T::lit(jc)),
                 -(T::lit(b) * (T::lit(i as f64) - T::lit(ic))),
             ),
-            Displacement::Swirl { period } => {
-                let (x, y) = (i as f64 / p.nx as f64, j as f64 / p.ny as f64);
-                let c = (PI * (t + 0.5 * p.dt) / period).cos();
-                let [lx, ly] = p.extent();
-                let (sx, sy) = ((PI * x).sin(), (PI * y).sin());
-                let u = lx * sx * sx * (2.0 * PI * y).sin() * c;
-                let v = -ly * sy * sy * (2.0 * PI * x).sin() * c;
-                (T::lit(-u * p.dt / p.dx), T::lit(-v * p.dt / p.dy))
-            }
+            Displacement::Swirl { period } => swirl(
+                p,
+                swirl_sines(i, p.nx),
+                swirl_sines(j, p.ny),
+                swirl_cos(p, t, period),
+            ),
             Displacement::Arrays => unreachable!("array displacements are read, not evaluated"),
         }
+    }
+}
+
+/// sin(πX) and sin(2πX) at X = k/n: the swirl's factors of column k (n = nx) or row k.
+fn swirl_sines(k: usize, n: usize) -> [f64; 2] {
+    let x = k as f64 / n as f64;
+    [(PI * x).sin(), (2.0 * PI * x).sin()]
+}
+
+/// cos(πt/T) at the middle of the step from t.
+fn swirl_cos(p: &AdvectionProblem, t: f64, period: f64) -> f64 {
+    (PI * (t + 0.5 * p.dt) / period).cos()
+}
+
+/// The swirl's du, dv from its factors: column [sin(πX), sin(2πX)], row [sin(πY),
+/// sin(2πY)] and the time's cosine.
+fn swirl<T: Real>(
+    p: &AdvectionProblem,
+    [sx, s2x]: [f64; 2],
+    [sy, s2y]: [f64; 2],
+    c: f64,
+) -> (T, T) {
+    let [lx, ly] = p.extent();
+    let u = lx * sx * sx * s2y * c;
+    let v = -ly * sy * sy * s2x * c;
+    (T::lit(-u * p.dt / p.dx), T::lit(-v * p.dt / p.dy))
+}
+
+/// The swirl's sines of every column and row, taken once: [`Displacement::at`] takes
+/// three sines and a cosine a node, these tables give its values (the same operations on
+/// the same numbers, so the same bits) for a cosine a step.
+pub struct SwirlTables {
+    period: f64,
+    columns: Vec<[f64; 2]>,
+    rows: Vec<[f64; 2]>,
+}
+
+impl SwirlTables {
+    /// The tables of the problem's swirl; `None` for any other velocity.
+    pub fn of(p: &AdvectionProblem) -> Option<Self> {
+        match Displacement::of(p) {
+            Displacement::Swirl { period } => Some(Self {
+                period,
+                columns: (0..p.nx).map(|i| swirl_sines(i, p.nx)).collect(),
+                rows: (0..p.ny).map(|j| swirl_sines(j, p.ny)).collect(),
+            }),
+            _ => None,
+        }
+    }
+
+    /// The cosine of the step from t, for [`SwirlTables::at`].
+    pub fn cos(&self, p: &AdvectionProblem, t: f64) -> f64 {
+        swirl_cos(p, t, self.period)
+    }
+
+    /// du, dv at node (i, j) in the step whose cosine is `c`: `Displacement::at`'s values.
+    pub fn at<T: Real>(&self, p: &AdvectionProblem, i: usize, j: usize, c: f64) -> (T, T) {
+        swirl(p, self.columns[i], self.rows[j], c)
     }
 }
 

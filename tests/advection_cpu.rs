@@ -247,26 +247,20 @@ fn the_swirl_tables_give_the_formula_bit_for_bit() {
         let c = tables.cos(&p, t);
         for j in 0..p.ny {
             for i in 0..p.nx {
-                let (a, b) = formula(i, j, t);
-                let (x, y) = d.at::<f64>(&p, i, j, t);
+                // Widened to f64 (exact), as bits.
+                let bits = |(a, b): (f64, f64)| (a.to_bits(), b.to_bits());
+                let wide = |(a, b): (f32, f32)| bits((a as f64, b as f64));
+                let at = (i, j, step);
+                assert_eq!(bits(formula(i, j, t)), bits(d.at(&p, i, j, t)), "{at:?}");
                 assert_eq!(
-                    (a.to_bits(), b.to_bits()),
-                    (x.to_bits(), y.to_bits()),
-                    "formula at ({i}, {j})"
+                    bits(d.at(&p, i, j, t)),
+                    bits(tables.at(&p, i, j, c)),
+                    "{at:?}"
                 );
-                let (a, b) = d.at::<f64>(&p, i, j, t);
-                let (x, y) = tables.at::<f64>(&p, i, j, c);
                 assert_eq!(
-                    (a.to_bits(), b.to_bits()),
-                    (x.to_bits(), y.to_bits()),
-                    "node ({i}, {j}), step {step}"
-                );
-                let (a, b) = d.at::<f32>(&p, i, j, t);
-                let (x, y) = tables.at::<f32>(&p, i, j, c);
-                assert_eq!(
-                    (a.to_bits(), b.to_bits()),
-                    (x.to_bits(), y.to_bits()),
-                    "f32 node ({i}, {j})"
+                    wide(d.at(&p, i, j, t)),
+                    wide(tables.at(&p, i, j, c)),
+                    "{at:?} f32"
                 );
             }
         }

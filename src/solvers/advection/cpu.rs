@@ -12,7 +12,7 @@ use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 
 use super::AdvectionProblem;
-use super::presets::{Displacement, SwirlTables, displacement_rows};
+use super::presets::{SwirlTables, displacement_rows};
 use crate::error::Result;
 use crate::memory::try_filled;
 use crate::parallel::{Rows, Subdomain, Window, slab_of};
@@ -85,20 +85,33 @@ crate::vector::vector_forms! {
         (src: [&[T]; 5], du: &[T], dv: &[T], out: &mut [T]) -> ();
 }
 
-/// One step f → g of the grid rows `rows` (owned by `w`; buffers of `w.rows` rows);
-/// `d(i, j)` gives du, dv at node (i, j) of the grid. `arrays`: the same values as whole
-/// rows (du, dv from grid row `w.own.start`, `nx` a row), where the velocity is steady,
-/// so that a row's interior reads them in place.
-pub fn step<T: Real>(
+/// Where a step takes each cell's du, dv from.
+pub enum Displacements<'a, T, F> {
+    /// Whole rows of a steady velocity, from grid row `w.own.start` of the step's window,
+    /// `nx` a row: a row's interior reads them in place.
+    Rows(&'a [T], &'a [T]),
+    /// `F(i, j)` at node (i, j) of the grid.
+    At(F),
+}
+
+/// One step f → g of the grid rows `rows` (owned by `w`; buffers of `w.rows` rows), with
+/// the displacements `d`.
+pub fn step<T: Real, F: Fn(usize, usize) -> (T, T) + Sync>(
     p: &AdvectionProblem,
     w: &Window,
     rows: Range<usize>,
     f: &[T],
     g: &mut [T],
-    arrays: Option<(&[T], &[T])>,
-    d: impl Fn(usize, usize) -> (T, T) + Sync,
+    d: Displacements<'_, T, F>,
 ) {
     let nx = p.nx;
+    let at = |i: usize, j: usize| match &d {
+        Displacements::Rows(du, dv) => {
+            let n = (j - w.own.start) * nx + i;
+            (du[n], dv[n])
+        }
+        Displacements::At(d) => d(i, j),
+    };
     let wrap = |a: isize, n: usize| a.rem_euclid(n as isize) as usize;
     let first = w.buffer_row(rows.start as isize);
     let out = &mut g[first * nx..(first + rows.len()) * nx];
@@ -117,17 +130,17 @@ pub fn step<T: Real>(
                 0..0
             };
             if !span.is_empty() {
-                let (du, dv): (&[T], &[T]) = match arrays {
-                    Some((a, b)) => {
-                        let at = (j - w.own.start) * nx;
-                        let cells = at + span.start..at + span.end;
+                let (du, dv): (&[T], &[T]) = match &d {
+                    Displacements::Rows(a, b) => {
+                        let row = (j - w.own.start) * nx;
+                        let cells = row + span.start..row + span.end;
                         (&a[cells.clone()], &b[cells])
                     }
-                    None => {
+                    Displacements::At(_) => {
                         du.clear();
                         dv.clear();
                         for i in span.clone() {
-                            let (a, b) = d(i, j);
+                            let (a, b) = at(i, j);
                             du.push(a);
                             dv.push(b);
                         }
@@ -152,7 +165,7 @@ pub fn step<T: Real>(
                 } else {
                     std::array::from_fn(|o| wrap(i as isize + o as isize - 2, nx))
                 };
-                let (du, dv) = d(i, j);
+                let (du, dv) = at(i, j);
                 let x: [T; 5] = std::array::from_fn(|r| {
                     let row = &f[rows[r] * nx..(rows[r] + 1) * nx];
                     cubic(
@@ -175,11 +188,16 @@ pub struct CpuAdvection<T> {
     window: Window,
     f: Vec<T>,
     g: Vec<T>,
-    /// du, dv per owned node when the velocity does not change in time.
-    arrays: Option<(Vec<T>, Vec<T>)>,
-    /// The swirl's sines, when that is the velocity.
-    swirl: Option<SwirlTables>,
+    velocity: Velocities<T>,
     steps: u64,
+}
+
+/// Where the engine's steps take du, dv from.
+enum Velocities<T> {
+    /// A steady velocity: du, dv per owned node.
+    Steady(Vec<T>, Vec<T>),
+    /// The swirl, the one velocity that changes in time: its sines per column and row.
+    Swirl(SwirlTables),
 }
 
 impl<T: Real> CpuAdvection<T> {
@@ -199,19 +217,21 @@ impl<T: Real> CpuAdvection<T> {
 
     fn with_buffer(p: &AdvectionProblem, window: Window, f: Vec<T>, step0: u64) -> Result<Self> {
         let g = try_filled(f.len(), T::zero(), "the advection fields")?;
-        let arrays = if p.velocity.is_time_dependent() {
-            None
+        let velocity = if p.velocity.is_time_dependent() {
+            Velocities::Swirl(
+                SwirlTables::of(p).expect("the swirl is the velocity that changes in time"),
+            )
         } else {
             let own: Vec<usize> = window.own.clone().collect();
-            Some(displacement_rows::<T>(p, &own)?)
+            let (du, dv) = displacement_rows::<T>(p, &own)?;
+            Velocities::Steady(du, dv)
         };
         Ok(Self {
             p: p.clone(),
             window,
             f,
             g,
-            arrays,
-            swirl: SwirlTables::of(p),
+            velocity,
             steps: step0,
         })
     }
@@ -260,29 +280,17 @@ impl<T: Real> Subdomain for CpuAdvection<T> {
     ) -> Result<()> {
         assert_eq!(steps, 1, "the CPU engine takes one step between exchanges");
         let p = &self.p;
-        let nx = p.nx;
-        let t = self.steps as f64 * p.dt;
         let w = &self.window;
-        let j0 = w.own.start;
-        match &self.arrays {
-            Some((du, dv)) => step(p, w, rows, &self.f, &mut self.g, Some((du, dv)), |i, j| {
-                let n = (j - j0) * nx + i;
-                (du[n], dv[n])
-            }),
-            None => match &self.swirl {
-                Some(s) => {
-                    let c = s.cos(p, t);
-                    step(p, w, rows, &self.f, &mut self.g, None, |i, j| {
-                        s.at::<T>(p, i, j, c)
-                    })
-                }
-                None => {
-                    let d = Displacement::of(p);
-                    step(p, w, rows, &self.f, &mut self.g, None, |i, j| {
-                        d.at::<T>(p, i, j, t)
-                    })
-                }
-            },
+        match &self.velocity {
+            Velocities::Steady(du, dv) => {
+                let d = Displacements::<T, fn(usize, usize) -> (T, T)>::Rows(du, dv);
+                step(p, w, rows, &self.f, &mut self.g, d)
+            }
+            Velocities::Swirl(s) => {
+                let c = s.cos(p, self.steps as f64 * p.dt);
+                let d = Displacements::At(|i, j| s.at::<T>(p, i, j, c));
+                step(p, w, rows, &self.f, &mut self.g, d)
+            }
         }
         Ok(())
     }

@@ -400,6 +400,21 @@ fn info(probe: bool, json: bool) -> Result<()> {
             ),
         };
     }
+    if devices.is_ok() {
+        let cache = keisan::device::kernel_cache::dir();
+        report["kernel_cache"] = serde_json::json!(cache);
+        text += &match &cache {
+            Some(dir) => {
+                let (n, bytes) = keisan::device::kernel_cache::usage(dir);
+                format!(
+                    "compiled kernels: {} ({n} entries, {}; KEISAN_KERNEL_CACHE=off to bypass)\n",
+                    dir.display(),
+                    keisan::units::bytes(bytes as u128)
+                )
+            }
+            None => "compiled kernels: not kept between runs (KEISAN_KERNEL_CACHE)\n".into(),
+        };
+    }
     if probe {
         let cpu = keisan::device::ceilings::measure_cpu();
         text += &format!("CPU{}", cpu.human().trim_start_matches(' '));

@@ -187,3 +187,39 @@ fn advection_variants_compile() {
         check(&defines, &["adv_pass_w"]);
     }
 }
+
+/// NVRTC gives machine code for a real architecture, which goes into the kernel cache
+/// and comes back from it: the second compile of the same inputs is the cache's, a
+/// changed define is not, and a damaged entry is passed over when asked for fresh.
+#[test]
+fn machine_code_is_cached_by_its_inputs() {
+    use keisan::device::cuda::{ImageSource, compile_image};
+    use keisan::device::kernel_cache;
+    use keisan::solvers::jacobi::cuda::KERNELS;
+    if nvrtc_missing(&KERNELS) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = Some(dir.path());
+    let a = [("JACOBI_PROBE", "1".to_string())];
+    let b = [("JACOBI_PROBE", "2".to_string())];
+    let from = |d: &[(&str, String)], fresh| {
+        compile_image(&KERNELS, Precision::F32, "sm_90", d, cache, fresh)
+            .unwrap()
+            .1
+    };
+    assert_eq!(from(&a, false), ImageSource::Nvrtc);
+    assert_eq!(kernel_cache::usage(dir.path()).0, 1);
+    assert_eq!(from(&a, false), ImageSource::Cache);
+    assert_eq!(from(&b, false), ImageSource::Nvrtc);
+    assert_eq!(from(&a, true), ImageSource::Nvrtc);
+    let (entries, bytes) = kernel_cache::usage(dir.path());
+    assert_eq!(entries, 2);
+    assert!(bytes > 1000, "{bytes} bytes of machine code");
+    // A virtual architecture has no machine code: its PTX, uncached.
+    let (ptx, virt) =
+        compile_image(&KERNELS, Precision::F32, "compute_90", &a, cache, false).unwrap();
+    assert_eq!(virt, ImageSource::Ptx);
+    assert!(ptx.to_src().contains(".entry"));
+    assert_eq!(kernel_cache::usage(dir.path()).0, 2);
+}

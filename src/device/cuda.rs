@@ -1,11 +1,12 @@
-//! CUDA runtime: context and stream per device, NVRTC compilation for the device's own
-//! architecture, and a per-process module cache keyed by (kernel, precision, defines).
+//! CUDA runtime: context and stream per device, NVRTC compilation to the device's own
+//! machine code (kept on disk between runs: [`kernel_cache`](super::kernel_cache)), and a
+//! per-process module cache keyed by (kernel, precision, defines).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
-use cudarc::nvrtc::{CompileOptions, Ptx};
+use cudarc::nvrtc::Ptx;
 
 use crate::error::{Error, Result};
 use crate::precision::Precision;
@@ -73,20 +74,13 @@ fn developer_overrides(src: &KernelSource) -> (std::borrow::Cow<'static, str>, V
     (code, extra)
 }
 
-/// Compile one kernel source with NVRTC for `arch` (e.g. "sm_90").
-pub fn compile(
+/// NVRTC's source text and options for one kernel source, precision and architecture.
+fn nvrtc_inputs(
     src: &KernelSource,
     precision: Precision,
     arch: &str,
     defines: &[(&str, String)],
-) -> Result<Ptx> {
-    if !nvrtc_present() {
-        return Err(Error::NoCudaDevice(
-            "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit or the \
-             nvidia-cuda-nvrtc wheel and add its lib folder to LD_LIBRARY_PATH"
-                .into(),
-        ));
-    }
+) -> (String, Vec<String>) {
     let real = match precision {
         Precision::F32 => "float",
         Precision::F64 => "double",
@@ -105,23 +99,167 @@ pub fn compile(
     options.extend(defines.iter().map(|(k, v)| format!("-D{k}={v}")));
     let (code, extra) = developer_overrides(src);
     options.extend(extra);
-    let source = format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, code);
-    cudarc::nvrtc::compile_ptx_with_opts(
-        source,
-        CompileOptions {
-            options,
-            name: Some(src.name.to_string()),
-            ..Default::default()
-        },
+    (
+        format!("{COMMON}\n#line 1 \"{}\"\n{}", src.name, code),
+        options,
     )
-    .map_err(|e| Error::KernelCompile {
-        kernel: format!("{} ({precision}, {arch})", src.name),
-        log: match e {
-            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                log.to_string_lossy().into_owned()
+}
+
+/// What one NVRTC compile gives: the PTX, and for a real architecture (sm_XX) the
+/// machine code (CUBIN), which the driver loads without compiling the PTX again.
+struct Nvrtc {
+    ptx: Vec<std::ffi::c_char>,
+    cubin: Option<Vec<u8>>,
+}
+
+fn nvrtc(
+    src: &KernelSource,
+    label: &str,
+    source: &str,
+    options: &[String],
+    want_cubin: bool,
+) -> Result<Nvrtc> {
+    use cudarc::nvrtc::{result, sys};
+    if !nvrtc_present() {
+        return Err(Error::NoCudaDevice(
+            "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit or the \
+             nvidia-cuda-nvrtc wheel and add its lib folder to LD_LIBRARY_PATH"
+                .into(),
+        ));
+    }
+    let fail = |log: String| Error::KernelCompile {
+        kernel: label.to_string(),
+        log,
+    };
+    let text = std::ffi::CString::new(source).map_err(|e| fail(e.to_string()))?;
+    let name = std::ffi::CString::new(src.name).map_err(|e| fail(e.to_string()))?;
+    let prog =
+        result::create_program(&text, Some(name.as_c_str())).map_err(|e| fail(e.to_string()))?;
+    // SAFETY: `prog` comes from create_program and is destroyed once, at the end.
+    let out = unsafe {
+        let compiled = match result::compile_program(prog, options) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(fail(match result::get_program_log(prog) {
+                Ok(log) => std::ffi::CStr::from_ptr(log.as_ptr())
+                    .to_string_lossy()
+                    .into_owned(),
+                Err(_) => e.to_string(),
+            })),
+        };
+        compiled.and_then(|()| {
+            let ptx = result::get_ptx(prog).map_err(|e| fail(e.to_string()))?;
+            // No CUBIN (a virtual architecture, an NVRTC without it): the PTX serves.
+            let mut size = 0usize;
+            let cubin = (want_cubin
+                && sys::nvrtcGetCUBINSize(prog, &mut size).result().is_ok()
+                && size > 0)
+                .then(|| {
+                    let mut bytes = vec![0u8; size];
+                    sys::nvrtcGetCUBIN(prog, bytes.as_mut_ptr().cast())
+                        .result()
+                        .ok()
+                        .map(|()| bytes)
+                })
+                .flatten();
+            Ok(Nvrtc { ptx, cubin })
+        })
+    };
+    // SAFETY: as above; nothing refers to `prog` any more.
+    let _ = unsafe { result::destroy_program(prog) };
+    out
+}
+
+/// Compile one kernel source with NVRTC for `arch` (e.g. "sm_90"): its PTX.
+pub fn compile(
+    src: &KernelSource,
+    precision: Precision,
+    arch: &str,
+    defines: &[(&str, String)],
+) -> Result<Ptx> {
+    let (source, options) = nvrtc_inputs(src, precision, arch, defines);
+    let label = format!("{} ({precision}, {arch})", src.name);
+    let out = nvrtc(src, &label, &source, &options, false)?;
+    Ok(Ptx::from_src(ptx_text(&out.ptx)))
+}
+
+/// NVRTC's PTX (NUL-terminated bytes) as text.
+fn ptx_text(ptx: &[std::ffi::c_char]) -> String {
+    let end = ptx.iter().position(|&c| c == 0).unwrap_or(ptx.len());
+    let bytes: Vec<u8> = ptx[..end].iter().map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The image the driver loads for one kernel source on `arch`: machine code from the disk
+/// cache in `cache` ([`kernel_cache`](super::kernel_cache)) or from NVRTC (then stored
+/// there), or the PTX where NVRTC gives no machine code. `fresh` skips the cache's entry
+/// (one the driver refused). Loading PTX instead makes the driver compile it once more,
+/// which took most of a test's time on hosts whose driver cache was cold
+/// (docs/PERFORMANCE.md).
+pub fn compile_image(
+    src: &KernelSource,
+    precision: Precision,
+    arch: &str,
+    defines: &[(&str, String)],
+    cache: Option<&std::path::Path>,
+    fresh: bool,
+) -> Result<(Ptx, ImageSource)> {
+    let (source, options) = nvrtc_inputs(src, precision, arch, defines);
+    let want_cubin = arch.starts_with("sm_") && !matches!(tuning_image(), Some(ImageKind::Ptx));
+    let cache = cache.filter(|_| want_cubin);
+    let key = cache.map(|_| super::kernel_cache::key(nvrtc_version(), arch, &options, &source));
+    if let (Some(dir), Some(key), false) = (cache, &key, fresh)
+        && let Some(bytes) = super::kernel_cache::load(dir, key)
+    {
+        return Ok((Ptx::from_binary(bytes), ImageSource::Cache));
+    }
+    let label = format!("{} ({precision}, {arch})", src.name);
+    let out = nvrtc(src, &label, &source, &options, want_cubin)?;
+    Ok(match out.cubin {
+        Some(cubin) => {
+            if let (Some(dir), Some(key)) = (cache, &key) {
+                super::kernel_cache::store(dir, key, &cubin);
             }
-            other => other.to_string(),
-        },
+            (Ptx::from_binary(cubin), ImageSource::Nvrtc)
+        }
+        None => (Ptx::from_src(ptx_text(&out.ptx)), ImageSource::Ptx),
+    })
+}
+
+/// Where a loaded image came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSource {
+    /// Machine code from the disk cache.
+    Cache,
+    /// Machine code NVRTC just made.
+    Nvrtc,
+    /// PTX, which the driver compiles when it loads it.
+    Ptx,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ImageKind {
+    Ptx,
+}
+
+/// KEISAN_KERNEL_IMAGE=ptx: load PTX as before machine code was loaded (a knob to time
+/// the driver's own compile against).
+fn tuning_image() -> Option<ImageKind> {
+    match std::env::var("KEISAN_KERNEL_IMAGE").as_deref() {
+        Ok("ptx") => Some(ImageKind::Ptx),
+        _ => None,
+    }
+}
+
+/// NVRTC's (major, minor) version, part of every cache key.
+fn nvrtc_version() -> (i32, i32) {
+    static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
+    *VERSION.get_or_init(|| {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two out-parameters; NVRTC is loaded (the caller compiled or will).
+        let ok = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
+            .result()
+            .is_ok();
+        if ok { (major, minor) } else { (0, 0) }
     })
 }
 
@@ -328,8 +466,18 @@ impl Gpu {
             match cache.get(&key) {
                 Some(m) => m.clone(),
                 None => {
-                    let ptx = compile(src, precision, &self.arch, defines)?;
-                    let module = self.ctx.load_module(ptx)?;
+                    let dir = super::kernel_cache::dir();
+                    let (arch, dir) = (&self.arch, dir.as_deref());
+                    let (image, from) = compile_image(src, precision, arch, defines, dir, false)?;
+                    let module = match self.ctx.load_module(image) {
+                        // An entry the driver refuses (damaged on disk): compile afresh.
+                        Err(_) if from == ImageSource::Cache => {
+                            let (image, _) =
+                                compile_image(src, precision, arch, defines, dir, true)?;
+                            self.ctx.load_module(image)?
+                        }
+                        other => other?,
+                    };
                     cache.insert(key, module.clone());
                     module
                 }

@@ -2,6 +2,7 @@
 
 pub mod ceilings;
 pub mod cuda;
+pub mod kernel_cache;
 
 use std::sync::Arc;
 

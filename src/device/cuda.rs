@@ -204,7 +204,7 @@ pub fn compile_image(
     fresh: bool,
 ) -> Result<(Ptx, ImageSource)> {
     let (source, options) = nvrtc_inputs(src, precision, arch, defines);
-    let want_cubin = arch.starts_with("sm_") && !matches!(tuning_image(), Some(ImageKind::Ptx));
+    let want_cubin = arch.starts_with("sm_") && !ptx_requested()?;
     let cache = cache.filter(|_| want_cubin);
     let key = cache.map(|_| super::kernel_cache::key(nvrtc_version(), arch, &options, &source));
     if let (Some(dir), Some(key), false) = (cache, &key, fresh)
@@ -236,18 +236,15 @@ pub enum ImageSource {
     Ptx,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ImageKind {
-    Ptx,
-}
-
 /// KEISAN_KERNEL_IMAGE=ptx: load PTX as before machine code was loaded (a knob to time
-/// the driver's own compile against).
-fn tuning_image() -> Option<ImageKind> {
-    match std::env::var("KEISAN_KERNEL_IMAGE").as_deref() {
-        Ok("ptx") => Some(ImageKind::Ptx),
+/// the driver's own compile against); `cubin`, the default, NVRTC's machine code.
+fn ptx_requested() -> Result<bool> {
+    let ptx = crate::tuning::knob("KEISAN_KERNEL_IMAGE", "ptx or cubin", |v| match v {
+        "ptx" => Some(true),
+        "cubin" => Some(false),
         _ => None,
-    }
+    })?;
+    Ok(ptx.unwrap_or(false))
 }
 
 /// NVRTC's (major, minor) version, part of every cache key.

@@ -341,6 +341,7 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
     if !args.quiet {
         eprintln!("running {} on {}", problem.title, placement.describe());
     }
+    keisan::device::cuda::announce_compiles(!args.quiet);
     let summary = execute::execute_placed(
         &problem,
         &placement,

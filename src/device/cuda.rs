@@ -3,6 +3,7 @@
 //! per-process module cache keyed by (kernel, precision, defines).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
@@ -213,6 +214,7 @@ pub fn compile_image(
         return Ok((Ptx::from_binary(bytes), ImageSource::Cache));
     }
     let label = format!("{} ({precision}, {arch})", src.name);
+    announce_compile(arch, cache);
     let out = nvrtc(src, &label, &source, &options, want_cubin)?;
     Ok(match out.cubin {
         Some(cubin) => {
@@ -223,6 +225,26 @@ pub fn compile_image(
         }
         None => (Ptx::from_src(ptx_text(&out.ptx)), ImageSource::Ptx),
     })
+}
+
+static ANNOUNCE: AtomicBool = AtomicBool::new(false);
+
+/// Say on stderr, once per process, when keisan first compiles kernels (a first run of a
+/// variant on a machine pauses for NVRTC, seconds for the larger modules). Off unless the
+/// command line turns it on: library users and tests stay silent.
+pub fn announce_compiles(on: bool) {
+    ANNOUNCE.store(on, Ordering::Relaxed);
+}
+
+fn announce_compile(arch: &str, cache: Option<&std::path::Path>) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if ANNOUNCE.load(Ordering::Relaxed) && !SAID.swap(true, Ordering::Relaxed) {
+        let why = match cache {
+            Some(dir) => format!("once per machine and variant; kept in {}", dir.display()),
+            None => "the kernel cache is off: KEISAN_KERNEL_CACHE".to_string(),
+        };
+        eprintln!("compiling CUDA kernels for {arch} ({why})");
+    }
 }
 
 /// Where a loaded image came from.

@@ -4,7 +4,9 @@
 //! An entry is the machine code (CUBIN) NVRTC made for one real architecture, named by
 //! the SHA-256 of everything that went into it: NVRTC's version, the architecture, every
 //! option and the whole source text (developer overrides included). So an entry is either
-//! the module the compile would give or absent; there is nothing to invalidate. A
+//! the module the compile would give or absent; there is nothing to invalidate. (NVRTC's
+//! version is its major.minor, as NVRTC reports it: another patch release of the same
+//! minor reuses the entries, valid machine code for the architecture either way.) A
 //! missing, unreadable or unwritable directory only means compiling again.
 //!
 //! Where: `KEISAN_KERNEL_CACHE` names the directory (`off` or `0`: no cache), else

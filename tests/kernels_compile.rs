@@ -223,3 +223,34 @@ fn machine_code_is_cached_by_its_inputs() {
     assert!(ptx.to_src().contains(".entry"));
     assert_eq!(kernel_cache::usage(dir.path()).0, 2);
 }
+
+/// Each kernel compiled alone (`KEISAN_ONLY`, as the engines load them): its module holds
+/// that kernel and no other, for every kernel of every source's default build.
+#[test]
+fn each_kernel_compiles_alone() {
+    let required = std::env::var_os("KEISAN_REQUIRE_NVRTC").is_some();
+    let entries = |ptx: &str| -> Vec<String> {
+        ptx.split(".entry ")
+            .skip(1)
+            .map(|s| s[..s.find('(').unwrap()].trim().to_string())
+            .collect()
+    };
+    for src in all_kernel_sources() {
+        let whole = match compile(&src, Precision::F32, "sm_90", &[]) {
+            Ok(ptx) => entries(&ptx.to_src()),
+            Err(keisan::Error::NoCudaDevice(_)) if !required => return,
+            Err(e) => panic!("{}: {e}", src.name),
+        };
+        assert!(whole.len() > 1, "{}: {whole:?}", src.name);
+        for name in &whole {
+            let want = format!("KEISAN_WANT_{name}");
+            let defines = [
+                ("KEISAN_ONLY", "1".to_string()),
+                (want.as_str(), "1".to_string()),
+            ];
+            let ptx = compile(&src, Precision::F32, "sm_90", &defines)
+                .unwrap_or_else(|e| panic!("{name} alone: {e}"));
+            assert_eq!(entries(&ptx.to_src()), [name.clone()], "{}", src.name);
+        }
+    }
+}

@@ -2,6 +2,7 @@
 
 // 16-byte loads and stores, four in flight per thread, grid-stride; the caller counts
 // 2*bytes (read + write).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_ceiling_copy)
 extern "C" __global__ void ceiling_copy(const double2* __restrict__ src,
                                         double2* __restrict__ dst, u64 n) {
     const u64 stride = (u64)gridDim.x * blockDim.x;
@@ -13,9 +14,11 @@ extern "C" __global__ void ceiling_copy(const double2* __restrict__ src,
     }
     for (; i < n; i += stride) dst[i] = src[i];
 }
+#endif
 
 // 8 independent FMA chains per thread, `iters` rounds; the result is stored only if it
 // equals an impossible value so the compiler cannot drop the work.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_ceiling_fma)
 extern "C" __global__ void ceiling_fma(real* out, real a, real b, int iters) {
     real x0 = threadIdx.x, x1 = x0 + 1, x2 = x0 + 2, x3 = x0 + 3;
     real x4 = x0 + 4, x5 = x0 + 5, x6 = x0 + 6, x7 = x0 + 7;
@@ -29,3 +32,4 @@ extern "C" __global__ void ceiling_fma(real* out, real a, real b, int iters) {
     const real s = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7;
     if (s == (real)-1.2345) out[blockIdx.x * blockDim.x + threadIdx.x] = s;
 }
+#endif

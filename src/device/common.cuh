@@ -1,5 +1,9 @@
 // Shared device code, prepended to every kernel source before NVRTC compiles it.
 // `real` is defined by the compiler options (-Dreal=float|double).
+//
+// Every kernel of a source sits inside `#if !defined(KEISAN_ONLY) ||
+// defined(KEISAN_WANT_<name>)`: the engines compile one kernel per module (cuda.rs
+// defines both when it loads <name>), the compile checks all of them at once.
 
 typedef unsigned long long u64;
 

@@ -269,6 +269,18 @@ fn ptx_requested() -> Result<bool> {
     Ok(ptx.unwrap_or(false))
 }
 
+/// KEISAN_KERNEL_MODULES=whole: compile every kernel of a source into each module, as
+/// before modules held only the kernel asked for (a knob to compare the two); `single`,
+/// the default, the one kernel.
+fn whole_modules() -> Result<bool> {
+    let whole = crate::tuning::knob("KEISAN_KERNEL_MODULES", "single or whole", |v| match v {
+        "whole" => Some(true),
+        "single" => Some(false),
+        _ => None,
+    })?;
+    Ok(whole.unwrap_or(false))
+}
+
 /// NVRTC's (major, minor) version, part of every cache key.
 fn nvrtc_version() -> (i32, i32) {
     static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
@@ -472,6 +484,17 @@ impl Gpu {
         defines: &[(&str, String)],
         name: &str,
     ) -> Result<CudaFunction> {
+        // Only the kernel asked for (each kernel in the .cu files sits inside
+        // `#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_<name>)`): NVRTC then spends
+        // nothing on the module's other kernels (advection/kernels.cu's adv_pass_w: 0.35
+        // against 3.05 s), and a kernel's machine code is its own module's.
+        let want = format!("KEISAN_WANT_{name}");
+        let mut defines = defines.to_vec();
+        if !whole_modules()? {
+            defines.push(("KEISAN_ONLY", "1".to_string()));
+            defines.push((&want, "1".to_string()));
+        }
+        let defines = defines.as_slice();
         let key: ModuleKey = (
             src.name,
             precision,

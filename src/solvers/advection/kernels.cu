@@ -184,6 +184,7 @@ __device__ __forceinline__ real general_cell(const RowCoef& k0, const RowCoef& k
     return eval(cy, y);
 }
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_step)
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
@@ -214,6 +215,7 @@ adv_step(ADV_PARAMS) {
         k0 = k1; k1 = k2; k2 = k3; k3 = k4;
     }
 }
+#endif
 
 // Several steps per pass (temporal blocking; adv_pass and adv_pass_sep below): a block
 // computes a tile of ADV_TY rows by ADV_TX columns, ADV_STEPS steps at once, from the tile
@@ -320,6 +322,7 @@ __device__ __forceinline__ void separable_row(const Lagrange& x, const Lagrange*
 // adv_step for the separable presets: the same tiles and walk, raw row values in the
 // five-row window instead of coefficients, y weights once per column, x weights once per
 // row.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_step_sep)
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step_sep(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
@@ -349,6 +352,7 @@ adv_step_sep(ADV_PARAMS) {
         for (int r = 0; r < 4; ++r) k[r] = k[r + 1];
     }
 }
+#endif
 
 // One step of a separable pass: the rows and columns of the tile grown by h (step s of
 // ADV_STEPS: h = 2·(ADV_STEPS − s)), each thread ADV_COLS columns walked down the rows.
@@ -592,6 +596,7 @@ __device__ __forceinline__ void general_step(int h, const Velocity& vel, int x0,
     }
 }
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_pass)
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
 adv_pass(ADV_PARAMS) {
     // rows: the tile's, ADV_TY (adv_step's argument list, so one launch serves both).
@@ -611,12 +616,14 @@ adv_pass(ADV_PARAMS) {
     else
         tile_pass<false>(buf0, buf1, f, g, x0, y0, nx, ny, base, nbuf, jw1, step);
 }
+#endif
 
 // adv_pass for the separable presets: the tile's x weights in shared memory after the
 // field buffers (one set per tile row, the same every step: the velocity is steady), y
 // weights once per column and step, raw values in the five-row window. The steps are
 // unrolled and the rows by 5 (compile-time bounds), so the window moves by register
 // renaming, not copies (rows fully unrolled instead: 0.825 against 0.699 s on contest 5).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_pass_sep)
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_PASS_MINB)
 adv_pass_sep(ADV_PARAMS) {
     extern __shared__ __align__(16) unsigned char adv_smem[];
@@ -657,6 +664,7 @@ adv_pass_sep(ADV_PARAMS) {
     else ADV_SEP_PASS(false, 1, 0, true);
 #undef ADV_SEP_PASS
 }
+#endif
 
 // adv_step with the rows brought by the copy engine (sm_90 bulk copies, no registers held
 // by loads in flight): a block's tile is ADV_COLS·ADV_BX columns wide; each f row it needs
@@ -676,6 +684,7 @@ adv_pass_sep(ADV_PARAMS) {
 #define ADV_SLOT_F (ADV_SW + 4)
 #define ADV_SLOT (ADV_SLOT_F + (ADV_MODE == 0 ? 2 * ADV_SW : 0))
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_step_bulk)
 extern "C" __global__ void __launch_bounds__(ADV_BX, ADV_MINB)
 adv_step_bulk(ADV_PARAMS) {
     constexpr int C = ADV_COLS;
@@ -771,6 +780,7 @@ adv_step_bulk(ADV_PARAMS) {
         k0 = k1; k1 = k2; k2 = k3; k3 = k4;
     }
 }
+#endif
 
 // Several steps per pass for velocity arrays with each cell's weights in registers
 // (adv_pass_w). The velocity is steady, so a cell's Lagrange weights (the separable
@@ -983,6 +993,7 @@ __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base
 // (issued lane by lane; docs/PERFORMANCE.md). Periodic wraps load value by value when
 // their turn comes (the grid's sides did too, and cost 8 %: a block waits on its own
 // loads there).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_pass_w)
 extern "C" __global__ void __launch_bounds__(ADV_WT > 1024 ? 1024 : ADV_WT, ADV_WMINB)
 adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
            const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map vmap) {
@@ -1124,3 +1135,4 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         in = next;
     }
 }
+#endif

@@ -596,6 +596,7 @@ __device__ __forceinline__ void copy_faces(real* vc, const real* vd, const unsig
 // ctl[0] = iterations done, ctl[1] = stop flag (1 converged, 2 non-finite); acc holds
 // colour 0's sums (res^2, V^2) until colour 1 of the same iteration adds its own.
 // vc, cc, qc: the arrays of the colour swept (oe); vd, cd: the other colour's.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_sweep)
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_sweep(ES_SWEEP_PARAMS) {
     __shared__ es_class cls[ES_TABLE];
@@ -641,6 +642,7 @@ es_sweep(ES_SWEEP_PARAMS) {
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }
+#endif
 
 // Zero normal field on the box faces: a free face node of colour oe copies its inner
 // neighbour (the study's order: x faces, then y, then z: a node on several faces takes
@@ -657,6 +659,7 @@ es_sweep(ES_SWEEP_PARAMS) {
 // vc = vc2 = the output buffer). `after` >= 0: run only if iteration `after` is done
 // (ctl[0] == after + 1), so the black faces of the iteration that converged still run;
 // else only while no stop is flagged.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_faces)
 extern "C" __global__ void es_faces(real* vc, real* vc2,
                                     const real* __restrict__ vd,
                                     const unsigned char* __restrict__ cc,
@@ -671,11 +674,13 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
     face_node(vc, vc2, vd, cc, classes, nx, ny, nz, kfirst, kend, kbase, oe, f,
               blockIdx.x * blockDim.x + threadIdx.x, (f >> 1) < 2 ? kfirst + b : b);
 }
+#endif
 
 // The book-keeping of iteration k on one slab of a decomposed run: every slab's sums
 // added in slab order and, within a slab, in the order of its sweeps (so every slab
 // decides alike), each slab's `per_step` values of iteration k read from sources[s] +
 // (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_record)
 extern "C" __global__ void es_record(const u64* __restrict__ sources, int count, int per_step,
                                      unsigned ring, u64 k, double tol, u64* __restrict__ ctl,
                                      double* __restrict__ hist, unsigned hist_len) {
@@ -693,6 +698,7 @@ extern "C" __global__ void es_record(const u64* __restrict__ sources, int count,
     const int verdict = residual_verdict(res2, v2, tol, rel);
     record_iteration(rel, verdict, k, ctl, hist, hist_len);
 }
+#endif
 
 // ---------------------------------------------------------------------------------------
 // es_persist: many red-black iterations in one cooperative launch, for meshes small
@@ -732,6 +738,7 @@ __device__ __forceinline__ void grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_persist)
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
            const unsigned char* __restrict__ c1, const real* __restrict__ classes,
@@ -802,6 +809,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
         if (stop) return;
     }
 }
+#endif
 
 // ---------------------------------------------------------------------------------------
 // es_fused: one launch per red-black iteration, both colours in one pass through memory.
@@ -1036,6 +1044,7 @@ __device__ __forceinline__ void fused_march(const Fused& w, const Tile& t, RedPl
 // One red-black iteration: ri, bi in, ro, bo out; the stop logic of es_sweep (colour 1).
 // Block: ES_BX (a multiple of 32) by ES_BY >= 3 threads; it owns 30 pairs per warp and
 // ES_BY - 2 rows.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_fused)
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restrict__ ro,
          real* __restrict__ bo, const unsigned char* __restrict__ cr,
@@ -1125,6 +1134,7 @@ es_fused(const real* __restrict__ ri, const real* __restrict__ bi, real* __restr
     const int verdict = residual_verdict(total[0], total[1], tol, rel);
     record_iteration(rel, verdict, iteration, ctl, hist, hist_len);
 }
+#endif
 
 // ---------------------------------------------------------------------------------------
 // es_staged: es_sweep with every operand of a plane staged through shared memory by
@@ -1237,6 +1247,7 @@ __device__ __forceinline__ void staged_update(const StagedRow& w, const StagedPl
     v2 += (double)nv * (double)nv;
 }
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_staged)
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_staged(ES_SWEEP_PARAMS) {
     if (((volatile u64*)ctl)[1] != 0) return;
@@ -1299,4 +1310,5 @@ es_staged(ES_SWEEP_PARAMS) {
     sweep_record(res2, v2, partials, ticket, ctl, acc, hist, hist_len, oe, tol, iteration,
                  slot);
 }
+#endif
 #endif  // ES_STAGED

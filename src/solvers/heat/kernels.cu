@@ -24,6 +24,7 @@ __device__ __forceinline__ real heat_update(real c, real xm, real xp, real ym, r
 // are unconditional (edge points read themselves) so that GROUP points' loads are in
 // flight together. *bad holds the first step that produced a non-finite value (~0 while
 // none has); once set, later launches return at once.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_heat_box_step)
 extern "C" __global__ void heat_box_step(const real* __restrict__ u, real* __restrict__ un,
                                          int bz, int by, int bx, int z0, int z1, int y0, int y1,
                                          int x0, int x1, int oz, int oy, int ox, int nz, int ny,
@@ -89,6 +90,7 @@ extern "C" __global__ void heat_box_step(const real* __restrict__ u, real* __res
     }
     if (!finite) atomicMin(bad, step);
 }
+#endif
 
 // N consecutive values loaded and stored as one aligned vector (ld/st.global.v2/.v4).
 template <int N>
@@ -114,6 +116,7 @@ __device__ __forceinline__ vals<N> ldv(const real* p) {
 // shuffle (the warp's end lanes load the one value beyond), so a point costs a quarter of
 // the load instructions. Same update and operand order as heat_box_step, so the result
 // is the same bit for bit. blockDim.x must be a multiple of 32 (warps lie along x).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_heat_vec_step)
 extern "C" __global__ void heat_vec_step(const real* __restrict__ u, real* __restrict__ un,
                                          int bz, int by, int bx, int z0, int z1, int y0, int y1,
                                          int x0, int x1, int oz, int oy, int ox, int nz, int ny,
@@ -214,6 +217,7 @@ extern "C" __global__ void heat_vec_step(const real* __restrict__ u, real* __res
     }
     if (!finite) atomicMin(bad, step);
 }
+#endif
 
 // Temporal blocking for the in-core engine (2D and 3D): TB_LEVELS steps per pass over the
 // whole grid, u → un. A block of TB_X·TB_Y threads covers a tile of x (and y in 3D)
@@ -226,6 +230,7 @@ extern "C" __global__ void heat_vec_step(const real* __restrict__ u, real* __res
 // heat_box_step, so the result is the same bit for bit. *bad gets the pass's first step
 // if an output is non-finite; the host replays the pass step by step to find the step.
 #if defined(TB_LEVELS)
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_heat_tb_pass)
 extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
     heat_tb_pass(const real* __restrict__ u, real* __restrict__ un, int nz, int ny, int nx,
                  int dims, real rz, real ry, real rx, int chunk, u64 step,
@@ -287,6 +292,7 @@ extern "C" __global__ void __launch_bounds__(TB_X * TB_Y)
     if (!finite) atomicMin(bad, step);
 }
 #endif
+#endif
 
 // Temporal blocking in 3D with the x and y neighbours in registers: TB3_LEVELS steps in
 // one pass, like heat_box_step over a box of bz·by·bx values at global (oz, oy, ox) of an
@@ -339,6 +345,7 @@ struct flag {
     static constexpr bool value = B;
 };
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_heat_tb3_pass)
 extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     heat_tb3_pass(const real* __restrict__ u, real* __restrict__ un, int bz, int by, int bx,
                   int z0, int z1, int y0, int y1, int x0, int x1, int oz, int oy, int ox,
@@ -553,6 +560,7 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
     if (!TB3_PROBE && !isfinite(probe[0])) atomicMin(bad, step);
 }
 #endif
+#endif
 
 // Copy the halo layers of a box (n0 values from value 0 to kept + 0, n1 from value from1
 // to kept + to1: the layers below and above the owned ones) if the pass of steps
@@ -561,6 +569,7 @@ extern "C" __global__ void __launch_bounds__(32 * TB3_WARPS, 1)
 // input, whose halo the exchange after this pass overwrites: the failed pass is then
 // replayed one step at a time from the copy. Unless a pass failed it returns at once;
 // one launch for both halos, since each launch costs a pass a few microseconds.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_heat_rescue)
 extern "C" __global__ void heat_rescue(const real* __restrict__ src, real* __restrict__ kept,
                                        u64 n0, u64 from1, u64 to1, u64 n1, u64 first,
                                        u64 end, const u64* __restrict__ bad) {
@@ -571,8 +580,10 @@ extern "C" __global__ void heat_rescue(const real* __restrict__ src, real* __res
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         kept[i] = src[i];
 }
+#endif
 
 // Copy the region [z0,z1)×[y0,y1)×[x0,x1) between two boxes of the same shape.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_box_copy)
 extern "C" __global__ void box_copy(const real* __restrict__ src, real* __restrict__ dst, int by,
                                     int bx, int z0, int z1, int y0, int y1, int x0, int x1) {
     const int x = x0 + blockIdx.x * blockDim.x + threadIdx.x;
@@ -584,3 +595,4 @@ extern "C" __global__ void box_copy(const real* __restrict__ src, real* __restri
         dst[i] = src[i];
     }
 }
+#endif

@@ -30,6 +30,7 @@ __device__ __forceinline__ double forcing(int kind, double alpha, double x, doub
 }
 
 // Fields for the manufactured problem: u = u_new = 0 (the boundary stays 0), f analytic.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_init)
 extern "C" __global__ void jacobi_init(real* __restrict__ u, real* __restrict__ unew,
                                        real* __restrict__ f, int n, int m, int kind,
                                        double alpha, double dx, double dy) {
@@ -42,6 +43,7 @@ extern "C" __global__ void jacobi_init(real* __restrict__ u, real* __restrict__ 
         f[idx] = (real)forcing(kind, alpha, -1.0 + i * dx, -1.0 + j * dy);
     }
 }
+#endif
 
 // The residual at one point; both sweep kernels call it, so their fields agree bit for bit.
 __device__ __forceinline__ real point_resid(real l, real r, real up, real dn, real c, real fv,
@@ -88,6 +90,7 @@ __device__ __forceinline__ bool record_sweep(u64* ctl, double* hist, unsigned hi
 // 2 non-finite residual); once set, later sweeps return at once, so the host can queue
 // many sweeps and read ctl only now and then. The residual norm of sweep `k` lands in
 // hist[k % hist_len].
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_sweep)
 extern "C" __global__ void __launch_bounds__(J_BX)
 jacobi_sweep(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
              int n, int m, real ax, real ay, real b, real rb, real omega, double tol,
@@ -115,6 +118,7 @@ jacobi_sweep(const real* __restrict__ u, real* __restrict__ unew, const real* __
     if (grid_sum_last_block(block_total, partials, ticket, &total))
         record_sweep(ctl, hist, hist_len, k, total, n, m, tol);
 }
+#endif
 
 #ifndef J2_TX
 #define J2_TX 64
@@ -200,6 +204,7 @@ __device__ __forceinline__ bool two_totals(double acc1, double acc2, double* par
 // too). Residuals of both sweeps are exact: each block sums only the points it owns. If
 // sweep k already meets the tolerance, ctl[2] is set and the host redoes sweep k alone,
 // so the solve still stops at the study's iteration. Launch with 256 threads.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_sweep2)
 extern "C" __global__ void __launch_bounds__(256)
 jacobi_sweep2(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
               int n, int m, real ax, real ay, real b, real rb, real omega, double tol,
@@ -214,8 +219,10 @@ jacobi_sweep2(const real* __restrict__ u, real* __restrict__ unew, const real* _
         else record_sweep(ctl, hist, hist_len, k + 1, totals[1], n, m, tol);
     }
 }
+#endif
 
 // sum over all points of (u - u_exact)^2, into *out.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_solution_error)
 extern "C" __global__ void jacobi_solution_error(const real* __restrict__ u, int n, int m,
                                                  int kind, double dx, double dy,
                                                  double* __restrict__ partials,
@@ -233,12 +240,14 @@ extern "C" __global__ void jacobi_solution_error(const real* __restrict__ u, int
     double s;
     if (grid_sum_last_block(block_total, partials, ticket, &s)) *out = s;
 }
+#endif
 
 // ---- Slabs of rows (a decomposed run) ------------------------------------------------
 // A slab's buffers hold grid rows base .. base + rows (its owned rows and one halo row on
 // each side); buffer row l is grid row base + l.
 
 // u = u_new = 0 and f analytic on a slab's rows (the same arithmetic as jacobi_init).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_init_rows)
 extern "C" __global__ void jacobi_init_rows(real* __restrict__ u, real* __restrict__ unew,
                                             real* __restrict__ f, int n, int base, int rows,
                                             int kind, double alpha, double dx, double dy) {
@@ -251,11 +260,13 @@ extern "C" __global__ void jacobi_init_rows(real* __restrict__ u, real* __restri
         f[idx] = (real)forcing(kind, alpha, -1.0 + i * dx, -1.0 + j * dy);
     }
 }
+#endif
 
 // Sweep k over the interior grid rows among first..last of a slab, each point exactly as
 // jacobi_sweep computes it; the sum of squared residuals of these rows lands in *slot
 // (a block-ordered reduction, so it is the same on every run). Returns at once when the
 // solve has stopped (ctl[1] != 0).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_rows)
 extern "C" __global__ void __launch_bounds__(J_BX)
 jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
             int n, int m, int base, int first, int last, real ax, real ay, real b, real rb,
@@ -286,10 +297,12 @@ jacobi_rows(const real* __restrict__ u, real* __restrict__ unew, const real* __r
     double total;
     if (grid_sum_last_block(block_total, partials, ticket, &total)) *slot = total;
 }
+#endif
 
 // The book-keeping of sweep k on one slab: the sum of every slab's partial sums, added
 // in slab order (so every slab decides alike), each slab's `per_step` values of sweep k
 // read from sources[s] + (k mod ring)·per_step.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_record)
 extern "C" __global__ void jacobi_record(const u64* __restrict__ sources, int count,
                                          int per_step, unsigned ring, u64 k, int n, int m,
                                          double tol, u64* __restrict__ ctl,
@@ -301,10 +314,12 @@ extern "C" __global__ void jacobi_record(const u64* __restrict__ sources, int co
     if (threadIdx.x != 0) return;
     record_sweep(ctl, hist, hist_len, k, sum, n, m, tol);
 }
+#endif
 
 // Two sweeps over the grid rows first..last-1 of a slab's buffer (two_sweeps on every
 // tile of the range), from u into unew; each sweep's residual sum of the range into slot0
 // and slot1. Launch with 256 threads.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_jacobi_rows2)
 extern "C" __global__ void __launch_bounds__(256)
 jacobi_rows2(const real* __restrict__ u, real* __restrict__ unew, const real* __restrict__ f,
              int n, int m, int base, int first, int last, real ax, real ay, real b, real rb,
@@ -320,3 +335,4 @@ jacobi_rows2(const real* __restrict__ u, real* __restrict__ unew, const real* __
         *slot1 = totals[1];
     }
 }
+#endif

@@ -40,6 +40,7 @@
 #define NB_FAR 1e30f
 
 // x, m (f64, n particles) -> xm (f32 x y z m, n_pad entries).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_pack)
 extern "C" __global__ void nbody_pack(const double* __restrict__ x, const double* __restrict__ m,
                                       float4* __restrict__ xm, int n, int n_pad) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_pad; i += gridDim.x * blockDim.x) {
@@ -48,6 +49,7 @@ extern "C" __global__ void nbody_pack(const double* __restrict__ x, const double
                       : make_float4(NB_FAR, NB_FAR, NB_FAR, 0.f);
     }
 }
+#endif
 
 __device__ __forceinline__ float nb_rsqrt(float r2) {
     float inv;
@@ -65,6 +67,7 @@ __device__ __forceinline__ float nb_rsqrt(float r2) {
 // (m/r^3), 3 FFMA (accelerations); no branch. out[(split_base + split)*n_i_pad + i] =
 // (ax, ay, az, 0):
 // sum_j m_j d/r^3 (or sum_j d/r^3 with NB_EQUAL_MASS).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_forces)
 extern "C" __global__ void __launch_bounds__(NB_THREADS, NB_MINB)
 nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int i_base, int n_i_pad,
              int tile_first, int tile_end, int tiles_per_split, int split_base, float eps2) {
@@ -119,6 +122,7 @@ nbody_forces(const float4* __restrict__ xm, float4* __restrict__ out, int i_base
     for (int k = 0; k < NB_IPT; ++k)
         o[k * NB_THREADS] = make_float4((float)ax[k], (float)ay[k], (float)az[k], 0.f);
 }
+#endif
 
 // Each pair of particles once (Newton's third law): tiles of S = NB_THREADS·NB_IPT
 // particles, tile I's in registers (NB_IPT per thread, as nbody_forces holds them) against
@@ -227,6 +231,7 @@ __device__ __forceinline__ void nbody_tile_pair(const float4* __restrict__ xm, f
     }
 }
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_mutual)
 extern "C" __global__ void __launch_bounds__(NB_THREADS, NB_MINB)
 nbody_mutual(const float4* __restrict__ xm, float4* __restrict__ acc, int tiles, int round,
              int first, int stride, int n_pad, float eps2) {
@@ -243,9 +248,11 @@ nbody_mutual(const float4* __restrict__ xm, float4* __restrict__ acc, int tiles,
     const int J = q == 0 ? round : (round - q + m) % m;
     nbody_tile_pair<true>(xm, acc, I, J, eps2);
 }
+#endif
 
 // Sum the splits of each particle in split order (deterministic) and kick:
 // v += scale * a * h (f64), scale = G (or G*m with NB_EQUAL_MASS).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_kick)
 extern "C" __global__ void nbody_kick(const float4* __restrict__ parts, int splits, int n_pad,
                                       double* __restrict__ v, int n, double scale, double h) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
@@ -259,17 +266,21 @@ extern "C" __global__ void nbody_kick(const float4* __restrict__ parts, int spli
         v[3 * i + 2] += scale * a[2] * h;
     }
 }
+#endif
 
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_drift)
 extern "C" __global__ void nbody_drift(double* __restrict__ x, const double* __restrict__ v,
                                        int n, double dt) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < 3 * n; i += gridDim.x * blockDim.x)
         x[i] += v[i] * dt;
 }
+#endif
 
 // The potential per unit mass for the diagnostics, in f64 and in the CPU reference's
 // order of operations (no contraction, IEEE sqrt and division): the same bits.
 // phi_i = -g * sum_{j != i} m_j / sqrt(r^2 + eps^2), summed over j in index order. One i
 // per thread, j through shared memory; the self pair is skipped by index (a select).
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_potential)
 extern "C" __global__ void __launch_bounds__(256)
 nbody_potential(const double* __restrict__ x, const double* __restrict__ m,
                 double* __restrict__ phi, int n, double eps2, double g) {
@@ -295,6 +306,7 @@ nbody_potential(const double* __restrict__ x, const double* __restrict__ m,
     }
     if (i < n) phi[i] = g * sum;
 }
+#endif
 
 // The CUDA sample's kernel (nbody_kernel.cuh, "bodyBodyInteraction"): one i per thread,
 // blockDim j-particles per shared tile, r^2 = x*x + y*y + z*z then + eps^2, the inverse
@@ -302,6 +314,7 @@ nbody_potential(const double* __restrict__ x, const double* __restrict__ m,
 // keisan compiles with --fmad=false, so the multiply-adds nvcc would contract in the
 // sample are written as fmaf here, and rsqrtf is the flush-to-zero MUFU alone (as
 // nvcc -use_fast_math emits it): the sample's instruction stream at its best.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_baseline)
 extern "C" __global__ void __launch_bounds__(256)
 nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, float eps2) {
     __shared__ float4 shared[256];
@@ -329,13 +342,16 @@ nbody_baseline(const float4* __restrict__ pos, float4* __restrict__ acc, int n, 
     }
     acc[i] = make_float4(a.x, a.y, a.z, 0.f);
 }
+#endif
 
 // The cycle model's memory latency L: one thread follows `hops` dependent loads through
 // next[] from `start` (a stride that leaves every cache line and page behind; each call
 // starts elsewhere, so no line is in L2 from an earlier call); *out keeps the chain.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_nbody_chase)
 extern "C" __global__ void nbody_chase(const unsigned* __restrict__ next, unsigned start,
                                        int hops, unsigned* __restrict__ out) {
     unsigned i = start;
     for (int h = 0; h < hops; ++h) i = next[i];
     *out = i;
 }
+#endif

@@ -250,7 +250,12 @@ fn each_kernel_compiles_alone() {
             ];
             let ptx = compile(&src, Precision::F32, "sm_90", &defines)
                 .unwrap_or_else(|e| panic!("{name} alone: {e}"));
-            assert_eq!(entries(&ptx.to_src()), [name.clone()], "{}", src.name);
+            assert_eq!(
+                entries(&ptx.to_src()),
+                std::slice::from_ref(name),
+                "{}",
+                src.name
+            );
         }
     }
 }

@@ -65,6 +65,15 @@ pub fn switch(name: &str) -> Result<Option<bool>> {
     })
 }
 
+/// One of two words: `yes` (true) or `no` (false).
+pub fn either(name: &str, yes: &str, no: &str) -> Result<Option<bool>> {
+    knob(name, &format!("{yes} or {no}"), |v| match v {
+        _ if v == yes => Some(true),
+        _ if v == no => Some(false),
+        _ => None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

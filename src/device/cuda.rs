@@ -261,24 +261,14 @@ pub enum ImageSource {
 /// KEISAN_KERNEL_IMAGE=ptx: load PTX as before machine code was loaded (a knob to time
 /// the driver's own compile against); `cubin`, the default, NVRTC's machine code.
 fn ptx_requested() -> Result<bool> {
-    let ptx = crate::tuning::knob("KEISAN_KERNEL_IMAGE", "ptx or cubin", |v| match v {
-        "ptx" => Some(true),
-        "cubin" => Some(false),
-        _ => None,
-    })?;
-    Ok(ptx.unwrap_or(false))
+    Ok(crate::tuning::either("KEISAN_KERNEL_IMAGE", "ptx", "cubin")?.unwrap_or(false))
 }
 
 /// KEISAN_KERNEL_MODULES=whole: compile every kernel of a source into each module, as
 /// before modules held only the kernel asked for (a knob to compare the two); `single`,
 /// the default, the one kernel.
 fn whole_modules() -> Result<bool> {
-    let whole = crate::tuning::knob("KEISAN_KERNEL_MODULES", "single or whole", |v| match v {
-        "whole" => Some(true),
-        "single" => Some(false),
-        _ => None,
-    })?;
-    Ok(whole.unwrap_or(false))
+    Ok(crate::tuning::either("KEISAN_KERNEL_MODULES", "whole", "single")?.unwrap_or(false))
 }
 
 /// NVRTC's (major, minor) version, part of every cache key.

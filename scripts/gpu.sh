@@ -34,6 +34,8 @@
 #   gpu/gpu.sh slabs            # there (x2/x4 host): each GPU alone, then electrostatics and heat slabs
 #                               #   on all and on 2 GPUs (pass trace, bands first), the slab tests
 #   gpu/gpu.sh pulls            # there (x2/x4 host): electrostatics and heat slabs with the halo pulled three ways
+#   gpu/gpu.sh scale            # there (x2/x4/x8 host, mpi build): issue 15's scaling, 1 -> 2 -> 4
+#                               #   (-> 8) GPUs in one process and by MPI ranks, equality with one GPU
 #   gpu/gpu.sh all              # there: test, then bench
 #
 # Logs and JSON reports land in $OUT (default gpu-out/); a short table is printed last.
@@ -562,8 +564,56 @@ pulls() {
   done
 }
 
+# Issue 15 (built with FEATURES="--features mpi"): weak and strong scaling on 2, 4 and 8
+# GPUs, as many as the host has (the benches time the first GPU alone in the same run);
+# N-body weak at 2^18 particles a GPU and strong at 2^22 on all; contest 5 on 1..P MPI
+# ranks; advection, heat 3D and the microstrip on all GPUs and on P ranks against one GPU,
+# byte for byte; heat 3D 2048^3 f32 strong on 1 -> all.
+scale() {
+  device; nvidia-smi topo -m | head -9
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  local n k=$PWD/$K w; n=$(nvidia-smi -L | wc -l); w=$(mktemp -d)
+  solve() { python3 -c "import json,sys; print('%-32s solve %.4f s' % (sys.argv[1], json.load(sys.stdin)['timings']['solve_s']))" "$1"; }
+  for p in 2 4 8; do
+    [ $p -le $n ] || break
+    local d; d=$(seq -s, 0 $((p - 1)))
+    echo "== $p GPUs"
+    timeout 120 $K bench heat --devices $d --steps 300 --size-2d "" 2>&1 | grep -E "weak|strong|beyond"
+    timeout 120 $K bench electrostatics --devices $d --iterations 200 2>&1 | grep -E "one device,|weak,|strong,|beyond"
+    timeout 120 $K bench advection --devices $d 2>&1 | grep -E "slabs on|weak|beyond"
+    timeout 120 $K bench nbody --devices $d --n 262144,$((262144 * p)) --repetitions 2 2>&1 | grep -E "N ="
+  done
+  local all; all=$(seq -s, 0 $((n - 1)))
+  echo "== N-body N = 2^22 on $n GPUs"; timeout 200 $K bench nbody --devices $all --n 4194304 --repetitions 1 2>&1 | grep -E "N ="
+  for p in 1 2 4 8; do
+    [ $p -le $n ] || break
+    timeout 120 mpirun -np $p $k run examples/gpu-challenge-5.toml --set advection.steps=512 -q --json 2>/dev/null | solve "contest 5, 512 steps, $p ranks"
+  done
+  printf 'solver = "advection"\n[advection]\nnx = 1024\nny = 777\nsteps = 64\ncfl = 0.9\nvelocity = { kind = "rotation" }\ninitial = { preset = "zalesak" }\n' > "$w/a.toml"
+  printf 'solver = "heat"\nprecision = "f32"\n[heat]\nshape = [130, 64, 128]\ndt = 2e-6\nsteps = 40\ninitial = { preset = "hot_box" }\n' > "$w/h.toml"
+  cp examples/electrostatics-microstrip.toml "$w/e.toml"
+  for f in a h e; do
+    (cd "$w" && $k run $f.toml -q --out one-$f --devices 0 && $k run $f.toml -q --out all-$f --devices $all &&
+      timeout 120 mpirun -np $n $k run $f.toml -q --out ranks-$f) > /dev/null 2>&1 || echo "$f: a run failed"
+    for x in $(cd "$w/one-$f" && ls *.npy); do
+      for v in all ranks; do
+        cmp -s "$w/one-$f/$x" "$w/$v-$f/$x" && echo "$f $v $x same" || echo "$f $v $x DIFFERS"
+      done
+    done
+  done
+  local d=0
+  while :; do
+    timeout 150 $K run examples/heat-3d-640.toml --set 'heat.shape=[2048,2048,2048]' --set heat.dt=2e-8 \
+      --set heat.steps=100 --devices $d -q --json 2>/dev/null | solve "heat 2048^3 on $d"
+    [ "$d" = "$all" ] && break
+    d=$(seq -s, 0 $(( $(echo $d | tr ',' ' ' | wc -w) * 2 - 1 )))
+    [ $(echo $d | tr ',' ' ' | wc -w) -gt $n ] && d=$all
+  done
+}
+
 case "${1:-}" in
   build) build ;;
+  scale) scale ;;
   overlap) overlap ;;
   four) four ;;
   slabs) slabs ;;
@@ -585,5 +635,5 @@ case "${1:-}" in
   es-tune) es_tune ;;
   es-bits) es_bits ;;
   all) tests; s=$?; bench; exit $s ;;
-  *) sed -n '2,28p' "$0"; exit 2 ;;
+  *) sed -n '2,/^set -uo/p' "$0" | sed '$d'; exit 2 ;;
 esac

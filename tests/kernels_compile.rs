@@ -259,3 +259,30 @@ fn each_kernel_compiles_alone() {
         }
     }
 }
+
+/// Without NVRTC, asking for a kernel image (the disk cache's key names NVRTC's version)
+/// is a clear error, not a panic in the library loader. Runs where NVRTC is missing.
+#[test]
+fn without_nvrtc_an_image_is_a_clear_error() {
+    use keisan::device::cuda::compile_image;
+    use keisan::solvers::jacobi::cuda::KERNELS;
+    if compile(&KERNELS, Precision::F32, "sm_90", &[]).is_ok() {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: NVRTC is here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let r = compile_image(
+        &KERNELS,
+        Precision::F32,
+        "sm_90",
+        &[],
+        Some(dir.path()),
+        false,
+    );
+    assert!(
+        matches!(r, Err(keisan::Error::NoCudaDevice(_))),
+        "{:?}",
+        r.err()
+    );
+}

@@ -113,6 +113,19 @@ struct Nvrtc {
     cubin: Option<Vec<u8>>,
 }
 
+/// NVRTC's library, or a clear error where it is missing (cudarc's loader would panic at
+/// the first call).
+fn require_nvrtc() -> Result<()> {
+    if nvrtc_present() {
+        return Ok(());
+    }
+    Err(Error::NoCudaDevice(
+        "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit or the \
+         nvidia-cuda-nvrtc wheel and add its lib folder to LD_LIBRARY_PATH"
+            .into(),
+    ))
+}
+
 fn nvrtc(
     src: &KernelSource,
     label: &str,
@@ -121,13 +134,7 @@ fn nvrtc(
     want_cubin: bool,
 ) -> Result<Nvrtc> {
     use cudarc::nvrtc::{result, sys};
-    if !nvrtc_present() {
-        return Err(Error::NoCudaDevice(
-            "NVRTC (libnvrtc.so) was not found; install the CUDA toolkit or the \
-             nvidia-cuda-nvrtc wheel and add its lib folder to LD_LIBRARY_PATH"
-                .into(),
-        ));
-    }
+    require_nvrtc()?;
     let fail = |log: String| Error::KernelCompile {
         kernel: label.to_string(),
         log,
@@ -204,6 +211,7 @@ pub fn compile_image(
     cache: Option<&std::path::Path>,
     fresh: bool,
 ) -> Result<(Ptx, ImageSource)> {
+    require_nvrtc()?;
     let (source, options) = nvrtc_inputs(src, precision, arch, defines);
     let want_cubin = arch.starts_with("sm_") && !ptx_requested()?;
     let cache = cache.filter(|_| want_cubin);
@@ -276,7 +284,7 @@ fn nvrtc_version() -> (i32, i32) {
     static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
     *VERSION.get_or_init(|| {
         let (mut major, mut minor) = (0, 0);
-        // SAFETY: two out-parameters; NVRTC is loaded (the caller compiled or will).
+        // SAFETY: two out-parameters; the caller checked that NVRTC is there.
         let ok = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
             .result()
             .is_ok();

@@ -106,11 +106,11 @@ fn nvrtc_inputs(
     )
 }
 
-/// What one NVRTC compile gives: the PTX, and for a real architecture (sm_XX) the
-/// machine code (CUBIN), which the driver loads without compiling the PTX again.
-struct Nvrtc {
-    ptx: Vec<std::ffi::c_char>,
-    cubin: Option<Vec<u8>>,
+/// What one NVRTC compile gives: for a real architecture (sm_XX), when asked, the machine
+/// code (CUBIN), which the driver loads without compiling again; else the PTX.
+enum Compiled {
+    Cubin(Vec<u8>),
+    Ptx(String),
 }
 
 /// NVRTC's library, or a clear error where it is missing (cudarc's loader would panic at
@@ -132,7 +132,7 @@ fn nvrtc(
     source: &str,
     options: &[String],
     want_cubin: bool,
-) -> Result<Nvrtc> {
+) -> Result<Compiled> {
     use cudarc::nvrtc::{result, sys};
     require_nvrtc()?;
     let fail = |log: String| Error::KernelCompile {
@@ -155,8 +155,6 @@ fn nvrtc(
             })),
         };
         compiled.and_then(|()| {
-            let ptx = result::get_ptx(prog).map_err(|e| fail(e.to_string()))?;
-            // No CUBIN (a virtual architecture, an NVRTC without it): the PTX serves.
             let mut size = 0usize;
             let cubin = (want_cubin
                 && sys::nvrtcGetCUBINSize(prog, &mut size).result().is_ok()
@@ -169,7 +167,14 @@ fn nvrtc(
                         .map(|()| bytes)
                 })
                 .flatten();
-            Ok(Nvrtc { ptx, cubin })
+            // No CUBIN (a virtual architecture, an NVRTC without it): the PTX serves.
+            match cubin {
+                Some(bytes) => Ok(Compiled::Cubin(bytes)),
+                None => {
+                    let ptx = result::get_ptx(prog).map_err(|e| fail(e.to_string()))?;
+                    Ok(Compiled::Ptx(ptx_text(&ptx)))
+                }
+            }
         })
     };
     // SAFETY: as above; nothing refers to `prog` any more.
@@ -186,8 +191,10 @@ pub fn compile(
 ) -> Result<Ptx> {
     let (source, options) = nvrtc_inputs(src, precision, arch, defines);
     let label = format!("{} ({precision}, {arch})", src.name);
-    let out = nvrtc(src, &label, &source, &options, false)?;
-    Ok(Ptx::from_src(ptx_text(&out.ptx)))
+    match nvrtc(src, &label, &source, &options, false)? {
+        Compiled::Ptx(text) => Ok(Ptx::from_src(text)),
+        Compiled::Cubin(_) => unreachable!("no machine code was asked for"),
+    }
 }
 
 /// NVRTC's PTX (NUL-terminated bytes) as text.
@@ -223,15 +230,14 @@ pub fn compile_image(
     }
     let label = format!("{} ({precision}, {arch})", src.name);
     announce_compile(arch, cache);
-    let out = nvrtc(src, &label, &source, &options, want_cubin)?;
-    Ok(match out.cubin {
-        Some(cubin) => {
+    Ok(match nvrtc(src, &label, &source, &options, want_cubin)? {
+        Compiled::Cubin(cubin) => {
             if let (Some(dir), Some(key)) = (cache, &key) {
                 super::kernel_cache::store(dir, key, &cubin);
             }
             (Ptx::from_binary(cubin), ImageSource::Nvrtc)
         }
-        None => (Ptx::from_src(ptx_text(&out.ptx)), ImageSource::Ptx),
+        Compiled::Ptx(text) => (Ptx::from_src(text), ImageSource::Ptx),
     })
 }
 

@@ -58,18 +58,14 @@ pub fn pair<A: FromStr, B: FromStr>(
 
 /// `0` or `1`.
 pub fn switch(name: &str) -> Result<Option<bool>> {
-    knob(name, "0 or 1", |v| match v {
-        "0" => Some(false),
-        "1" => Some(true),
-        _ => None,
-    })
+    either(name, "0", "1")
 }
 
-/// One of two words: `yes` (true) or `no` (false).
-pub fn either(name: &str, yes: &str, no: &str) -> Result<Option<bool>> {
-    knob(name, &format!("{yes} or {no}"), |v| match v {
-        _ if v == yes => Some(true),
-        _ if v == no => Some(false),
+/// One of two words: `off` (false) or `on` (true).
+pub fn either(name: &str, off: &str, on: &str) -> Result<Option<bool>> {
+    knob(name, &format!("{off} or {on}"), |v| match v {
+        _ if v == off => Some(false),
+        _ if v == on => Some(true),
         _ => None,
     })
 }

@@ -275,14 +275,14 @@ pub enum ImageSource {
 /// KEISAN_KERNEL_IMAGE=ptx: load PTX as before machine code was loaded (a knob to time
 /// the driver's own compile against); `cubin`, the default, NVRTC's machine code.
 fn ptx_requested() -> Result<bool> {
-    Ok(crate::tuning::either("KEISAN_KERNEL_IMAGE", "ptx", "cubin")?.unwrap_or(false))
+    Ok(crate::tuning::either("KEISAN_KERNEL_IMAGE", "cubin", "ptx")?.unwrap_or(false))
 }
 
 /// KEISAN_KERNEL_MODULES=whole: compile every kernel of a source into each module, as
 /// before modules held only the kernel asked for (a knob to compare the two); `single`,
 /// the default, the one kernel.
 fn whole_modules() -> Result<bool> {
-    Ok(crate::tuning::either("KEISAN_KERNEL_MODULES", "whole", "single")?.unwrap_or(false))
+    Ok(crate::tuning::either("KEISAN_KERNEL_MODULES", "single", "whole")?.unwrap_or(false))
 }
 
 /// NVRTC's (major, minor) version, part of every cache key.

@@ -86,37 +86,40 @@ fn nbody_force_variants_compile() {
 
 /// The staged electrostatics sweep is compiled only on request (ES_STAGED=1: its shared
 /// rings need room the other kernels' shapes do not leave), in its default shapes; the
-/// slabs' sweep with its residual plane range (ES_SUM_RANGE=1); the sweep with the charge
-/// per node known at compile time (ES_QNODE, which the engine always sets), with 4-bit
-/// class codes (ES_CBITS=4, both colours' in one byte), with its colour's face nodes
-/// (ES_FACES=1, the one-device engine's where the mesh has free face nodes) and compiled
-/// once per colour (ES_COLOUR_T=1, the f32 large-mesh and persistent sweeps).
+/// slabs' sweep with its residual plane range (ES_SUM_RANGE=1), also with its face nodes;
+/// the sweep with the charge per node known at compile time (ES_QNODE, which the engine
+/// always sets), with 4-bit class codes (ES_CBITS=4, both colours' in one byte), with its
+/// colour's face nodes (ES_FACES=1, the per-colour engines' where the mesh has free face
+/// nodes, with ES_XOFF=1 as they compile it) and compiled once per colour (ES_COLOUR_T=1,
+/// the f32 large-mesh and persistent sweeps).
 #[test]
 fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
     if nvrtc_missing(&KERNELS) {
         return;
     }
-    for (p, by, switch, value, kernel) in [
-        (Precision::F32, "8", "ES_STAGED", "1", "es_staged"),
-        (Precision::F64, "4", "ES_STAGED", "1", "es_staged"),
-        (Precision::F32, "8", "ES_SUM_RANGE", "1", "es_sweep"),
-        (Precision::F64, "4", "ES_SUM_RANGE", "1", "es_sweep"),
-        (Precision::F32, "8", "ES_QNODE", "1", "es_sweep"),
-        (Precision::F64, "8", "ES_QNODE", "0", "es_sweep"),
-        (Precision::F32, "8", "ES_CBITS", "4", "es_sweep"),
-        (Precision::F64, "8", "ES_CBITS", "4", "es_persist"),
-        (Precision::F32, "8", "ES_FACES", "1", "es_sweep"),
-        (Precision::F64, "4", "ES_FACES", "1", "es_sweep"),
-        (Precision::F32, "16", "ES_COLOUR_T", "1", "es_sweep"),
-        (Precision::F32, "8", "ES_COLOUR_T", "1", "es_persist"),
+    const FACES: [(&str, &str); 2] = [("ES_FACES", "1"), ("ES_XOFF", "1")];
+    const SLAB_FACES: [(&str, &str); 3] = [("ES_SUM_RANGE", "1"), FACES[0], FACES[1]];
+    for (p, by, switches, kernel) in [
+        (Precision::F32, "8", &[("ES_STAGED", "1")][..], "es_staged"),
+        (Precision::F64, "4", &[("ES_STAGED", "1")], "es_staged"),
+        (Precision::F32, "8", &[("ES_SUM_RANGE", "1")], "es_sweep"),
+        (Precision::F64, "4", &[("ES_SUM_RANGE", "1")], "es_sweep"),
+        (Precision::F32, "16", &SLAB_FACES, "es_sweep"),
+        (Precision::F64, "4", &SLAB_FACES, "es_sweep"),
+        (Precision::F32, "8", &[("ES_QNODE", "1")], "es_sweep"),
+        (Precision::F64, "8", &[("ES_QNODE", "0")], "es_sweep"),
+        (Precision::F32, "8", &[("ES_CBITS", "4")], "es_sweep"),
+        (Precision::F64, "8", &[("ES_CBITS", "4")], "es_persist"),
+        (Precision::F32, "8", &FACES, "es_sweep"),
+        (Precision::F64, "4", &FACES, "es_sweep"),
+        (Precision::F32, "16", &[("ES_COLOUR_T", "1")], "es_sweep"),
+        (Precision::F32, "8", &[("ES_COLOUR_T", "1")], "es_persist"),
     ] {
-        let mut defines = vec![("ES_BY", by.to_string()), (switch, value.to_string())];
-        if switch == "ES_FACES" {
-            defines.push(("ES_XOFF", "1".to_string())); // as the engine compiles it
-        }
+        let mut defines = vec![("ES_BY", by.to_string())];
+        defines.extend(switches.iter().map(|&(k, v)| (k, v.to_string())));
         let ptx = compile(&KERNELS, p, "sm_90", &defines).unwrap_or_else(|e| panic!("{p}: {e}"));
-        assert!(ptx.to_src().contains(kernel), "{p} {switch}={value}");
+        assert!(ptx.to_src().contains(kernel), "{p} {switches:?}");
     }
 }
 

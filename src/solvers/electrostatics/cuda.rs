@@ -517,13 +517,11 @@ impl<T: Real> CudaElectrostatics<T> {
             interior_columns(nx, xoff).div_ceil(pairs_per_block),
             (ny - 2).div_ceil(rows_per_block),
         );
-        // KEISAN_ES_FACE_ENTRIES=N: a tuning knob.
-        let per_thread =
-            crate::tuning::at_least("KEISAN_ES_FACE_ENTRIES", 1usize)?.unwrap_or(FACE_ENTRIES);
+        let per_thread = face_entries_per_thread()?;
         // The blocks the device surely holds at once: min_blocks per multiprocessor.
         let held = gpu.multiprocessors * min_blocks as usize;
         let face_layers = match sweep_faces {
-            true => face_layers(g.counts, (gx * gy, bx * by), held, per_thread),
+            true => face_layers(g.counts, &(0..nz), (gx * gy, bx * by), held, per_thread),
             false => 0,
         };
         defines.push(("ES_FACE_LAYERS", face_layers.max(1).to_string()));
@@ -917,17 +915,35 @@ pub(super) fn sweep_planes(
 
 /// Layers of `tiles` blocks (blocks per layer, threads per block) after the per-colour
 /// sweep's that copy the face nodes the lanes do not (ES_FACES): enough that each thread
-/// takes about `per_thread` of es_sweep's 6·max(nx, ny)·max(ny, nz) face entries, but no
+/// takes about `per_thread` of es_sweep's [`face_entries`] on the planes `planes`, but no
 /// more blocks than the device surely holds at once (`held`), at least one layer. One layer
 /// left a small mesh's faces to a few blocks whose threads copy node after node: 87.6 µs
 /// per iteration for the microstrip example (73 × 3 × 43 nodes, one block a layer), and
 /// 128³ meshes 12 % slower in f64 than with about 4 entries a thread (H100, 2026-11-27).
-fn face_layers(counts: [usize; 3], tiles: (usize, usize), held: usize, per_thread: usize) -> u32 {
-    let [nx, ny, nz] = counts;
-    let entries = 6 * nx.max(ny) * ny.max(nz);
+pub(super) fn face_layers(
+    counts: [usize; 3],
+    planes: &Range<usize>,
+    tiles: (usize, usize),
+    held: usize,
+    per_thread: usize,
+) -> u32 {
     let (blocks, threads) = tiles;
-    let wanted = entries.div_ceil(blocks * threads * per_thread);
+    let wanted = face_entries(counts, planes).div_ceil(blocks * threads * per_thread);
     wanted.min(held / blocks).max(1) as u32
+}
+
+/// The entries of kernels.cu's copy_faces on the planes `planes`: max(nx, ny)·max(ny,
+/// planes) for each x and y face and each z face among the planes.
+fn face_entries(counts: [usize; 3], planes: &Range<usize>) -> usize {
+    let [nx, ny, nz] = counts;
+    let z_faces = planes.contains(&0) as usize + planes.contains(&(nz - 1)) as usize;
+    (4 + z_faces) * nx.max(ny) * ny.max(planes.len())
+}
+
+/// Face entries per thread of the face layers: [`FACE_ENTRIES`], or the tuning knob
+/// KEISAN_ES_FACE_ENTRIES=N.
+pub(super) fn face_entries_per_thread() -> Result<usize> {
+    Ok(crate::tuning::at_least("KEISAN_ES_FACE_ENTRIES", 1usize)?.unwrap_or(FACE_ENTRIES))
 }
 
 /// Face entries per thread that [`face_layers`] aims at by default. 128³ nodes with free
@@ -1178,14 +1194,18 @@ mod tests {
     fn face_layers_give_each_thread_a_few_entries_within_one_wave() {
         // 512³ f32 (256 tiles of 512 threads, 2 blocks on each of 132 multiprocessors):
         // the one layer it had.
-        assert_eq!(face_layers([512; 3], (256, 512), 264, 4), 1);
+        assert_eq!(face_layers([512; 3], &(0..512), (256, 512), 264, 4), 1);
         // 130³ nodes in 64 tiles of 128 threads: 101 400 entries, about 4 a thread.
-        assert_eq!(face_layers([130; 3], (64, 128), 396, 4), 4);
+        assert_eq!(face_entries([130; 3], &(0..130)), 101_400);
+        assert_eq!(face_layers([130; 3], &(0..130), (64, 128), 396, 4), 4);
         // The microstrip example: one tile per layer.
-        assert_eq!(face_layers([73, 3, 43], (1, 128), 396, 4), 37);
+        assert_eq!(face_layers([73, 3, 43], &(0..43), (1, 128), 396, 4), 37);
         // Never beyond what the device surely holds at once, never none.
-        assert_eq!(face_layers([73, 3, 43], (1, 128), 20, 4), 20);
-        assert_eq!(face_layers([3; 3], (1, 128), 396, 4), 1);
+        assert_eq!(face_layers([73, 3, 43], &(0..43), (1, 128), 20, 4), 20);
+        assert_eq!(face_layers([3; 3], &(0..3), (1, 128), 396, 4), 1);
+        // A slab's planes: the z faces only where the slab holds them.
+        assert_eq!(face_entries([9, 7, 20], &(5..10)), 4 * 9 * 7);
+        assert_eq!(face_entries([9, 7, 20], &(12..20)), 5 * 9 * 8);
     }
 
     #[test]

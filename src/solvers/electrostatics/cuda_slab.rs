@@ -1,5 +1,6 @@
 //! A CUDA slab of z-planes for decomposed runs: the one-device engine's per-colour
-//! kernels (kernels.cu: es_faces, es_sweep) on a window with two halo planes each side,
+//! sweep (kernels.cu es_sweep, which copies its colour's free face nodes of the planes it
+//! is given too: ES_FACES) on a window with two halo planes each side,
 //! so one exchange serves a red-black iteration. Both colours of a plane sit side by side
 //! in one buffer (colour 0's rows, then colour 1's), so the halo exchange copies whole
 //! planes. An iteration: red over the owned planes and the plane beyond each end (from
@@ -20,8 +21,9 @@ use cudarc::driver::{
 };
 
 use super::cuda::{
-    Classes, KERNELS, MAX_PLANES, STOP_CHECK, Split, faces_config, has_free_face_nodes,
-    interior_columns, paired_halves, paired_table, sweep_planes, upload_coefficients,
+    Classes, KERNELS, MAX_PLANES, STOP_CHECK, Split, face_entries_per_thread, face_layers,
+    has_free_face_nodes, interior_columns, paired_halves, paired_table, sweep_planes,
+    upload_coefficients,
 };
 use super::{ElectrostaticsProblem, Geometry, Launch, cpu};
 use crate::device::cuda::Gpu;
@@ -61,14 +63,14 @@ pub struct CudaElectrostaticsSlab<T: Real> {
     ctl: CudaSlice<u64>,
     hist: CudaSlice<f64>,
     sweep: CudaFunction,
-    faces: CudaFunction,
     record: CudaFunction,
     block: (u32, u32),
     /// Sweep tiles in x and y; planes per tile in z.
     tiles: (u32, u32),
     planes: usize,
-    /// Whether any face node is free (else no face launches).
-    free_faces: bool,
+    /// Layers of blocks after each sweep's that copy the face nodes its lanes do not
+    /// (kernels.cu ES_FACE_LAYERS); 0 where no face node is free.
+    face_layers: u32,
     /// Recorded after red: black calls on other streams wait for it.
     red_done: CudaEvent,
     launched: u64,
@@ -114,18 +116,33 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             launch.class_bits,
             classes.present,
         )?;
+        let tiles = (
+            interior_columns(nx, 1).div_ceil(block.0 as usize) as u32,
+            (ny - 2).div_ceil(block.1 as usize) as u32,
+        );
+        // The sweeps copy their colour's free face nodes (ES_FACES), as on one device:
+        // separate face launches cost about 45 µs of a 512³ f32 iteration there. Layers
+        // for red's planes, the most a call sweeps.
+        let face_layers = match has_free_face_nodes(g.counts, &classes, window.base as usize) {
+            true => face_layers(
+                g.counts,
+                &super::red_planes(&window, &window.own),
+                ((tiles.0 * tiles.1) as usize, (block.0 * block.1) as usize),
+                gpu.multiprocessors * min_blocks as usize,
+                face_entries_per_thread()?,
+            ),
+            false => 0,
+        };
         let mut defines = layout.defines(block, min_blocks);
         defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_SUM_RANGE", "1".into()));
         defines.push(("ES_SKIP_ZERO", super::cuda::skip_zero(g).to_string()));
         defines.push(("ES_QNODE", (g.q_node.is_some() as u8).to_string()));
+        defines.push(("ES_FACES", ((face_layers > 0) as u8).to_string()));
+        defines.push(("ES_FACE_LAYERS", face_layers.max(1).to_string()));
+        defines.push(("ES_NX_ODD", (nx % 2).to_string()));
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
-        let faces = gpu.function(&KERNELS, T::PRECISION, &defines, "es_faces")?;
         let record = gpu.function(&KERNELS, T::PRECISION, &defines, "es_record")?;
-        let tiles = (
-            interior_columns(nx, 1).div_ceil(block.0 as usize) as u32,
-            (ny - 2).div_ceil(block.1 as usize) as u32,
-        );
         let planes = launch
             .planes
             .unwrap_or(sweep_planes(
@@ -136,7 +153,6 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
                 window.own.len(),
             )?)
             .clamp(1, MAX_PLANES);
-        let free_faces = has_free_face_nodes(g.counts, &classes, window.base as usize);
         let s = &gpu.stream;
         let qnode = match &qnode {
             Some(q) => s.clone_htod(&layout.interleave(q, parity))?,
@@ -153,7 +169,9 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             _ => table,
         };
         let coefficients = upload_coefficients(s, p)?;
-        let most = tiles.0 as usize * tiles.1 as usize * window.rows.div_ceil(planes);
+        let most = tiles.0 as usize
+            * tiles.1 as usize
+            * (window.rows.div_ceil(planes) + face_layers as usize);
         let scratch = (0..CALLS)
             .map(|_| Ok((s.alloc_zeros::<f64>(2 * most)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
@@ -172,12 +190,11 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             hist: s.alloc_zeros::<f64>(HISTORY)?,
             red_done: gpu.ctx.new_event(None)?,
             sweep,
-            faces,
             record,
             block,
             tiles,
             planes,
-            free_faces,
+            face_layers,
             layout,
             window,
             launched: step,
@@ -207,49 +224,13 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         (at(oe), at(1 - oe))
     }
 
-    /// Free face nodes of colour `oe` on the grid planes `planes`.
-    fn launch_faces(
-        &self,
-        oe: usize,
-        planes: &Range<usize>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<()> {
-        if !self.free_faces || planes.is_empty() {
-            return Ok(());
-        }
-        let cfg = faces_config(self.p.counts(), planes);
-        let t = std::mem::size_of::<T>();
-        let (vc, vd) = self.colours(self.address(&self.v), oe, t);
-        let (cc, _) = self.colours(self.address(&self.code), oe, 1);
-        let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
-        let (kfirst, kend, kbase) = (
-            planes.start as i32,
-            planes.end as i32,
-            self.window.base as i32,
-        );
-        let (oe_arg, after) = (oe as i32, -1i64);
-        let mut l = stream.launch_builder(&self.faces);
-        l.arg(&vc).arg(&vc).arg(&vd).arg(&cc).arg(&self.classes);
-        l.arg(&nx)
-            .arg(&ny)
-            .arg(&nz)
-            .arg(&kfirst)
-            .arg(&kend)
-            .arg(&kbase);
-        l.arg(&oe_arg).arg(&self.ctl).arg(&after);
-        // SAFETY: the face nodes of the planes `planes` lie in the buffer, which holds the
-        // window's planes; their inner neighbours too (a face plane's is the next plane in).
-        unsafe { l.launch(cfg) }?;
-        Ok(())
-    }
-
-    /// Colour `oe`'s interior nodes on the grid planes `planes` (inside 1..nz-1); the
-    /// (res², V²) sums of the nodes on the planes `counted` into `slot`, with block
-    /// partials `scratch`.
+    /// Colour `oe`'s nodes on the grid planes `faces`: the interior ones, and the free
+    /// face nodes; the (res², V²) sums of the nodes on the planes `counted` into `slot`,
+    /// with block partials `scratch`.
     fn launch_sweep(
         &mut self,
         oe: usize,
-        planes: Range<usize>,
+        faces: Range<usize>,
         counted: Range<usize>,
         slot: u64,
         scratch: usize,
@@ -268,17 +249,19 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let (ph, chunk) = (self.layout.ph as i32, self.planes as i32);
         let (oe_arg, omega, tol) = (oe as i32, T::lit(self.p.omega), self.p.tolerance);
         let (iteration, hist_len) = (self.launched, HISTORY as u32);
+        let planes = self.interior(faces.clone());
         let (kfirst, kend, kbase) = (
             planes.start as i32,
             planes.end as i32,
             self.window.base as i32,
         );
         let (sfirst, send) = (counted.start as i32, counted.end as i32);
+        let (ffirst, fend) = (faces.start as i32, faces.end as i32);
         let cfg = LaunchConfig {
             grid_dim: (
                 self.tiles.0,
                 self.tiles.1,
-                planes.len().div_ceil(self.planes).max(1) as u32,
+                planes.len().div_ceil(self.planes).max(1) as u32 + self.face_layers,
             ),
             block_dim: (self.block.0, self.block.1, 1),
             shared_mem_bytes: 0,
@@ -301,11 +284,12 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         l.arg(partials).arg(ticket).arg(&self.ctl).arg(&slot);
         l.arg(&self.hist).arg(&hist_len);
         l.arg(&kfirst).arg(&kend).arg(&kbase).arg(&slot);
-        l.arg(&sfirst).arg(&send);
+        l.arg(&sfirst).arg(&send).arg(&ffirst).arg(&fend);
         // SAFETY: planes kfirst - 1 .. kend + 1 lie in the buffer (red sweeps at most one
         // plane past the owned ones, the buffer holds two halo planes and two more past
-        // its top for the prefetches); partials hold two values per block; slot is two
-        // values.
+        // its top for the prefetches), and so do the face planes ffirst..fend (the swept
+        // ones and the mesh's end planes among them); partials hold two values per block;
+        // slot is two values.
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
@@ -321,9 +305,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
     fn red(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
         let own = self.window.own.clone();
         let red = super::red_planes(&self.window, &own);
-        self.launch_faces(0, &red, stream)?;
-        let (planes, counted, slot) = (self.interior(red), self.interior(own), self.slot(0, 0));
-        self.launch_sweep(0, planes, counted, slot, 0, stream)?;
+        let (counted, slot) = (self.interior(own), self.slot(0, 0));
+        self.launch_sweep(0, red, counted, slot, 0, stream)?;
         self.red_done.record(stream)?;
         Ok(())
     }
@@ -398,9 +381,8 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
         if !Arc::ptr_eq(&stream, &main) {
             stream.wait(&self.red_done)?;
         }
-        self.launch_faces(1, &rows, &stream)?;
-        let (inner, slot) = (self.interior(rows), self.slot(call, 1));
-        self.launch_sweep(1, inner.clone(), inner, slot, call, &stream)
+        let (inner, slot) = (self.interior(rows.clone()), self.slot(call, 1));
+        self.launch_sweep(1, rows, inner, slot, call, &stream)
     }
     fn commit(&mut self, steps: u64) {
         self.launched += steps;

@@ -96,7 +96,9 @@ __device__ __forceinline__ int code_at(const unsigned char* c, size_t n, int oe)
 // Slab sweeps (ES_SUM_RANGE = 1) sweep the planes kfirst..kend-1 but add to the residual
 // sums only the nodes of the planes sfirst..send-1 (two more launch parameters): red then
 // covers a slab's owned planes and one beyond each end in one launch, and the planes
-// beyond, which the neighbours own, do not count twice. Whole-mesh sweeps count all.
+// beyond, which the neighbours own, do not count twice. Whole-mesh sweeps count all. With
+// ES_FACES a slab's sweep copies the face nodes of the planes ffirst..fend-1 (two more):
+// the swept planes kfirst..kend-1 are their interior ones.
 // A zero numerator skips the SOR update's division (see plane()); the engine turns it off
 // where the charge varies per node.
 #ifndef ES_SKIP_ZERO
@@ -159,8 +161,8 @@ struct Column {
 #define ES_HAS_Q(w) ((w).has_qnode)
 #endif
 
-// ES_FACES = 1 (the one-device per-colour engine, where the mesh has free face nodes):
-// es_sweep also does es_faces' work for its colour, which commutes with it (see
+// ES_FACES = 1 (the per-colour engines, one device or slabs, where the mesh has free face
+// nodes): es_sweep also does es_faces' work for its colour, which commutes with it (see
 // es_faces). Their own launch cost 22.5 us twice per 512^3 f32 iteration on the H100,
 // against 361 us per sweep, mostly for the x faces' scattered sectors; done by the sweep's
 // threads when a block starts, the same. So the x-face nodes of the swept rows and planes
@@ -352,7 +354,7 @@ __device__ __forceinline__ void march_block(const Sweep& w, Column& c, int k0, i
         double *__restrict__ hist, unsigned hist_len, int kfirst, int kend, int kbase,      \
         double *__restrict__ slot ES_SUM_PARAMS
 #if ES_SUM_RANGE
-#define ES_SUM_PARAMS , int sfirst, int send
+#define ES_SUM_PARAMS , int sfirst, int send, int ffirst, int fend
 #else
 #define ES_SUM_PARAMS
 #endif
@@ -574,20 +576,30 @@ __device__ __forceinline__ void face_node(real* vc, real* vc2, const real* vd,
     vc2[n] = v;
 }
 
-// es_faces' work for colour oe as one list of 6·fa·fb entries (face f = e / (fa·fb), its
-// in-plane indices (a, b) from e mod fa·fb, a fastest): the entries first, first + stride,
-// ...; without the x-face nodes of the swept rows and planes unless `swept_x` (es_sweep's
-// lanes copy those, ES_FACES). The class table `cls` must be visible to the block.
+// es_faces' work for colour oe on the planes kf..ke-1 (plane 0 of the arrays is plane
+// kbase) as one list of fa·fb entries per face (fa = max(nx, ny), fb = max(ny, ke − kf):
+// face f = e / (fa·fb), its in-plane indices (a, b) from e mod fa·fb, a fastest; the x and
+// y faces' b counts planes from kf), the z faces only where the planes hold them; the
+// entries first, first + stride, ... On the whole mesh (kf = 0, ke = nz) that is the
+// 6·fa·max(ny, nz) entries the one-device sweep always took. Without the x-face nodes of
+// the rows 1..ny-2 on the planes 1..nz-2 unless `swept_x` (es_sweep's lanes copy those,
+// ES_FACES, on the planes they sweep: the interior ones of kf..ke-1). The class table
+// `cls` must be visible to the block.
 __device__ __forceinline__ void copy_faces(real* vc, const real* vd, const unsigned char* cc,
                                            const es_class* cls, int nx, int ny, int nz,
-                                           int oe, unsigned first, unsigned stride,
-                                           bool swept_x) {
-    const unsigned fa = max(nx, ny), fb = max(ny, nz), nface = 6u * fa * fb;
+                                           int kf, int ke, int kbase, int oe, unsigned first,
+                                           unsigned stride, bool swept_x) {
+    const unsigned fa = max(nx, ny), fb = max(ny, ke - kf);
+    const int zlo = kf == 0, zhi = ke == nz;
+    const unsigned nface = (4u + zlo + zhi) * fa * fb;
     for (unsigned e = first; e < nface; e += stride) {
-        const int f = e / (fa * fb), r = e % (fa * fb), a = r % fa, b = r / fa;
+        const int r = e % (fa * fb), a = r % fa;
+        int f = e / (fa * fb), b = r / fa;
+        if (f < 4) b += kf;     // the x and y faces' plane
+        else if (!zlo) f = 5;   // the one z face among the planes is the top one
         if (!swept_x && f < 2 && a >= 1 && a <= ny - 2 && b >= 1 && b <= nz - 2) continue;
         size_t n, m;
-        if (face_at(nx, ny, nz, 0, nz, 0, oe, f, a, b, n, m) &&
+        if (face_at(nx, ny, nz, kf, ke, kbase, oe, f, a, b, n, m) &&
             cls[code_at(cc, n, oe)].held == (real)0)
             vc[n] = vd[m];
     }
@@ -615,13 +627,14 @@ es_sweep(ES_SWEEP_PARAMS) {
     double res2 = 0.0, v2 = 0.0;
 #if !ES_SUM_RANGE
     const int sfirst = kfirst, send = kend;  // every swept plane counts
+    const int ffirst = 0, fend = nz;         // and the faces of every plane are its
 #endif
 #if ES_FACES
     if (blockIdx.z >= gridDim.z - ES_FACE_LAYERS) {
         // The launch's last layers of blocks: the face nodes the lanes do not copy.
         __syncthreads();
         const unsigned layer = gridDim.x * gridDim.y;
-        copy_faces(vc, vd, cc, cls, nx, ny, nz, oe,
+        copy_faces(vc, vd, cc, cls, nx, ny, nz, ffirst, fend, kbase, oe,
                    tid + ES_BX * ES_BY *
                              (blockIdx.x + gridDim.x * blockIdx.y +
                               layer * (blockIdx.z - (gridDim.z - ES_FACE_LAYERS))),
@@ -767,7 +780,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
             const unsigned char* cc = oe ? c1 : c0;
             const unsigned char* cd = oe ? c0 : c1;
             if (has_faces)
-                copy_faces(vc, vd, cc, cls, nx, ny, nz, oe, blockIdx.x * nthreads + tid,
+                copy_faces(vc, vd, cc, cls, nx, ny, nz, 0, nz, 0, oe, blockIdx.x * nthreads + tid,
                            nb * nthreads, true);
             double res2 = 0.0, v2 = 0.0;
             for (unsigned t = blockIdx.x; t < tiles; t += nb)

@@ -96,7 +96,10 @@ __device__ __forceinline__ int code_at(const unsigned char* c, size_t n, int oe)
 // Slab sweeps (ES_SUM_RANGE = 1) sweep the planes kfirst..kend-1 but add to the residual
 // sums only the nodes of the planes sfirst..send-1 (two more launch parameters): red then
 // covers a slab's owned planes and one beyond each end in one launch, and the planes
-// beyond, which the neighbours own, do not count twice. Whole-mesh sweeps count all. With
+// beyond, which the neighbours own, do not count twice: a flag per plane in shared memory
+// beside the plane's z coefficients says whether it counts (a test of k against the range
+// held the range in two registers at the sweep's 64-register cap and cost a slab's red
+// sweep about 2 %, docs/PERFORMANCE.md). Whole-mesh sweeps count all. With
 // ES_FACES a slab's sweep copies the face nodes of the planes ffirst..fend-1 (two more):
 // the swept planes kfirst..kend-1 are their interior ones.
 // A zero numerator skips the SOR update's division (see plane()); the engine turns it off
@@ -200,7 +203,6 @@ struct Sweep {
     // V, the other colour's V, the class bytes or the charge, ES_PF planes above node
     // index n: pf + n * pf_size, pf_size in bytes per value), when pf_on.
     const char* pf; unsigned pf_size; bool pf_on;
-    int s0, s1;          // planes whose nodes count in the residual sums (ES_SUM_RANGE)
 #if ES_FACES
     // The lane copies the x-face node of colour C at index n - 1 on its planes of offset 1
     // (xf & 1: column 1, node 0) and the one at n + 1 - ES_NX_ODD on its planes of offset
@@ -248,8 +250,7 @@ __device__ __forceinline__ void x_face(const Sweep& w, const At& p, int at, real
 // One plane: the update of node 2h + O (XF: and the lane's x-face nodes), then the planes
 // shift down.
 template <int O, int P, bool XF>
-__device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk,
-                                      int k) {
+__device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, const es_z* zk) {
     const real dnn = p.vd[(P + 2) * ES_HK];
     const int cnn = p.cd[(P + 2) * ES_HK];
     const Reads next = reads<1 - O, P + 1>(w, p);
@@ -280,7 +281,9 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
         if (upd) p.vc[P * ES_HK] = nv;
         bool sums = upd;
 #if ES_SUM_RANGE
-        sums = sums && k >= w.s0 && k < w.s1;
+        // Whether plane k counts: an entry ES_ZCAP past its z coefficients (a shared load
+        // at an immediate offset, no register held for the range).
+        sums = sums && zk[ES_ZCAP + P].p != (real)0;
 #endif
         if (sums) {
             c.res2 = fma((double)res, (double)res, c.res2);
@@ -313,8 +316,8 @@ __device__ __forceinline__ int march_pairs(const Sweep& w, Column& c, int k, int
         }
 #endif
         const es_z* zk = w.zt + k;
-        plane<O0, 0, XF>(w, c, p, zk, k);
-        plane<1 - O0, 1, XF>(w, c, p, zk, k + 1);
+        plane<O0, 0, XF>(w, c, p, zk);
+        plane<1 - O0, 1, XF>(w, c, p, zk);
         c.n += 2 * ES_HK;
     }
     return k;
@@ -328,7 +331,7 @@ __device__ __forceinline__ void march(const Sweep& w, Column& c, int k0, int k1)
     k = march_pairs<O0, true, XF>(w, c, k, k1 - ES_PF + 1);
 #endif
     k = march_pairs<O0, false, XF>(w, c, k, k1);
-    if (k < k1) plane<O0, 0, XF>(w, c, at(w, c.n), w.zt + k, k);
+    if (k < k1) plane<O0, 0, XF>(w, c, at(w, c.n), w.zt + k);
 }
 
 // march<O0, XF> for the block: XF (its copies of x-face nodes) only in the blocks whose
@@ -420,7 +423,8 @@ __device__ __forceinline__ void sweep_record(double res2, double v2, double* par
 // 1 + by·ES_BY, the z-chunk bz of `planes` (<= ES_ZCAP) planes from plane kfirst (planes
 // kfirst..kend-1 are swept; the arrays' plane 0 is plane kbase); adds its nodes' (res², V²)
 // to the thread's sums. vc, cc, qc: the arrays of the colour swept; vd, cd: the other
-// colour's. zt: ES_ZCAP entries of shared memory; every thread of the block calls this.
+// colour's. zt: ES_ZCAP entries of shared memory (twice that with ES_SUM_RANGE: the
+// planes' flags); every thread of the block calls this.
 // No __restrict__ on V here: es_persist reads in one phase what other blocks wrote in
 // the previous one, so V must not go through the read-only (non-coherent) path there.
 // With ES_COLOUR_T the colour is a template parameter (OE = 0 or 1): the class tables'
@@ -451,8 +455,11 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
     const int jr = row ? j : 1;
     const int lane = threadIdx.x & 31;
     __syncthreads();  // es_persist: the previous tile's sweep is done with zt
-    for (int t = threadIdx.x + ES_BX * threadIdx.y; t < k1 - k0; t += ES_BX * ES_BY)
+    for (int t = threadIdx.x + ES_BX * threadIdx.y; t < k1 - k0; t += ES_BX * ES_BY) {
         zt[t] = {rzp[k0 + t], rzm[k0 + t]};
+        // ES_SUM_RANGE: 1 where plane k0 + t counts in the residual sums (see plane()).
+        if (ES_SUM_RANGE) zt[ES_ZCAP + t].p = k0 + t >= sfirst && k0 + t < send;
+    }
     __syncthreads();
     Sweep w;
     w.vc = vc; w.cc = cc; w.qc = qc;
@@ -491,8 +498,6 @@ __device__ __forceinline__ void sweep_tile(real* vc, const real* vd, const unsig
         w.pf = a + ((long long)(ES_PF + (lane >> 4) * ES_PF_SPLIT) * ES_HK - lane) * w.pf_size +
                32 * sec;
     }
-    w.s0 = sfirst;
-    w.s1 = send;
     bool xblock = false;  // some lane of the block copies x-face nodes
 #if ES_FACES
     {
@@ -612,7 +617,7 @@ __device__ __forceinline__ void copy_faces(real* vc, const real* vd, const unsig
 extern "C" __global__ void __launch_bounds__(ES_BX * ES_BY, ES_MINB)
 es_sweep(ES_SWEEP_PARAMS) {
     __shared__ es_class cls[ES_TABLE];
-    __shared__ es_z zt[ES_ZCAP];
+    __shared__ es_z zt[(1 + ES_SUM_RANGE) * ES_ZCAP];
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     load_classes(cls, classes, tid, ES_TABLE);
 #if __CUDA_ARCH__ >= 900
@@ -765,7 +770,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
            unsigned hist_len) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[ES_TABLE];
-    __shared__ es_z zt[ES_ZCAP];
+    __shared__ es_z zt[(1 + ES_SUM_RANGE) * ES_ZCAP];
     __shared__ int stop;
     const int tid = threadIdx.x + ES_BX * threadIdx.y;
     const unsigned nthreads = ES_BX * ES_BY, nb = gridDim.x;

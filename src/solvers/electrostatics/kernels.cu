@@ -281,8 +281,9 @@ __device__ __forceinline__ void plane(const Sweep& w, Column& c, const At& p, co
         if (upd) p.vc[P * ES_HK] = nv;
         bool sums = upd;
 #if ES_SUM_RANGE
-        // Whether plane k counts: an entry ES_ZCAP past its z coefficients (a shared load
-        // at an immediate offset, no register held for the range).
+        // Whether the node's plane counts: the entry ES_ZCAP past the plane's z
+        // coefficients (a shared load at an immediate offset, no register held for the
+        // range).
         sums = sums && zk[ES_ZCAP + P].p != (real)0;
 #endif
         if (sums) {

@@ -502,9 +502,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let sweep_faces = kernel == SweepKernel::PerColour && free_faces;
         defines.push(("ES_FACES", (sweep_faces as u8).to_string()));
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
-        let templated = launch
-            .colour_templated
-            .unwrap_or_else(|| kernel.colour_templated(T::PRECISION, p.points()));
+        let templated = launch.colour_templated_for(kernel, T::PRECISION, p.points());
         defines.push(("ES_COLOUR_T", (templated as u8).to_string()));
         // Columns holding interior nodes (a thread each), from column xoff. The fused
         // kernel's blocks own 30 pairs per warp and all rows but the first and last.

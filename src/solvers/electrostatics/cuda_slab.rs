@@ -143,9 +143,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         defines.push(("ES_NX_ODD", (nx % 2).to_string()));
         // Compiled once per colour where the one-device sweep is (the same rule, the same
         // knob KEISAN_ES_COLOUR_T).
-        let templated = launch.colour_templated.unwrap_or_else(|| {
-            super::SweepKernel::PerColour.colour_templated(T::PRECISION, p.points())
-        });
+        let templated =
+            launch.colour_templated_for(super::SweepKernel::PerColour, T::PRECISION, p.points());
         defines.push(("ES_COLOUR_T", (templated as u8).to_string()));
         let sweep = gpu.function(&KERNELS, T::PRECISION, &defines, "es_sweep")?;
         let record = gpu.function(&KERNELS, T::PRECISION, &defines, "es_record")?;

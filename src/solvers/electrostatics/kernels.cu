@@ -633,7 +633,7 @@ es_sweep(ES_SWEEP_PARAMS) {
     double res2 = 0.0, v2 = 0.0;
 #if !ES_SUM_RANGE
     const int sfirst = kfirst, send = kend;  // every swept plane counts
-    const int ffirst = 0, fend = nz;         // and the faces of every plane are its
+    const int ffirst = 0, fend = nz;         // and it copies the faces of every plane
 #endif
 #if ES_FACES
     if (blockIdx.z >= gridDim.z - ES_FACE_LAYERS) {

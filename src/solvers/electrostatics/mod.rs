@@ -188,6 +188,18 @@ impl Launch {
         })
     }
 
+    /// Whether `kernel`'s sweep is compiled once per colour (kernels.cu ES_COLOUR_T) in
+    /// `precision` on a mesh of `nodes`: as asked, else [`SweepKernel::colour_templated`].
+    pub fn colour_templated_for(
+        &self,
+        kernel: SweepKernel,
+        precision: Precision,
+        nodes: usize,
+    ) -> bool {
+        self.colour_templated
+            .unwrap_or_else(|| kernel.colour_templated(precision, nodes))
+    }
+
     /// DEFAULT_LAUNCH, or KEISAN_ES_BLOCK=BXxBY, KEISAN_ES_PLANES=K (at most 256), KEISAN_ES_MINB=M,
     /// KEISAN_ES_PERSISTENT_BLOCKS=B, KEISAN_ES_KERNEL=per-colour|persistent|fused|staged,
     /// KEISAN_ES_CLASS_BITS=4|8 and KEISAN_ES_COLOUR_T=0|1 for tuning runs; a value that does

@@ -294,7 +294,9 @@ impl<T: Real> CpuElectrostatics<T> {
                             let den = axp + axm + ayp + aym + azp + azm;
                             let old = at(n);
                             let q = q_node.map_or(q, |a| a[n]);
-                            let res = omega * ((sum + q) / den - old);
+                            // A reciprocal and a product, as the CUDA kernels
+                            // (kernels.cu sor_residual): the same bits on both.
+                            let res = omega * ((sum + q) * (T::one() / den) - old);
                             let new = old + res;
                             set(n, new);
                             res2 += res.as_f64() * res.as_f64();

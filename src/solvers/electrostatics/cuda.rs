@@ -32,13 +32,6 @@ const HISTORY: usize = 4096;
 /// iterations, not the persistent kernel's).
 pub(super) const STOP_CHECK: u64 = 64;
 
-/// kernels.cu's ES_SKIP_ZERO: 1 (skip the division of zero numerators) unless the charge
-/// varies per node, where numerators are rarely zero and the test only costs (the 128³
-/// Poisson case: 15.04 ms with it against 14.6–14.9 without, H100, 2026-11-26).
-pub(super) fn skip_zero(g: &Geometry) -> u8 {
-    g.q_node.is_none() as u8
-}
-
 /// Whether meshes of at most 16 classes get 4-bit codes without being asked: yes, since
 /// they are the faster (512³ f32 on the H100, 2026-11-26: 794 against 831 µs per
 /// iteration, docs/PERFORMANCE.md); KEISAN_ES_CLASS_BITS=8 asks for bytes.
@@ -495,7 +488,6 @@ impl<T: Real> CudaElectrostatics<T> {
         defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_FUSED_UNROLL", unroll.to_string()));
         defines.push(("ES_STAGED", staged.to_string()));
-        defines.push(("ES_SKIP_ZERO", skip_zero(g).to_string()));
         defines.push(("ES_QNODE", (qnode.is_some() as u8).to_string()));
         // The per-colour sweep does its colour's face nodes itself (kernels.cu ES_FACES).
         let free_faces = has_free_face_nodes(g.counts, &classes, 0);

@@ -136,7 +136,6 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
         let mut defines = layout.defines(block, min_blocks);
         defines.push(("ES_CBITS", class_bits.to_string()));
         defines.push(("ES_SUM_RANGE", "1".into()));
-        defines.push(("ES_SKIP_ZERO", super::cuda::skip_zero(g).to_string()));
         defines.push(("ES_QNODE", (g.q_node.is_some() as u8).to_string()));
         defines.push(("ES_FACES", ((face_layers > 0) as u8).to_string()));
         defines.push(("ES_FACE_LAYERS", face_layers.max(1).to_string()));

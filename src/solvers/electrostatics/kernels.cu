@@ -102,11 +102,6 @@ __device__ __forceinline__ int code_at(const unsigned char* c, size_t n, int oe)
 // sweep about 2 %, docs/PERFORMANCE.md). Whole-mesh sweeps count all. With
 // ES_FACES a slab's sweep copies the face nodes of the planes ffirst..fend-1 (two more):
 // the swept planes kfirst..kend-1 are their interior ones.
-// A zero numerator skips the SOR update's division (see plane()); the engine turns it off
-// where the charge varies per node.
-#ifndef ES_SKIP_ZERO
-#define ES_SKIP_ZERO 1
-#endif
 #ifndef ES_SUM_RANGE
 #define ES_SUM_RANGE 0
 #endif
@@ -118,13 +113,14 @@ struct __align__(2 * sizeof(real)) es_class { real eps, held; };
 // two global loads and their address arithmetic.
 struct __align__(2 * sizeof(real)) es_z { real p, m; };
 
-// ω (num / den − old), the SOR step of every sweep kernel. A zero numerator skips the
-// division: IEEE division's fast path hands zero (and tiny) numerators to a slow
-// subroutine, and nodes the potential has not reached yet are exactly zero (512^3 f32:
-// 981 -> 959 us per iteration on the H100). n / den is n (+-0) there, so the bits do not
-// change.
+// ω (num · (1 / den) − old), the SOR step of every sweep kernel (and of the CPU engine, so
+// both round alike). A reciprocal and a product, not a division: IEEE division hands
+// zero and tiny numerators to a slow subroutine, and the nodes ahead of the potential's
+// front hold exactly such values for hundreds of iterations, whereas den, a sum of
+// positive face coefficients, is always a normal number, so its reciprocal never leaves
+// the fast path (docs/PERFORMANCE.md, "the SOR step by a reciprocal").
 __device__ __forceinline__ real sor_residual(real num, real den, real old, real omega) {
-    return omega * ((ES_SKIP_ZERO && num == (real)0 ? num : num / den) - old);
+    return omega * (num * ((real)1 / den) - old);
 }
 
 // The class table into shared memory (the caller synchronises before reading it).

@@ -166,17 +166,13 @@ struct WeightedTile {
     /// Rows of cells a thread owns (kernels.cu: ADV_WRQ).
     rq: usize,
     threads: usize,
-    /// Bytes of dynamic shared memory: four field buffers (the tile's and its partner, the
-    /// next tile's pair; each grown by 2·steps + 2 columns and holding the rows a skewed
-    /// tile needs, kernels.cu ADV_WRB), two sets of the cells' du and dv (this tile's, the
-    /// next one's), each on 128 bytes, two mbarriers.
+    /// Bytes of dynamic shared memory: three field buffers (the tile's, its partner, the
+    /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), two
+    /// sets of the cells' du and dv (this tile's, the next one's), each on 128 bytes, two
+    /// mbarriers.
     shared: usize,
-    /// The tensor copies' boxes (columns, rows): a field buffer's, du's and dv's, a
-    /// skewed tile's field.
-    boxes: [[u32; 2]; 3],
-    /// Whether skewed tiles' field copies land on 128 bytes (kernels.cu: at buffer row
-    /// 4·steps − 4), which column walks need.
-    skew_aligned: bool,
+    /// The tensor copies' boxes (columns, rows): a field buffer's, du's and dv's.
+    boxes: [[u32; 2]; 2],
 }
 
 impl WeightedTile {
@@ -227,9 +223,6 @@ impl WeightedTile {
         }
         let threads = per_row * (ty + grow) / rq;
         let (w, r) = (tx + 2 * e + 4, ty + 4 * steps);
-        // A skewed tile: 2·(steps − 1) rows more out, its buffers as many rows longer.
-        let skewed_rows = ty + 2 * (steps - 1);
-        let rb = skewed_rows + 4 * steps;
         let on_lines = |n: usize| (n * size).next_multiple_of(128);
         // KEISAN_ADV_WSHARED_EXTRA: bytes more, for kernel experiments through
         // KEISAN_KERNELS_DIR whose layout takes more, or to time a larger one (the
@@ -237,9 +230,9 @@ impl WeightedTile {
         // against 148.5 for 512 steps of contest 5; the size alone costs nothing).
         let extra = tuning::number("KEISAN_ADV_WSHARED_EXTRA", 0..=1usize << 17)?.unwrap_or(0);
         let shared =
-            128 + 4 * on_lines(w * rb) + 4 * on_lines(per_row * q * (ty + grow)) + 16 + extra;
+            128 + 3 * on_lines(w * r) + 4 * on_lines(per_row * q * (ty + grow)) + 16 + extra;
         // A tensor copy's box has at most 256 values on a side.
-        let boxes = [[w, r], [per_row * q, ty + grow], [w, skewed_rows + 4]];
+        let boxes = [[w, r], [per_row * q, ty + grow]];
         Ok((shared <= crate::device::cuda::MAX_DYNAMIC_SHARED
             && boxes.iter().flatten().all(|&n| n <= 256))
         .then_some(Self {
@@ -249,7 +242,6 @@ impl WeightedTile {
             threads,
             shared,
             boxes: boxes.map(|b| b.map(|n| n as u32)),
-            skew_aligned: ((4 * steps - 4) * w * size).is_multiple_of(128),
         }))
     }
 }
@@ -314,59 +306,17 @@ struct Pass {
     /// A persistent launch (adv_pass_w): at most this many blocks take the tiles in turn.
     resident: Option<u32>,
     /// adv_pass_w's tensor copies: their boxes, and the maps made for the buffers.
-    boxes: Option<[[u32; 2]; 3]>,
+    boxes: Option<[[u32; 2]; 2]>,
     maps: Option<WeightedMaps>,
-    /// adv_pass_w's column walks: whether they may be taken, and a forced segment length
-    /// (KEISAN_ADV_WSEG).
-    walks: Option<Walks>,
 }
 
-/// adv_pass_w's tensor maps (kernels.cu: fmap, umap, vmap, fmap_s): the field's for the
-/// buffer read now and for the other one (they swap with the buffers), du's and dv's, the
-/// field's for skewed tiles (fewer rows).
+/// adv_pass_w's tensor maps (kernels.cu: fmap, umap, vmap): the field's for the buffer
+/// read now and for the other one (they swap with the buffers), du's and dv's.
 #[derive(Clone, Copy)]
 struct WeightedMaps {
     field: [TensorMap; 2],
     du: TensorMap,
     dv: TensorMap,
-    field_skewed: [TensorMap; 2],
-}
-
-/// adv_pass_w's column walks (kernels.cu: segm): a block takes a segment of a tile column,
-/// its first tile computing its halo rows, the `m` after it skewed, taking them from the
-/// tile before.
-#[derive(Clone, Copy, Debug)]
-struct Walks {
-    /// Rows out of a first tile and of a skewed one.
-    rows: [usize; 2],
-    /// Columns of tiles.
-    columns: usize,
-    /// KEISAN_ADV_WSEG: m for every launch (0: no walks).
-    forced: Option<usize>,
-}
-
-impl Walks {
-    /// Skewed tiles per segment for `rows` grid rows over `blocks` resident blocks: the
-    /// m whose segments, dealt round by round to the blocks, take the fewest tile times
-    /// (a skewed tile costs what a first one does: the same threads' cells), the longest
-    /// among equals; at most 64.
-    fn segment(&self, rows: usize, blocks: usize) -> usize {
-        if let Some(m) = self.forced {
-            return m;
-        }
-        let [first, skewed] = self.rows;
-        let cost = |m: usize| {
-            let segments = rows.div_ceil(first + m * skewed);
-            let rounds = (self.columns * segments).div_ceil(blocks);
-            // Tiles of one segment (the last one of a column may be shorter).
-            let tiles = 1 + rows
-                .min(first + m * skewed)
-                .saturating_sub(first)
-                .div_ceil(skewed);
-            rounds * tiles
-        };
-        (0..=64).rev().min_by_key(|&m| cost(m)).unwrap_or(0)
-    }
 }
 
 impl Pass {
@@ -392,7 +342,6 @@ impl Pass {
             resident: None,
             boxes: None,
             maps: None,
-            walks: None,
         })
     }
 
@@ -415,7 +364,7 @@ impl Pass {
         nbuf: usize,
         pad: usize,
     ) -> Result<()> {
-        let Some([field, velocity, skewed]) = self.boxes else {
+        let Some([field, velocity]) = self.boxes else {
             return Ok(());
         };
         let size = std::mem::size_of::<T>();
@@ -438,10 +387,6 @@ impl Pass {
             ],
             du: map(du, 0, nx, velocity)?,
             dv: map(dv, 0, nx, velocity)?,
-            field_skewed: [
-                map(f, pad - 2, nx + 2, skewed)?,
-                map(g, pad - 2, nx + 2, skewed)?,
-            ],
         });
         Ok(())
     }
@@ -735,33 +680,12 @@ impl<T: Real> CudaAdvection<T> {
                 .unwrap_or(gpu.multiprocessors as u32 * min_blocks),
         );
         pass.boxes = Some(tile.boxes);
-        // Column walks: on grids without a periodic wrap, where a skewed tile's copy lands
-        // on 128 bytes; KEISAN_ADV_WSEG=m fixes the skewed tiles per segment (0: none).
-        let forced = tuning::number("KEISAN_ADV_WSEG", 0..=1 << 16)?;
-        pass.walks = (!p.periodic() && tile.skew_aligned).then_some(Walks {
-            rows: [ty, ty + 2 * (steps - 1)],
-            columns: p.nx.div_ceil(tx),
-            forced,
-        });
         Ok(pass)
     }
 
     /// Steps per launch (1 without the several-steps pass).
     pub fn steps_per_pass(&self) -> u64 {
         self.pass.as_ref().map_or(1, |p| p.steps)
-    }
-
-    /// Fix the skewed tiles per segment of adv_pass_w's column walks (0: none; None: the
-    /// engine's choice per launch), as KEISAN_ADV_WSEG does; for tests and timings. False
-    /// where this engine's passes take no column walks (another kernel, a periodic grid).
-    pub fn force_walk_segment(&mut self, m: Option<usize>) -> bool {
-        match self.pass.as_mut().and_then(|p| p.walks.as_mut()) {
-            Some(w) => {
-                w.forced = m;
-                true
-            }
-            None => false,
-        }
     }
 
     /// Queue `steps` (one, or a whole pass) of the grid rows `rows`, reading f and
@@ -786,16 +710,8 @@ impl<T: Real> CudaAdvection<T> {
         };
         let (function, mut cfg, tile, maps) = (&pass.function, pass.cfg, pass.rows, pass.maps);
         cfg.grid_dim.1 = rows.len().div_ceil(tile) as u32;
-        let mut segm = 0i32;
         if let Some(blocks) = pass.resident {
-            let mut items = cfg.grid_dim.0 * cfg.grid_dim.1;
-            if let Some(w) = pass.walks {
-                let m = w.segment(rows.len(), blocks as usize);
-                let seg_rows = w.rows[0] + m * w.rows[1];
-                items = cfg.grid_dim.0 * rows.len().div_ceil(seg_rows) as u32;
-                segm = m as i32;
-            }
-            cfg.grid_dim = (items.min(blocks), 1, 1);
+            cfg.grid_dim = ((cfg.grid_dim.0 * cfg.grid_dim.1).min(blocks), 1, 1);
         }
         let a = self.velocity_args(self.steps);
         let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
@@ -814,7 +730,6 @@ impl<T: Real> CudaAdvection<T> {
             .arg(&tile);
         if let Some(m) = &maps {
             l.arg(&m.field[0]).arg(&m.du).arg(&m.dv);
-            l.arg(&m.field_skewed[0]).arg(&segm);
         }
         // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
         // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
@@ -908,7 +823,6 @@ impl<T: Real> Subdomain for CudaAdvection<T> {
         for launch in std::iter::once(&mut self.step).chain(self.pass.as_mut()) {
             if let Some(maps) = &mut launch.maps {
                 maps.field.swap(0, 1);
-                maps.field_skewed.swap(0, 1);
             }
         }
         self.steps += steps;

@@ -320,3 +320,60 @@ fn weighted_passes_match_the_cpu_and_each_other_bit_for_bit() {
         }
     }
 }
+
+/// adv_pass_w's column walks (a segment's first tile, then skewed tiles that take the
+/// rows above each step from the tile before): the same bits as tiles that compute their
+/// halo rows themselves, for several segment lengths, f64 and f32, grids whose columns
+/// hold many tiles and few, both signs of the velocity, and the CPU within the usual bound.
+#[test]
+fn column_walks_equal_tiles_bit_for_bit() {
+    let Some(Device::Cuda(gpu)) = common::gpu_or_skip("advection column walks") else {
+        return;
+    };
+    let mut rng = common::rng();
+    for (nx, ny) in [(BULK_NX, 70), (1024, 400), (2048, 333)] {
+        for velocity in [
+            ROTATION,
+            "{ kind = \"uniform\", u = -0.7, v = 0.4 }",
+            "{ kind = \"uniform\", u = 0.7, v = -0.4 }",
+        ] {
+            let p = problem_grid(nx, ny, "contest", velocity, 13);
+            let f0 = common::random_field(p.cells(), &mut rng);
+            let what = format!("walks {nx} x {ny} {velocity}");
+            fn run<T: keisan::precision::Real>(
+                gpu: &std::sync::Arc<keisan::device::cuda::Gpu>,
+                p: &AdvectionProblem,
+                f0: &[f64],
+                m: usize,
+            ) -> Vec<T> {
+                let mut e = CudaAdvection::<T>::with_velocity(
+                    gpu.clone(),
+                    p,
+                    f0.iter().map(|&v| T::lit(v)).collect(),
+                    0,
+                    VelocitySource::Arrays,
+                )
+                .unwrap();
+                assert!(e.steps_per_pass() > 1, "a pass of several steps");
+                assert!(e.force_walk_segment(Some(m)), "column walks on this grid");
+                e.advance(p.steps).unwrap();
+                e.snapshot().unwrap().data
+            }
+            let tiles64 = run::<f64>(&gpu, &p, &f0, 0);
+            let tiles32 = run::<f32>(&gpu, &p, &f0, 0);
+            for m in [1, 2, 5] {
+                assert!(
+                    common::same_bits(&tiles64, &run::<f64>(&gpu, &p, &f0, m)),
+                    "{what}: f64, segments of 1 + {m} tiles against single tiles"
+                );
+                assert!(
+                    common::same_bits(&tiles32, &run::<f32>(&gpu, &p, &f0, m)),
+                    "{what}: f32, segments of 1 + {m} tiles against single tiles"
+                );
+            }
+            let cpu = common::advection_run::<f64>(&p, &common::cpu(), &f0);
+            let d = common::rel_max_diff(&tiles64, &cpu);
+            assert!(d < 1e-12, "{what}: f64 against the CPU {d:e}");
+        }
+    }
+}

@@ -166,20 +166,13 @@ struct WeightedTile {
     /// Rows of cells a thread owns (kernels.cu: ADV_WRQ).
     rq: usize,
     threads: usize,
-    /// Bytes of dynamic shared memory: four field buffers (the tile's and its partner, the
-    /// next tile's pair; each grown by 2·steps + 2 columns and holding the rows a skewed
-    /// tile needs, kernels.cu ADV_WRB), two sets of the cells' du and dv (this tile's, the
-    /// next one's), each on 128 bytes, two mbarriers.
+    /// Bytes of dynamic shared memory: three field buffers (the tile's, its partner, the
+    /// next tile's, each grown by 2·steps + 2 columns and 2·steps rows on each side), two
+    /// sets of the cells' du and dv (this tile's, the next one's), each on 128 bytes, two
+    /// mbarriers.
     shared: usize,
-    /// The tensor copies' boxes (columns, rows): a field buffer's, du's and dv's, a
-    /// skewed tile's field.
-    boxes: [[u32; 2]; 3],
-    /// Column walks (kernels.cu ADV_WEO, ADV_WES): the rows more above a first tile's field
-    /// copy and a skewed tile's, which put both on 128 bytes; None where none do, or the
-    /// grid is periodic (no walks).
-    walk_rows: Option<(usize, usize)>,
-    /// Rows out of a segment's first tile and of a skewed one (kernels.cu ADV_TYF, ADV_TYS).
-    walk_tiles: [usize; 2],
+    /// The tensor copies' boxes (columns, rows): a field buffer's, du's and dv's.
+    boxes: [[u32; 2]; 2],
 }
 
 impl WeightedTile {
@@ -192,7 +185,7 @@ impl WeightedTile {
     /// columns wide in f32 (16 threads' cells: 56 at 3 steps a pass, 48 at 4), 48 in f64
     /// (40 at 3 steps; KEISAN_ADV_WTX, a multiple of the cells per thread, overrides it).
     /// None where no tile fits.
-    fn fit<T: Real>(steps: usize, ty: usize, periodic: bool) -> Result<Option<Self>> {
+    fn fit<T: Real>(steps: usize, ty: usize) -> Result<Option<Self>> {
         let size = std::mem::size_of::<T>();
         let q = 16 / size;
         let expect = format!("a multiple of {q} from {q} to 1024");
@@ -230,33 +223,6 @@ impl WeightedTile {
         }
         let threads = per_row * (ty + grow) / rq;
         let (w, r) = (tx + 2 * e + 4, ty + 4 * steps);
-        // Column walks (kernels.cu): steps' rows on multiples of k = max(rq, 2); a skewed
-        // tile gives ty + (4 − k)(steps − 1) rows out, a segment's first one ty − (k −
-        // 2)(steps − 1). Its field copy lands at buffer row k(steps − 1) − 2 − es + 2·steps
-        // + eo, the first tile's at row 0 from eo rows higher; both on 128 bytes.
-        let k = rq.max(2);
-        let (s1, first) = (
-            steps - 1,
-            (ty + 2 * (steps - 1)).saturating_sub(k * (steps - 1)),
-        );
-        let walk_tiles = [first, ty + (4 - k.min(4)) * s1];
-        // The row a skewed tile's copy lands on (at least 2·steps + k(steps − 1) − 2 − es +
-        // eo ≥ 0: es ≤ k − 2).
-        let landing = |eo: usize, es: usize| k * s1 + 2 * steps + eo - 2 - es;
-        let walk_rows = (!periodic && steps > 1 && k <= 4 && first > 0)
-            .then(|| {
-                (0..16).find_map(|eo| {
-                    (0..=k - 2).find_map(|es| {
-                        (landing(eo, es) * w * size)
-                            .is_multiple_of(128)
-                            .then_some((eo, es))
-                    })
-                })
-            })
-            .flatten();
-        let (eo, es) = walk_rows.unwrap_or((0, 0));
-        let skewed_box = walk_tiles[1] + 4 + es;
-        let rb = (landing(eo, es) + skewed_box).max(r + eo);
         let on_lines = |n: usize| (n * size).next_multiple_of(128);
         // KEISAN_ADV_WSHARED_EXTRA: bytes more, for kernel experiments through
         // KEISAN_KERNELS_DIR whose layout takes more, or to time a larger one (the
@@ -264,9 +230,9 @@ impl WeightedTile {
         // against 148.5 for 512 steps of contest 5; the size alone costs nothing).
         let extra = tuning::number("KEISAN_ADV_WSHARED_EXTRA", 0..=1usize << 17)?.unwrap_or(0);
         let shared =
-            128 + 4 * on_lines(w * rb) + 4 * on_lines(per_row * q * (ty + grow)) + 16 + extra;
+            128 + 3 * on_lines(w * r) + 4 * on_lines(per_row * q * (ty + grow)) + 16 + extra;
         // A tensor copy's box has at most 256 values on a side.
-        let boxes = [[w, r + eo], [per_row * q, ty + grow], [w, skewed_box]];
+        let boxes = [[w, r], [per_row * q, ty + grow]];
         Ok((shared <= crate::device::cuda::MAX_DYNAMIC_SHARED
             && boxes.iter().flatten().all(|&n| n <= 256))
         .then_some(Self {
@@ -276,8 +242,6 @@ impl WeightedTile {
             threads,
             shared,
             boxes: boxes.map(|b| b.map(|n| n as u32)),
-            walk_rows,
-            walk_tiles,
         }))
     }
 }
@@ -342,65 +306,17 @@ struct Pass {
     /// A persistent launch (adv_pass_w): at most this many blocks take the tiles in turn.
     resident: Option<u32>,
     /// adv_pass_w's tensor copies: their boxes, and the maps made for the buffers.
-    boxes: Option<[[u32; 2]; 3]>,
+    boxes: Option<[[u32; 2]; 2]>,
     maps: Option<WeightedMaps>,
-    /// adv_pass_w's column walks: whether they may be taken, and a forced segment length
-    /// (KEISAN_ADV_WSEG).
-    walks: Option<Walks>,
 }
 
-/// adv_pass_w's tensor maps (kernels.cu: fmap, umap, vmap, fmap_s): the field's for the
-/// buffer read now and for the other one (they swap with the buffers), du's and dv's, the
-/// field's for skewed tiles (fewer rows).
+/// adv_pass_w's tensor maps (kernels.cu: fmap, umap, vmap): the field's for the buffer
+/// read now and for the other one (they swap with the buffers), du's and dv's.
 #[derive(Clone, Copy)]
 struct WeightedMaps {
     field: [TensorMap; 2],
     du: TensorMap,
     dv: TensorMap,
-    field_skewed: [TensorMap; 2],
-}
-
-/// adv_pass_w's column walks (kernels.cu: segm): a block takes a segment of a tile column,
-/// its first tile computing its halo rows, the `m` after it skewed, taking them from the
-/// tile before.
-#[derive(Clone, Copy, Debug)]
-struct Walks {
-    /// Rows out of a tile without walks, of a segment's first tile and of a skewed one.
-    rows: [usize; 3],
-    /// Columns of tiles.
-    columns: usize,
-    /// KEISAN_ADV_WSEG: m for every launch (0: no walks).
-    forced: Option<usize>,
-}
-
-impl Walks {
-    /// Skewed tiles per segment for `rows` grid rows over `blocks` resident blocks: the
-    /// m whose segments, dealt round by round to the blocks, take the fewest tile times
-    /// (a skewed tile costs what a first one does: the same threads' cells), the longest
-    /// among equals; at most 64.
-    fn segment(&self, rows: usize, blocks: usize) -> usize {
-        if let Some(m) = self.forced {
-            return m;
-        }
-        let cost = |m: usize| {
-            let segments = rows.div_ceil(self.segment_rows(m));
-            let rounds = (self.columns * segments).div_ceil(blocks);
-            // Tiles of one segment (the last one of a column may be shorter).
-            let first = self.segment_rows(m) - m * self.rows[2];
-            let tiles = 1 + rows
-                .min(self.segment_rows(m))
-                .saturating_sub(first)
-                .div_ceil(self.rows[2]);
-            rounds * tiles
-        };
-        (0..=64).rev().min_by_key(|&m| cost(m)).unwrap_or(0)
-    }
-
-    /// Grid rows of a segment of m skewed tiles after its first (kernels.cu seg_rows).
-    fn segment_rows(&self, m: usize) -> usize {
-        let [plain, first, skewed] = self.rows;
-        if m == 0 { plain } else { first + m * skewed }
-    }
 }
 
 impl Pass {
@@ -426,7 +342,6 @@ impl Pass {
             resident: None,
             boxes: None,
             maps: None,
-            walks: None,
         })
     }
 
@@ -449,7 +364,7 @@ impl Pass {
         nbuf: usize,
         pad: usize,
     ) -> Result<()> {
-        let Some([field, velocity, skewed]) = self.boxes else {
+        let Some([field, velocity]) = self.boxes else {
             return Ok(());
         };
         let size = std::mem::size_of::<T>();
@@ -472,10 +387,6 @@ impl Pass {
             ],
             du: map(du, 0, nx, velocity)?,
             dv: map(dv, 0, nx, velocity)?,
-            field_skewed: [
-                map(f, pad - 2, nx + 2, skewed)?,
-                map(g, pad - 2, nx + 2, skewed)?,
-            ],
         });
         Ok(())
     }
@@ -578,7 +489,7 @@ impl<T: Real> CudaAdvection<T> {
             && per_pass > 1
             && bulk_rows::<T>(&gpu, p.nx)
             && tuning::switch("KEISAN_ADV_WEIGHTS")?.unwrap_or(true)
-            && WeightedTile::fit::<T>(per_pass, ty, p.periodic())?.is_some();
+            && WeightedTile::fit::<T>(per_pass, ty)?.is_some();
         let own = window.own.len();
         let step = if weighted {
             Self::weighted_pass(&gpu, p, own, 1, ty)?
@@ -741,7 +652,7 @@ impl<T: Real> CudaAdvection<T> {
         steps: usize,
         ty: usize,
     ) -> Result<Pass> {
-        let Some(tile) = WeightedTile::fit::<T>(steps, ty, p.periodic())? else {
+        let Some(tile) = WeightedTile::fit::<T>(steps, ty)? else {
             return Err(Error::invalid(
                 "steps_per_pass",
                 steps.to_string(),
@@ -760,8 +671,6 @@ impl<T: Real> CudaAdvection<T> {
             ("ADV_TY", ty.to_string()),
             ("ADV_PAD", pad::<T>().to_string()),
             ("ADV_PAD_AFTER", pad_after::<T>().to_string()),
-            ("ADV_WEO", tile.walk_rows.map_or(0, |r| r.0).to_string()),
-            ("ADV_WES", tile.walk_rows.map_or(0, |r| r.1).to_string()),
         ];
         let function = gpu.function(&KERNELS, T::PRECISION, &defines, "adv_pass_w")?;
         let tiles = [p.nx.div_ceil(tx), rows.div_ceil(ty)];
@@ -771,33 +680,12 @@ impl<T: Real> CudaAdvection<T> {
                 .unwrap_or(gpu.multiprocessors as u32 * min_blocks),
         );
         pass.boxes = Some(tile.boxes);
-        // Column walks: on grids without a periodic wrap, where a skewed tile's copy lands
-        // on 128 bytes; KEISAN_ADV_WSEG=m fixes the skewed tiles per segment (0: none).
-        let forced = tuning::number("KEISAN_ADV_WSEG", 0..=1 << 16)?;
-        pass.walks = tile.walk_rows.map(|_| Walks {
-            rows: [ty, tile.walk_tiles[0], tile.walk_tiles[1]],
-            columns: p.nx.div_ceil(tx),
-            forced,
-        });
         Ok(pass)
     }
 
     /// Steps per launch (1 without the several-steps pass).
     pub fn steps_per_pass(&self) -> u64 {
         self.pass.as_ref().map_or(1, |p| p.steps)
-    }
-
-    /// Fix the skewed tiles per segment of adv_pass_w's column walks (0: none; None: the
-    /// engine's choice per launch), as KEISAN_ADV_WSEG does; for tests and timings. False
-    /// where this engine's passes take no column walks (another kernel, a periodic grid).
-    pub fn force_walk_segment(&mut self, m: Option<usize>) -> bool {
-        match self.pass.as_mut().and_then(|p| p.walks.as_mut()) {
-            Some(w) => {
-                w.forced = m;
-                true
-            }
-            None => false,
-        }
     }
 
     /// Queue `steps` (one, or a whole pass) of the grid rows `rows`, reading f and
@@ -822,16 +710,8 @@ impl<T: Real> CudaAdvection<T> {
         };
         let (function, mut cfg, tile, maps) = (&pass.function, pass.cfg, pass.rows, pass.maps);
         cfg.grid_dim.1 = rows.len().div_ceil(tile) as u32;
-        let mut segm = 0i32;
         if let Some(blocks) = pass.resident {
-            let mut items = cfg.grid_dim.0 * cfg.grid_dim.1;
-            if let Some(w) = pass.walks {
-                let m = w.segment(rows.len(), blocks as usize);
-                let seg_rows = w.segment_rows(m);
-                items = cfg.grid_dim.0 * rows.len().div_ceil(seg_rows) as u32;
-                segm = m as i32;
-            }
-            cfg.grid_dim = (items.min(blocks), 1, 1);
+            cfg.grid_dim = ((cfg.grid_dim.0 * cfg.grid_dim.1).min(blocks), 1, 1);
         }
         let a = self.velocity_args(self.steps);
         let (nx, ny) = (self.p.nx as i32, self.p.ny as i32);
@@ -850,7 +730,6 @@ impl<T: Real> CudaAdvection<T> {
             .arg(&tile);
         if let Some(m) = &maps {
             l.arg(&m.field[0]).arg(&m.du).arg(&m.dv);
-            l.arg(&m.field_skewed[0]).arg(&segm);
         }
         // SAFETY: f and g hold nbuf rows of nx after pad() values and pad_after() after them,
         // du and dv nbuf rows in the arrays mode (else they are not read); jw0..jw1 lie
@@ -944,7 +823,6 @@ impl<T: Real> Subdomain for CudaAdvection<T> {
         for launch in std::iter::once(&mut self.step).chain(self.pass.as_mut()) {
             if let Some(maps) = &mut launch.maps {
                 maps.field.swap(0, 1);
-                maps.field_skewed.swap(0, 1);
             }
         }
         self.steps += steps;

@@ -824,40 +824,13 @@ adv_step_bulk(ADV_PARAMS) {
 #define ADV_WRQ 1
 #endif
 #define ADV_WT (ADV_WQX * ADV_WRY / ADV_WRQ)
-// Column walks (the host's segment length segm > 0, non-periodic grids): a block takes a
-// segment of a tile column, its first tile as above but writing ADV_TYF rows, each later
-// one skewed: step s computes rows [y0 + H_s, y0 + ADV_TYS + H_s), H_s = ADV_WK·(ADV_STEPS −
-// s), with the same threads (their ADV_WRY rows from y0), and the ADV_WK + 2 rows above
-// each step's rows that its successor reads come from the tile before, whose step computed
-// them: the halo rows are computed once, not again per tile (the columns' halo stays).
-// ADV_WK, a multiple of the thread's rows and at least 2, puts every step's rows on whole
-// threads' rows, so no thread computes rows on both sides of a step's edge and none
-// overwrites the rows it was given. The buffer rows: row t holds grid row y0 + t − ADV_WC;
-// the first tile's field lands at row 0 (from ADV_WEO rows above its halo, so that a
-// skewed tile's, from ADV_WES rows above the rows its step 1 reads, lands on 128 bytes too).
-#ifndef ADV_WEO
-#define ADV_WEO 0
-#endif
-#ifndef ADV_WES
-#define ADV_WES 0
-#endif
-#define ADV_WK (ADV_WRQ < 2 ? 2 : ADV_WRQ)
-#define ADV_WC (2 * ADV_STEPS + ADV_WEO)
-#define ADV_TYS (ADV_TY + (4 - ADV_WK) * (ADV_STEPS - 1))
-#define ADV_TYF (ADV_TY - (ADV_WK - 2) * (ADV_STEPS - 1))
-// The first tile's field rows (from its halo's top less ADV_WEO), a skewed tile's (from
-// its step 1's rows less 2 + ADV_WES) and the row where the latter land.
-#define ADV_WRF (ADV_WR + ADV_WEO)
-#define ADV_WRS (ADV_TYS + 4 + ADV_WES)
-#define ADV_WTS (ADV_WK * (ADV_STEPS - 1) - 2 - ADV_WES + ADV_WC)
-#define ADV_WRB (ADV_WTS + ADV_WRS > ADV_WRF ? ADV_WTS + ADV_WRS : ADV_WRF)
 #ifndef ADV_WMINB
 #define ADV_WMINB 1
 #endif
 // Shared memory: three field buffers and the cells' du and dv, each on 128 bytes (where
 // the tensor copies land).
 #define ADV_WALIGN (128 / (int)sizeof(real))
-#define ADV_WBUF ((ADV_WW * ADV_WRB + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
+#define ADV_WBUF ((ADV_WW * ADV_WR + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
 #define ADV_WVEL ((ADV_WQX * ADV_WQ * ADV_WRY + ADV_WALIGN - 1) / ADV_WALIGN * ADV_WALIGN)
 static_assert(ADV_WRY % ADV_WRQ == 0, "adv_pass_w: the first step's rows in whole threads' rows");
 
@@ -915,11 +888,10 @@ __device__ __forceinline__ void weights(real d, real* w) {
 
 // XS, YS: the stencils' start in x and y shared by every computed cell of the tile (0:
 // i-2, 1: i-1), or 2: each cell's own (five-term sums).
-template <int XS, int YS, bool skew>
-__device__ __noinline__ void weighted_steps(real* buf0, real* buf1, real* g, const real* a,
+template <int XS, int YS>
+__device__ __forceinline__ void weighted_steps(real* buf0, real* buf1, real* g, const real* a,
                                                const real* b, unsigned held, int qx, int ry,
-                                               int x0, int y0, int nx, int base, int jw1,
-                                               int tyo) {
+                                               int x0, int y0, int nx, int base, int jw1) {
     constexpr int Q = ADV_WQ, R = ADV_WRQ;
     constexpr int NX = XS == 2 ? 5 : 4, NY = YS == 2 ? 5 : 4;
     constexpr int OX = XS == 2 ? 0 : XS, OY = YS == 2 ? 0 : YS;
@@ -929,24 +901,19 @@ __device__ __noinline__ void weighted_steps(real* buf0, real* buf1, real* g, con
         weights<XS, NX, true>(a[c], wx[c]);
         weights<YS, NY, false>(b[c], wy[c]);
     }
-    // The cells' position relative to the tile's first output cell (of their first row);
-    // a skewed tile's threads' rows start at its first output row, and their buffer rows
-    // sh further on.
-    const int tyt = skew ? ADV_TYS : tyo;
-    const int ly = skew ? ry : ry - 2 * (ADV_STEPS - 1), qc = Q * qx - ADV_WE;
-    const int rb = ly - 2 + ADV_WC;
+    // The cells' position relative to the tile's first output cell (of their first row).
+    const int qc = Q * qx - ADV_WE, ly = ry - 2 * (ADV_STEPS - 1);
     const real* src = buf0;
     real* dst = buf1;
 #pragma unroll
     for (int s = 1; s <= ADV_STEPS; ++s) {
-        const int h = 2 * (ADV_STEPS - s), lo = skew ? ADV_WK * (ADV_STEPS - s) : -h;
-        const int hi = skew ? lo + ADV_TYS : ADV_TY + h;
-        const bool active = qc + Q > -h && qc < ADV_WTX + h && ly + R > lo && ly < hi;
+        const int h = 2 * (ADV_STEPS - s);
+        const bool active = qc + Q > -h && qc < ADV_WTX + h && ly + R > -h && ly < ADV_TY + h;
         if (active) {
             real out[R][Q];
             // Row ry + k of the buffer: the first row's cells' rows − 2 + k; columns Q·qx ..:
             // their − 2. Cell row r takes rows k = r .. r + NY − 1.
-            const real* p = src + rb * ADV_WW + Q * qx;
+            const real* p = src + ry * ADV_WW + Q * qx;
 #pragma unroll
             for (int k = 0; k < NY + R - 1; ++k) {
                 real v[Q + 4];
@@ -970,7 +937,7 @@ __device__ __noinline__ void weighted_steps(real* buf0, real* buf1, real* g, con
             if (held) {
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const real* c = src + (rb + r + 2) * ADV_WW + Q * qx + 2;
+                    const real* c = src + (ry + r + 2) * ADV_WW + Q * qx + 2;
 #pragma unroll
                     for (int m = 0; m < Q; ++m)
                         if (held & (1u << (r * Q + m))) out[r][m] = c[m];
@@ -979,12 +946,12 @@ __device__ __noinline__ void weighted_steps(real* buf0, real* buf1, real* g, con
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (s < ADV_STEPS) {
-                    store_in_pairs_spread<Q>(dst + (rb + r + 2) * ADV_WW + Q * qx + 2, out[r], qx & 8);
+                    store_in_pairs_spread<Q>(dst + (ry + r + 2) * ADV_WW + Q * qx + 2, out[r], qx & 8);
                 } else {
                     const int x = x0 + qc, y = y0 + ly + r;
                     // Threads of more than two rows straddle the tile's edge rows; their
                     // rows outside it are not the tile's (and read rows no step wrote).
-                    const bool mine = ADV_WRQ <= 2 || (ly + r >= 0 && ly + r < tyt);
+                    const bool mine = ADV_WRQ <= 2 || (ly + r >= 0 && ly + r < ADV_TY);
                     if (mine && y < jw1 && x < nx) {
                         real* q = g + (size_t)(y - base) * nx + x;
                         if (x + Q <= nx && (nx & 1) == 0) {
@@ -1016,104 +983,82 @@ __device__ __forceinline__ bool weighted_direct(int x0, int y0, int nx, int base
     return !ADV_PERIODIC || (bx >= 0 && bx + ADV_WW <= nx && l0 >= 0 && l0 + ADV_WR <= nbuf);
 }
 
-// A persistent block takes segment after segment of a tile column (segment k: column k
-// mod ntx, row k / ntx, in rows of segments of ADV_TY + segm·ADV_TYS grid rows: a tile
-// as above, then segm skewed ones; segm = 0: one tile each), and while it computes one
-// tile, the copy engine brings the next one's field and its cells' du and dv into shared
-// memory (the field buffers in pairs, a tile's input and scratch, the next tile's pair
-// beside them; two velocity sets, an mbarrier each): the tile's loads, about as long as
-// its arithmetic, are off the critical path. Three tensor copies (boxes of fmap, or fmap_s
-// for a skewed tile's fewer rows: the buffer's rows from column -2; of umap and vmap: du
-// and dv) that one thread issues; row by row bulk copies took a fifth of the time (issued
-// lane by lane; docs/PERFORMANCE.md). Periodic wraps load value by value when their turn
-// comes (the grid's sides did too, and cost 8 %: a block waits on its own loads there);
-// periodic grids take no column walks.
+// A persistent block takes tile after tile (tile k: column k mod ntx, row k / ntx), and
+// while it computes one, the copy engine brings the next one's field and its cells' du
+// and dv into shared memory (a third field buffer and a second velocity set, an
+// mbarrier each of the two sets):
+// the tile's loads, about as long as its arithmetic, are off the critical path. Three
+// tensor copies (boxes of fmap: the buffer's rows from column -2, of umap and vmap: du
+// and dv) that one thread issues; row by row bulk copies took a fifth of the time
+// (issued lane by lane; docs/PERFORMANCE.md). Periodic wraps load value by value when
+// their turn comes (the grid's sides did too, and cost 8 %: a block waits on its own
+// loads there).
 #if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_pass_w)
 extern "C" __global__ void __launch_bounds__(ADV_WT > 1024 ? 1024 : ADV_WT, ADV_WMINB)
 adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
-           const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map vmap,
-           const __grid_constant__ tensor_map fmap_s, int segm) {
-    constexpr int Q = ADV_WQ, S = ADV_STEPS;
+           const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map vmap) {
+    constexpr int Q = ADV_WQ;
     extern __shared__ __align__(16) unsigned char adv_smem[];
     // On 128 bytes, by an offset from adv_smem (so the compiler still knows it is shared).
     real* const bufs = (real*)(adv_smem + (-smem_addr(adv_smem) & 127u));
-    real* const vel = bufs + 4 * ADV_WBUF;  // two sets: du, dv of tile it (set it & 1)
+    real* const vel = bufs + 3 * ADV_WBUF;  // two sets: du, dv of tile it (set it & 1)
     unsigned long long* const full = (unsigned long long*)(vel + 4 * ADV_WVEL);
     const real* f = f_pad + ADV_PAD;
     real* g = g_pad + ADV_PAD;
-    if (ADV_PERIODIC) segm = 0;
-    // The first tile's rows out, a segment's grid rows, the segments of a column, the
-    // launch's segments.
-    const int tyf = segm ? ADV_TYF : ADV_TY, seg_rows = tyf + segm * ADV_TYS;
-    const int ntx = (nx + ADV_WTX - 1) / ADV_WTX, nseg = (jw1 - jw0 + seg_rows - 1) / seg_rows;
-    if ((int)blockIdx.x >= ntx * nseg) return;
+    const int ntx = (nx + ADV_WTX - 1) / ADV_WTX, ntiles = ntx * ((jw1 - jw0 + ADV_TY - 1) / ADV_TY);
+    int k = blockIdx.x;
+    if (k >= ntiles) return;
     if (threadIdx.x == 0) mbar_init_ring(full, 2);
     __syncthreads();
-    const unsigned vbytes = (unsigned)(sizeof(real) * 2 * ADV_WQX * Q * ADV_WRY);
-    // A tile: its segment (column kx, row ky of segments: segment ky·ntx + kx), its place in
-    // the segment (0: the first, else skewed), its first output row. The next tile is the
-    // segment's next one, or the first of the segment gridDim.x on, whose column and row
-    // advance by fixed steps (no division per segment); none once ky reaches nseg.
-    struct Tile { int j, kx, ky, y0; };
+    const unsigned bytes = (unsigned)(sizeof(real) * (ADV_WR * ADV_WW + 2 * ADV_WQX * Q * ADV_WRY));
+    // Tile k's first output cell; k advances by gridDim.x, so its column and row advance
+    // by fixed steps (no division per tile).
     const int gq = gridDim.x / ntx, gr = gridDim.x % ntx;
-    auto after = [&](const Tile& t) {
-        const int y = t.y0 + (t.j ? ADV_TYS : tyf);
-        if (t.j < segm && y < jw1) return Tile{t.j + 1, t.kx, t.ky, y};
-        Tile n{0, t.kx + gr, t.ky + gq, 0};
-        if (n.kx >= ntx) {
-            n.kx -= ntx;
-            ++n.ky;
+    auto advance = [&](int& kx, int& ky) {
+        kx += gr;
+        ky += gq;
+        if (kx >= ntx) {
+            kx -= ntx;
+            ++ky;
         }
-        n.y0 = jw0 + n.ky * seg_rows;
-        return n;
     };
-    // Tile t's field rows (from column -2) into field buffer b, its cells' du and dv into
-    // velocity set v: a first tile's from ADV_WC rows above it to buffer row 0, a skewed
-    // tile's to buffer row ADV_WTS; the cells' rows from 2(S − 1) rows above a first tile,
-    // from a skewed tile's first row.
-    auto issue = [&](const Tile& t, int b, int v) {
-        const bool sk = t.j > 0;
-        const int x = t.kx * ADV_WTX - ADV_WE, l0 = t.y0 - ADV_WC - base;
-        const int fr = sk ? ADV_WTS : 0, rows = sk ? ADV_WRS : ADV_WRF;
+    // Tile (x0, y0)'s field rows (from column -2) into field buffer b, its cells' du and dv.
+    auto issue = [&](int x0, int y0, int b, int v) {
+        const int x = x0 - ADV_WE, l0 = y0 - 2 * ADV_STEPS - base;
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-        mbar_expect(full + v, (unsigned)(sizeof(real) * rows * ADV_WW) + vbytes);
-        tma_load_2d(bufs + b * ADV_WBUF + fr * ADV_WW, sk ? &fmap_s : &fmap, x, l0 + fr, full + v);
-        const int lv = t.y0 - base - (sk ? 0 : 2 * (S - 1));
-        tma_load_2d(vel + 2 * v * ADV_WVEL, &umap, x, lv, full + v);
-        tma_load_2d(vel + (2 * v + 1) * ADV_WVEL, &vmap, x, lv, full + v);
+        mbar_expect(full + v, bytes);
+        tma_load_2d(bufs + b * ADV_WBUF, &fmap, x, l0, full + v);
+        tma_load_2d(vel + 2 * v * ADV_WVEL, &umap, x, l0 + 2, full + v);
+        tma_load_2d(vel + (2 * v + 1) * ADV_WVEL, &vmap, x, l0 + 2, full + v);
     };
+    int in = 0;
     unsigned parity = 0;  // bit v: the phase of full[v] to wait for
-    Tile cur{0, (int)blockIdx.x % ntx, (int)blockIdx.x / ntx, 0};
-    cur.y0 = jw0 + cur.ky * seg_rows;
-    bool pre = weighted_direct(cur.kx * ADV_WTX, cur.y0, nx, base, nbuf);
-    if (pre && threadIdx.x == 0) issue(cur, 0, 0);
+    int kx = k % ntx, ky = k / ntx;
+    bool pre = weighted_direct(kx * ADV_WTX, jw0 + ky * ADV_TY, nx, base, nbuf);
+    if (pre && threadIdx.x == 0) issue(kx * ADV_WTX, jw0 + ky * ADV_TY, in, 0);
     const int qx = threadIdx.x % ADV_WQX, ry = threadIdx.x / ADV_WQX * ADV_WRQ;
-    for (int it = 0; cur.ky < nseg; ++it) {
-        const int x0 = cur.kx * ADV_WTX, y0 = cur.y0;
-        const bool skew = cur.j > 0;
-        // This tile's pair of field buffers (input, scratch), the next tile's.
-        real* const buf = bufs + 2 * (it & 1) * ADV_WBUF;
-        real* const other = buf + ADV_WBUF;
-        real* const nbuf0 = bufs + 2 * ((it + 1) & 1) * ADV_WBUF;
+    for (int it = 0; k < ntiles; k += gridDim.x, ++it) {
+        const int x0 = kx * ADV_WTX, y0 = jw0 + ky * ADV_TY;
+        real* const buf = bufs + in * ADV_WBUF;
+        const int next = (in + 2) % 3;
         // The tile's barrier, before anything of it: every warp is done with the tile
-        // before, so the next tile's copies may take the buffers and the velocity set of
-        // the tile before it, and the rows the tile before left for this one (below) are
-        // in place. The copies thus start before this tile's wait, votes and weights
-        // (contest 5, H100, 2026-11-27: 512 steps 147.4 ms against 148.1 with the barrier
-        // after the votes and one velocity set; 2048 steps 596 ms).
+        // before, so the next tile's copies may take that tile's scratch buffer and the
+        // velocity set of the tile before it (read at its start), and step 1 may write the
+        // buffer the tile before read last. The copies thus start before this tile's
+        // wait, votes and weights (contest 5, H100, 2026-11-27: 512 steps 147.4 ms against
+        // 148.1 with the barrier after the votes and one velocity set; 2048 steps 596 ms).
         __syncthreads();
         const bool now = pre;
-        {
-            const Tile next = after(cur);
-            if (next.ky < nseg) {
-                pre = weighted_direct(next.kx * ADV_WTX, next.y0, nx, base, nbuf);
-                if (pre && threadIdx.x == 0) issue(next, 2 * ((it + 1) & 1), (it + 1) & 1);
-            }
+        advance(kx, ky);  // the next tile's (x0, y0 are this one's)
+        if (k + gridDim.x < ntiles) {
+            const int nx0 = kx * ADV_WTX, ny0 = jw0 + ky * ADV_TY;
+            pre = weighted_direct(nx0, ny0, nx, base, nbuf);
+            if (pre && threadIdx.x == 0) issue(nx0, ny0, next, (it + 1) & 1);
         }
-        // The thread's cells: columns x0 − ADV_WE + Q·qx + m, rows yb + ry + r (cell r·Q + m).
+        // The thread's cells: columns x0 − ADV_WE + Q·qx + m, rows y0 − 2(ADV_STEPS − 1) + ry
+        // + r (cell r·Q + m).
         constexpr int R = ADV_WRQ;
-        const int yb = y0 - 2 * (S - 1) + (skew ? 2 * (S - 1) : 0);
-        const int xc = x0 - ADV_WE + Q * qx, yc = yb + ry;
+        const int xc = x0 - ADV_WE + Q * qx, yc = y0 - 2 * (ADV_STEPS - 1) + ry;
         real a[R * Q], b[R * Q];
         if (now) {
             mbar_wait(full + (it & 1), (parity >> (it & 1)) & 1u);
@@ -1126,7 +1071,7 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
                 load16<Q>(dvs + (ry + r) * ADV_WQX * Q + Q * qx, b + r * Q);
             }
         } else {
-            const int bx = x0 - ADV_WE - 2, by = y0 - 2 * S;
+            const int bx = x0 - ADV_WE - 2, by = y0 - 2 * ADV_STEPS;
             for (int e = threadIdx.x; e < ADV_WR * ADV_WW; e += ADV_WT) {
                 const int t = e / ADV_WW, c = e % ADV_WW;
                 buf[t * ADV_WW + c] =
@@ -1152,7 +1097,7 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         // (at d = ±0 either stencil gives the cell's own value exactly).
         unsigned xor_ = 0, xand = ~0u, yor = 0, yand = ~0u;
         const bool clear = ADV_PERIODIC || (x0 - ADV_WE >= 2 && x0 + ADV_WTX + ADV_WE <= nx - 2 &&
-                                            yb - 2 >= 2 && yb + ADV_WRY + 2 <= ny - 2);
+                                            y0 - 2 * ADV_STEPS >= 2 && y0 + ADV_TY + 2 * ADV_STEPS <= ny - 2);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const bool row = ADV_PERIODIC || (yc + r >= 2 && yc + r < ny - 2);
@@ -1181,38 +1126,13 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
         vote = __reduce_or_sync(~0u, vote);
         if (!now) __syncthreads();  // the values loaded one by one, before step 1 reads them
         const bool xm = !(vote & 2u), xp = !(vote & 1u), ym = !(vote & 8u), yp = !(vote & 4u);
-        if (skew) {
-        if (xm && ym) weighted_steps<0, 0, true>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, ADV_TYS);
-        else if (xm && yp) weighted_steps<0, 1, true>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, ADV_TYS);
-        else if (xp && ym) weighted_steps<1, 0, true>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, ADV_TYS);
-        else if (xp && yp) weighted_steps<1, 1, true>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, ADV_TYS);
-        else weighted_steps<2, 2, true>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, ADV_TYS);
-        } else {
-        if (xm && ym) weighted_steps<0, 0, false>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, tyf);
-        else if (xm && yp) weighted_steps<0, 1, false>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, tyf);
-        else if (xp && ym) weighted_steps<1, 0, false>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, tyf);
-        else if (xp && yp) weighted_steps<1, 1, false>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, tyf);
-        else weighted_steps<2, 2, false>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1, tyf);
-        }
-        // The next tile, skewed, takes from this one the last ADV_WK + 2 rows of each step
-        // u < S's rows (its buffer rows t from ADV_WK(S − u − 1) − 2 + ADV_WC to ADV_WK(S −
-        // u) + ADV_WC, this one's t + this tile's rows out): step u wrote them to the
-        // scratch buffer (u odd) or the input one (u even), the same in the next pair.
-        // Those steps are done (the barriers between the steps), no step of this tile
-        // writes them, no step of the next one writes them (its steps' rows start below
-        // them) and its copy lands below them; its barrier orders them before its reads.
-        const Tile next = after(cur);
-        if (next.ky < nseg && next.j > 0) {
-            const int shift = (skew ? ADV_TYS : tyf) * ADV_WW;
-            constexpr int per = (ADV_WK + 2) * ADV_WW;
-            for (int e = threadIdx.x; e < (S - 1) * per; e += ADV_WT) {
-                const int u = 1 + e / per;
-                const int at = (ADV_WK * (S - u - 1) - 2 + ADV_WC) * ADV_WW + e % per;
-                const int side = (u & 1) * ADV_WBUF;
-                nbuf0[side + at] = buf[side + at + shift];
-            }
-        }
-        cur = next;
+        real* const other = bufs + ((in + 1) % 3) * ADV_WBUF;
+        if (xm && ym) weighted_steps<0, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else if (xm && yp) weighted_steps<0, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else if (xp && ym) weighted_steps<1, 0>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else if (xp && yp) weighted_steps<1, 1>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        else weighted_steps<2, 2>(buf, other, g, a, b, held, qx, ry, x0, y0, nx, base, jw1);
+        in = next;
     }
 }
 #endif

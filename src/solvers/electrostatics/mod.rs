@@ -140,14 +140,19 @@ impl SweepKernel {
     /// against 1.40–1.42 ms per iteration at 2, in four calls; it spilled at 3 before the
     /// sweep's rewrite), 2 for the fused kernel and for the per-colour sweep's blocks of
     /// 512 threads or more in f32 (the large meshes' default 32×16: the same registers
-    /// and warps per multiprocessor as 4 blocks of 256), for `block`, the launch's.
+    /// and warps per multiprocessor as 4 blocks of 256), for `block`, the launch's. Never
+    /// more than 1024 threads (f32) or 768 (f64) per multiprocessor, the defaults' most:
+    /// larger blocks (KEISAN_ES_BLOCK) would otherwise get too few registers and spill
+    /// (32 × 32 in f32 at 2 blocks: 2.61 ms per 512³ iteration, H100, 2026-11-27).
     pub fn default_min_blocks(self, precision: Precision, block: (u32, u32)) -> u32 {
-        match (self, precision) {
-            (SweepKernel::Fused, _) => 2,
-            (SweepKernel::PerColour, Precision::F32) if block.0 * block.1 >= 512 => 2,
-            (_, Precision::F32) => 4,
-            (_, Precision::F64) => 3,
-        }
+        let (wanted, most) = match (self, precision) {
+            (SweepKernel::Fused, Precision::F32) => (2, 1024),
+            (SweepKernel::Fused, Precision::F64) => (2, 768),
+            (SweepKernel::PerColour, Precision::F32) if block.0 * block.1 >= 512 => (2, 1024),
+            (_, Precision::F32) => (4, 1024),
+            (_, Precision::F64) => (3, 768),
+        };
+        wanted.min(most / (block.0 * block.1)).max(1)
     }
 }
 
@@ -830,6 +835,32 @@ impl ElectrostaticsProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_per_multiprocessor_leave_every_block_shape_its_registers() {
+        use Precision::{F32, F64};
+        use SweepKernel::*;
+        // The defaults as measured.
+        assert_eq!(PerColour.default_min_blocks(F32, (32, 16)), 2);
+        assert_eq!(PerColour.default_min_blocks(F32, (64, 2)), 4);
+        assert_eq!(PerColour.default_min_blocks(F64, (32, 8)), 3);
+        assert_eq!(Persistent.default_min_blocks(F32, (32, 8)), 4);
+        assert_eq!(Fused.default_min_blocks(F32, (32, 10)), 2);
+        assert_eq!(Fused.default_min_blocks(F64, (32, 10)), 2);
+        // Larger blocks: at most 1024 threads (f32) or 768 (f64) per multiprocessor.
+        for kernel in [PerColour, Persistent, Fused, Staged] {
+            for (bx, by) in [(32, 24), (32, 32), (64, 16), (1024, 1), (32, 1)] {
+                for (precision, most) in [(F32, 1024), (F64, 768)] {
+                    let m = kernel.default_min_blocks(precision, (bx, by));
+                    assert!(m >= 1, "{kernel:?} {bx}x{by}");
+                    assert!(
+                        m == 1 || m * bx * by <= most,
+                        "{kernel:?} {precision} {bx}x{by}: {m} blocks"
+                    );
+                }
+            }
+        }
+    }
 
     #[test]
     fn the_persistent_kernel_is_the_default_only_where_it_was_measured_faster() {

@@ -145,12 +145,15 @@ impl SweepKernel {
     /// larger blocks (KEISAN_ES_BLOCK) would otherwise get too few registers and spill
     /// (32 × 32 in f32 at 2 blocks: 2.61 ms per 512³ iteration, H100, 2026-11-27).
     pub fn default_min_blocks(self, precision: Precision, block: (u32, u32)) -> u32 {
-        let (wanted, most) = match (self, precision) {
-            (SweepKernel::Fused, Precision::F32) => (2, 1024),
-            (SweepKernel::Fused, Precision::F64) => (2, 768),
-            (SweepKernel::PerColour, Precision::F32) if block.0 * block.1 >= 512 => (2, 1024),
-            (_, Precision::F32) => (4, 1024),
-            (_, Precision::F64) => (3, 768),
+        let wanted = match (self, precision) {
+            (SweepKernel::Fused, _) => 2,
+            (SweepKernel::PerColour, Precision::F32) if block.0 * block.1 >= 512 => 2,
+            (_, Precision::F32) => 4,
+            (_, Precision::F64) => 3,
+        };
+        let most = match precision {
+            Precision::F32 => 1024,
+            Precision::F64 => 768,
         };
         wanted.min(most / (block.0 * block.1)).max(1)
     }

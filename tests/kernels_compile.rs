@@ -91,7 +91,8 @@ fn nbody_force_variants_compile() {
 /// always sets), with 4-bit class codes (ES_CBITS=4, both colours' in one byte), with its
 /// colour's face nodes (ES_FACES=1, the per-colour engines' where the mesh has free face
 /// nodes, with ES_XOFF=1 as they compile it) and compiled once per colour (ES_COLOUR_T=1,
-/// the f32 large-mesh and persistent sweeps).
+/// the f32 large-mesh and persistent sweeps); the blocked kernel (compiled only with
+/// ES_TB_T, its levels per pass) in the shapes its engine uses (cuda_blocked.rs).
 #[test]
 fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
@@ -115,6 +116,30 @@ fn electrostatics_variants_compile() {
         (Precision::F64, "4", &FACES, "es_sweep"),
         (Precision::F32, "16", &[("ES_COLOUR_T", "1")], "es_sweep"),
         (Precision::F32, "8", &[("ES_COLOUR_T", "1")], "es_persist"),
+        (
+            Precision::F32,
+            "8",
+            &[("ES_TB_T", "4"), ("ES_TB_R", "4"), ("ES_TB_W", "12")],
+            "es_blocked",
+        ),
+        (
+            Precision::F32,
+            "8",
+            &[("ES_TB_T", "2"), ("ES_TB_R", "4"), ("ES_TB_W", "12")],
+            "es_blocked",
+        ),
+        (
+            Precision::F64,
+            "8",
+            &[("ES_TB_T", "4"), ("ES_TB_R", "2"), ("ES_TB_W", "16")],
+            "es_blocked",
+        ),
+        (
+            Precision::F64,
+            "8",
+            &[("ES_TB_T", "2"), ("ES_TB_R", "2"), ("ES_TB_W", "16")],
+            "es_blocked",
+        ),
     ] {
         let mut defines = vec![("ES_BY", by.to_string())];
         defines.extend(switches.iter().map(|&(k, v)| (k, v.to_string())));

@@ -51,7 +51,7 @@ pub struct PoissonBench {
     /// Wall time from the first launch to the host knowing the run converged.
     pub seconds_to_solution: f64,
     pub true_relative_residual: f64,
-    pub bytes_per_node: usize,
+    pub bytes_per_node: f64,
     pub fraction_of_copy_bandwidth: f64,
     pub ceilings: Ceilings,
 }
@@ -63,12 +63,13 @@ pub struct ElectrostaticsBench {
     pub nodes: usize,
     pub iterations: u64,
     /// "per-colour" (one pass per colour), "persistent" (the same, many iterations per
-    /// launch), "staged", "fused" (one pass per iteration) or "cpu".
+    /// launch), "staged", "fused" (one pass per iteration), "blocked" (one pass per two
+    /// iterations) or "cpu".
     pub kernel: String,
     pub seconds: f64,
     pub gnodes_per_s: f64,
     /// Bytes one red-black iteration must move per node (see [`bytes_per_node`]).
-    pub bytes_per_node: usize,
+    pub bytes_per_node: f64,
     pub fraction_of_copy_bandwidth: f64,
     /// The performance model: seconds per iteration if the layout's bytes moved at the
     /// copy bandwidth measured in this run (the single-pass floor).
@@ -180,7 +181,7 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
     );
     for b in &cases {
         human += &format!(
-            "  {}: {}, {} per iteration, {:.3} Gnode/s\n    {} B/node/iteration, {:.1} % of copy bandwidth; model {} per iteration at the copy bandwidth (nodes × B/node ÷ copy), measured {:.2}× the model\n    launch: {}\n",
+            "  {}: {}, {} per iteration, {:.3} Gnode/s\n    {:.1} B/node/iteration, {:.1} % of copy bandwidth; model {} per iteration at the copy bandwidth (nodes × B/node ÷ copy), measured {:.2}× the model\n    launch: {}\n",
             b.kernel,
             crate::units::seconds(b.seconds),
             crate::units::seconds(b.measured_s_per_iteration),
@@ -219,6 +220,11 @@ fn case<T: Real>(
     let g = Geometry::build(p)?;
     let (mut e, launch, class_bits): (Box<dyn crate::run::Engine<Real = T>>, String, u8) =
         match device {
+            Device::Cuda(gpu) if kernel == Some(SweepKernel::Blocked) => {
+                let c = super::cuda_blocked::CudaBlocked::<T>::new(gpu.clone(), p, &g, None)?;
+                let s = crate::run::Engine::describe(&c).unwrap_or_default();
+                (Box::new(c), s, 8)
+            }
             Device::Cuda(gpu) => {
                 let c = super::cuda::CudaElectrostatics::<T>::new(
                     gpu.clone(),
@@ -256,8 +262,8 @@ fn case<T: Real>(
         seconds,
         gnodes_per_s: rate * 1e-9,
         bytes_per_node,
-        fraction_of_copy_bandwidth: rate * bytes_per_node as f64 / ceilings.copy_bandwidth,
-        predicted_s_per_iteration: nodes as f64 * bytes_per_node as f64 / ceilings.copy_bandwidth,
+        fraction_of_copy_bandwidth: rate * bytes_per_node / ceilings.copy_bandwidth,
+        predicted_s_per_iteration: nodes as f64 * bytes_per_node / ceilings.copy_bandwidth,
         measured_s_per_iteration: seconds / p.max_iterations as f64,
         launch,
         ceilings,
@@ -272,19 +278,17 @@ fn case<T: Real>(
 /// other, the code read once: 2T + 1. A per-node charge adds its value once. (An
 /// interleaved in-place layout moves a value more per colour: each sweep writes back every
 /// sector of V.)
-pub fn bytes_per_node<T: Real>(
-    kernel: SweepKernel,
-    charge_per_node: bool,
-    class_bits: u8,
-) -> usize {
-    let t = std::mem::size_of::<T>();
+pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool, class_bits: u8) -> f64 {
+    let t = std::mem::size_of::<T>() as f64;
     let v = match kernel {
-        SweepKernel::Fused => 2 * t + 1,
+        SweepKernel::Fused => 2.0 * t + 1.0,
+        // V read and written once and the id byte read once per pass of two iterations.
+        SweepKernel::Blocked => (2.0 * t + 1.0) / 2.0,
         SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
-            3 * t + 2 * class_bits as usize / 8
+            3.0 * t + 2.0 * class_bits as f64 / 8.0
         }
     };
-    v + if charge_per_node { t } else { 0 }
+    v + if charge_per_node { t } else { 0.0 }
 }
 
 fn poisson(device: &Device, precision: Precision, reps: usize) -> Result<Report> {
@@ -305,7 +309,7 @@ fn poisson(device: &Device, precision: Precision, reps: usize) -> Result<Report>
         Precision::F64 => poisson_case::<f64>(device, p, reps)?,
     };
     let human = format!(
-        "electrostatics time to solution on {}\n{}  grounded box, {}³ interior nodes, random ρ, {}, median of {}\n  {} iterations ({}), {} to solution, ‖b − Av‖/‖b‖ = {:.2e}\n  {:.1} % of copy bandwidth over the iterations ({} B/node/iteration)\n",
+        "electrostatics time to solution on {}\n{}  grounded box, {}³ interior nodes, random ρ, {}, median of {}\n  {} iterations ({}), {} to solution, ‖b − Av‖/‖b‖ = {:.2e}\n  {:.1} % of copy bandwidth over the iterations ({:.1} B/node/iteration)\n",
         b.device,
         b.ceilings.human(),
         p.counts()[0] - 2,
@@ -373,7 +377,7 @@ fn poisson_case<T: Real>(
         seconds_to_solution: seconds,
         true_relative_residual: residual,
         bytes_per_node,
-        fraction_of_copy_bandwidth: nodes as f64 * out.steps as f64 * bytes_per_node as f64
+        fraction_of_copy_bandwidth: nodes as f64 * out.steps as f64 * bytes_per_node
             / seconds
             / ceilings.copy_bandwidth,
         ceilings,

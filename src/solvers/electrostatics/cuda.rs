@@ -410,12 +410,22 @@ impl<T: Real> CudaElectrostatics<T> {
         launch: Launch,
     ) -> Result<Self> {
         let kernel = launch.kernel_for(T::PRECISION, g);
+        if kernel == SweepKernel::Blocked {
+            return Err(Error::invalid(
+                "KEISAN_ES_KERNEL",
+                "blocked",
+                "the blocked kernel has its own engine (cuda_blocked.rs; electrostatics::engine picks it)",
+            ));
+        }
         let block = launch
             .block
             .unwrap_or_else(|| kernel.default_block(T::PRECISION, p.points()));
         let min_rows = match kernel {
             SweepKernel::Fused => 3,
-            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 1,
+            SweepKernel::PerColour
+            | SweepKernel::Persistent
+            | SweepKernel::Staged
+            | SweepKernel::Blocked => 1,
         };
         if !block.0.is_multiple_of(32) || block.1 < min_rows || block.0 * block.1 > 1024 {
             return Err(Error::invalid(
@@ -449,7 +459,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let [nx, ny, nz] = g.counts;
         // The fused and staged kernels index columns as i/2.
         let xoff = match kernel {
-            SweepKernel::PerColour | SweepKernel::Persistent => 1,
+            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Blocked => 1,
             SweepKernel::Fused | SweepKernel::Staged => 0,
         };
         let layout = Split::new(g.counts, xoff, std::mem::size_of::<T>());
@@ -464,7 +474,10 @@ impl<T: Real> CudaElectrostatics<T> {
         let per_node = std::mem::size_of::<T>() * (1 + qnode.is_some() as usize) + 1;
         let buffers = match kernel {
             SweepKernel::Fused => 2,
-            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 1,
+            SweepKernel::PerColour
+            | SweepKernel::Persistent
+            | SweepKernel::Staged
+            | SweepKernel::Blocked => 1,
         };
         gpu.ensure_fits(
             (2 * layout.len() * (per_node + (buffers - 1) * std::mem::size_of::<T>())) as u128,
@@ -501,7 +514,10 @@ impl<T: Real> CudaElectrostatics<T> {
         let (bx, by) = (block.0 as usize, block.1 as usize);
         let (pairs_per_block, rows_per_block) = match kernel {
             SweepKernel::Fused => (30 * bx / 32, by - 2),
-            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => (bx, by),
+            SweepKernel::PerColour
+            | SweepKernel::Persistent
+            | SweepKernel::Staged
+            | SweepKernel::Blocked => (bx, by),
         };
         let (gx, gy) = (
             interior_columns(nx, xoff).div_ceil(pairs_per_block),
@@ -517,7 +533,7 @@ impl<T: Real> CudaElectrostatics<T> {
         defines.push(("ES_FACE_LAYERS", face_layers.max(1).to_string()));
         let sweep_name = match kernel {
             SweepKernel::Fused => "es_fused",
-            SweepKernel::PerColour => "es_sweep",
+            SweepKernel::PerColour | SweepKernel::Blocked => "es_sweep",
             SweepKernel::Persistent => "es_persist",
             SweepKernel::Staged => "es_staged",
         };
@@ -822,7 +838,10 @@ impl<T: Real> CudaElectrostatics<T> {
     /// The buffer holding the state after the iterations the device has done.
     fn current(&self) -> Result<usize> {
         Ok(match self.kernel {
-            SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => 0,
+            SweepKernel::PerColour
+            | SweepKernel::Persistent
+            | SweepKernel::Staged
+            | SweepKernel::Blocked => 0,
             SweepKernel::Fused => (self.gpu.stream.clone_dtoh(&self.ctl)?[0] % 2) as usize,
         })
     }
@@ -986,7 +1005,10 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
         for _ in 0..steps {
             let k = self.launched;
             match self.kernel {
-                SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
+                SweepKernel::PerColour
+                | SweepKernel::Persistent
+                | SweepKernel::Staged
+                | SweepKernel::Blocked => {
                     for oe in 0..2 {
                         self.launch_faces(oe, 0, [0, 0], None)?;
                         self.launch_sweep(oe as i32, k)?;

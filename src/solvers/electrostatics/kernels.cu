@@ -1327,3 +1327,208 @@ es_staged(ES_SWEEP_PARAMS) {
 }
 #endif
 #endif  // ES_STAGED
+
+// ---------------------------------------------------------------------------------------
+// es_blocked: ES_TB_T half-steps (red, black, red, ...) per pass from a stencil table
+// (stencil_table.rs: a byte id per node indexing 8 weights, V' = O·V + B + Σ A_f·V_f in
+// that order, by fma), u -> un, in the natural layout (x fastest, rows of `px` values, px
+// even; values outside the mesh read as 0). After heat_tb3_pass (heat/kernels.cu): a block
+// of 32 × ES_TB_W threads covers 64 columns by ES_TB_W·ES_TB_R rows, a halo of ES_TB_T
+// included, and marches z as a wavefront, level l computing plane p − l; each thread
+// holds 2 x values of ES_TB_R rows for every level in registers, x neighbours by shuffle,
+// y neighbours across warps from shared memory (one barrier per plane). The colour a
+// level updates in row r of plane p − l is element (1 + r + p) & 1 of the pair at every
+// level, so taking planes in pairs makes it a constant. Tile-edge values go wrong a node
+// per level, which the halo absorbs. Each iteration's (res², V²) over its free interior
+// output nodes (ids from ES_TB_FIRST_FREE) go to the grid's sums; the last block records
+// the pass's iterations: ctl[0] = iterations done, ctl[1] = stop flag, ctl[2] = the
+// buffer holding the state (out_buf). 29 instructions per update at 512³ f32
+// (docs/PERFORMANCE.md).
+#if defined(ES_TB_T) && (!defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_blocked))
+#ifndef ES_TB_R
+#define ES_TB_R 4
+#endif
+#ifndef ES_TB_W
+#define ES_TB_W 12
+#endif
+#define ES_TB_FIRST_FREE 7
+struct __align__(4 * sizeof(real)) es_real4 { real x, y, z, w; };
+struct __align__(2 * sizeof(real)) es_pair { real v[2]; };
+
+template <bool B> struct es_flag { static constexpr bool value = B; };
+
+__device__ __forceinline__ real es_table_update(const es_real4 a, const es_real4 b, real c,
+                                                real xm, real xp, real ym, real yp, real zm,
+                                                real zp) {
+    real s = fma(b.w, c, b.z);
+    s = fma(a.x, xm, s);
+    s = fma(a.y, xp, s);
+    s = fma(a.z, ym, s);
+    s = fma(a.w, yp, s);
+    s = fma(b.x, zm, s);
+    return fma(b.y, zp, s);
+}
+
+extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
+    es_blocked(const real* __restrict__ u, real* __restrict__ un,
+               const unsigned char* __restrict__ ids, const es_real4* __restrict__ table,
+               int ntable, int nz, int ny, int px, int chunk, double tol, u64 iteration,
+               double* __restrict__ partials, unsigned int* __restrict__ ticket,
+               u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len,
+               int out_buf) {
+    constexpr int T = ES_TB_T, R = ES_TB_R, W = ES_TB_W, V = 2, IT = T / 2;
+    static_assert(T % 2 == 0 && R % 2 == 0, "even levels and rows");
+    constexpr int HX = (T + V - 1) / V * V;
+    constexpr int TXO = 32 * V - 2 * HX, TYO = W * R - 2 * T;
+    static_assert(TXO > 0 && TYO > 0, "the halo covers the whole tile");
+    extern __shared__ es_pair es_tb_smem[];  // [buffer][level][warp][first, last row][lane]
+    constexpr int LS = W * 2 * 32;
+    es_pair* const sm = es_tb_smem;
+    es_real4* const tab = (es_real4*)(sm + 2 * T * LS);
+    if (((volatile u64*)ctl)[1] != 0) return;
+    const int lane = threadIdx.x, w = threadIdx.y, tid = w * 32 + lane;
+    for (int i = tid; i < 2 * ntable; i += 32 * W) tab[i] = table[i];
+    for (int i = tid; i < 2 * T * LS; i += 32 * W) sm[i].v[0] = sm[i].v[1] = (real)0;
+    __syncthreads();
+    // A thread's sums in `real` (a few hundred terms per pass; f64 ones took a quarter
+    // of an f32 pass), then in f64 across the block and the grid.
+    real res2[IT], v2[IT];
+#pragma unroll
+    for (int i = 0; i < IT; ++i) res2[i] = v2[i] = (real)0;
+    const int tile_x0 = (int)blockIdx.x * TXO - HX, tile_y0 = (int)blockIdx.y * TYO - T;
+    const int gx = tile_x0 + lane * V, gy = tile_y0 + w * R;
+    const long ms = (long)ny * px;
+    const int c0 = blockIdx.z * chunk, c1 = min(c0 + chunk, nz);
+    const bool x_in = gx >= 0 && gx < px;
+    const bool lane_out = lane >= HX / V && lane < 32 - HX / V;
+    unsigned row_in = 0, row_out = 0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int y = gy + r, ty = w * R + r;
+        if (x_in && y >= 0 && y < ny) row_in |= 1u << r;
+        if (x_in && y >= 0 && y < ny && lane_out && ty >= T && ty < W * R - T)
+            row_out |= 1u << r;
+    }
+    const long col = x_in ? (long)max(gy, 0) * px + gx : 0;
+    auto row_at = [&](int r) { return (long)(gy + r - max(gy, 0)) * px; };
+    es_pair below[T][R], centre[T][R], ahead[R];
+    unsigned short idq[T][R], idahead[R];
+#pragma unroll
+    for (int l = 0; l < T; ++l)
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            idq[l][r] = 0;
+            below[l][r].v[0] = below[l][r].v[1] = centre[l][r].v[0] = centre[l][r].v[1] = (real)0;
+        }
+    const int p0 = max(c0 - T, 0);  // even: chunk and T are
+    auto load = [&](int p) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if ((row_in >> r & 1) && p < nz) {
+                ahead[r] = *(const es_pair*)(u + p * ms + col + row_at(r));
+                idahead[r] = *(const unsigned short*)(ids + p * ms + col + row_at(r));
+            } else {
+                ahead[r].v[0] = ahead[r].v[1] = (real)0;
+                idahead[r] = 0;
+            }
+        }
+    };
+    load(p0);
+    const int up_at = max(w - 1, 0) * 64 + 32 + lane, down_at = min(w + 1, W - 1) * 64 + lane;
+    const int first_at = w * 64 + lane, last_at = w * 64 + 32 + lane;
+
+    auto round = [&](auto odd, int p, int k) {
+        constexpr int PP = decltype(odd)::value ? 1 : 0;
+        const es_pair* const rd = sm + ((k & 1) ^ 1) * T * LS;
+        es_pair* const wr = sm + (k & 1) * T * LS;
+        es_pair v[R];
+        unsigned short idcur[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            v[r] = ahead[r];
+            idcur[r] = idahead[r];
+        }
+        load(p + 1);
+        wr[first_at] = v[0];
+        wr[last_at] = v[R - 1];
+#pragma unroll
+        for (int l = 1; l <= T; ++l) {
+            const es_pair up = rd[(l - 1) * LS + up_at];
+            const es_pair down = rd[(l - 1) * LS + down_at];
+            const int q = p - l;
+            const bool counted = q >= c0 && q < c1;
+            es_pair res[R];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const es_pair& c = centre[l - 1][r];
+                res[r] = c;
+                // The node of colour (l − 1) & 1 in row r of plane p − l.
+                const int e = (1 + r + PP) & 1;
+                const real side = e == 0 ? __shfl_up_sync(0xffffffffu, c.v[1], 1)
+                                         : __shfl_down_sync(0xffffffffu, c.v[0], 1);
+                const int id = (idq[l - 1][r] >> (8 * e)) & 0xff;
+                const es_real4 a = tab[2 * id], b = tab[2 * id + 1];
+                const real xm = e ? c.v[0] : side, xp = e ? side : c.v[1];
+                const real ym = r > 0 ? centre[l - 1][r - 1].v[e] : up.v[e];
+                const real yp = r < R - 1 ? centre[l - 1][r + 1].v[e] : down.v[e];
+                res[r].v[e] = es_table_update(a, b, c.v[e], xm, xp, ym, yp,
+                                              below[l - 1][r].v[e], v[r].v[e]);
+                if (counted && (row_out >> r & 1) && id >= ES_TB_FIRST_FREE) {
+                    const real d = res[r].v[e] - c.v[e], nv = res[r].v[e];
+                    res2[(l - 1) / 2] = fma(d, d, res2[(l - 1) / 2]);
+                    v2[(l - 1) / 2] = fma(nv, nv, v2[(l - 1) / 2]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                below[l - 1][r] = centre[l - 1][r];
+                centre[l - 1][r] = v[r];
+                v[r] = res[r];
+            }
+            if (l < T) {
+                wr[l * LS + first_at] = v[0];
+                wr[l * LS + last_at] = v[R - 1];
+            }
+        }
+        const int q = p - T;
+        if (q >= c0 && q < c1) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (row_out >> r & 1) *(es_pair*)(un + q * ms + col + row_at(r)) = v[r];
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int l = T - 1; l > 0; --l) idq[l][r] = idq[l - 1][r];
+            idq[0][r] = idcur[r];
+        }
+        __syncthreads();
+    };
+    const int pend = c1 + T;
+    for (int p = p0, k = 0; p < pend; p += 2, k += 2) {
+        round(es_flag<false>{}, p, k);
+        if (p + 1 < pend) round(es_flag<true>{}, p + 1, k + 1);
+    }
+
+    double block[2 * IT];
+#pragma unroll
+    for (int i = 0; i < IT; ++i) {
+        block[2 * i] = block_sum((double)res2[i]);
+        __syncthreads();
+        block[2 * i + 1] = block_sum((double)v2[i]);
+        __syncthreads();
+    }
+    double total[2 * IT];
+    if (!grid_sums_last_block<2 * IT>(block, partials, ticket, total)) return;
+    int flag = 0;
+    for (int i = 0; i < IT; ++i) {
+        double rel;
+        const int verdict = residual_verdict(total[2 * i], total[2 * i + 1], tol, rel);
+        hist[(iteration + i) % hist_len] = rel;
+        flag = max(flag, verdict);
+    }
+    ctl[2] = (u64)out_buf;
+    ctl[0] = iteration + IT;
+    if (flag) ctl[1] = flag;
+}
+#endif

@@ -12,10 +12,12 @@ pub mod bench;
 mod bench_slabs;
 pub mod cpu;
 pub mod cuda;
+pub mod cuda_blocked;
 mod cuda_slab;
 mod gauss;
 mod geometry;
 mod solver;
+pub mod stencil_table;
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -59,15 +61,16 @@ pub struct Launch {
 }
 
 impl SweepKernel {
-    pub const ALL: [SweepKernel; 4] = [
+    pub const ALL: [SweepKernel; 5] = [
         SweepKernel::PerColour,
         SweepKernel::Persistent,
         SweepKernel::Fused,
         SweepKernel::Staged,
+        SweepKernel::Blocked,
     ];
 
     /// What KEISAN_ES_KERNEL and `bench --kernel` accept.
-    pub const NAMES: &str = "per-colour, persistent, fused or staged";
+    pub const NAMES: &str = "per-colour, persistent, fused, staged or blocked";
 
     /// The kernel named `name` (see [`SweepKernel::name`]).
     pub fn from_name(name: &str) -> Option<Self> {
@@ -81,6 +84,7 @@ impl SweepKernel {
             SweepKernel::Persistent => "persistent",
             SweepKernel::Fused => "fused",
             SweepKernel::Staged => "staged",
+            SweepKernel::Blocked => "blocked",
         }
     }
 
@@ -99,6 +103,8 @@ impl SweepKernel {
             (SweepKernel::PerColour | SweepKernel::Persistent, _)
             | (SweepKernel::Staged, Precision::F32) => (32, 8),
             (SweepKernel::Staged, Precision::F64) => (32, 4),
+            // Its own shape (cuda_blocked.rs); the per-colour engine never runs it.
+            (SweepKernel::Blocked, _) => (32, 12),
         }
     }
 
@@ -131,7 +137,7 @@ impl SweepKernel {
             && match self {
                 SweepKernel::Persistent => true,
                 SweepKernel::PerColour => nodes > SMALL_MESH,
-                SweepKernel::Fused | SweepKernel::Staged => false,
+                SweepKernel::Fused | SweepKernel::Staged | SweepKernel::Blocked => false,
             }
     }
 
@@ -175,6 +181,10 @@ pub enum SweepKernel {
     /// As PerColour, each warp's operands staged through shared memory by asynchronous
     /// copies several planes ahead.
     Staged,
+    /// Passes of two iterations with the update from a stencil table (cuda_blocked.rs,
+    /// stencil_table.rs): one device, meshes whose distinct stencils fit an id byte and
+    /// whose charge is uniform; V differs from the other kernels' in the last bits.
+    Blocked,
 }
 
 pub const DEFAULT_LAUNCH: Launch = Launch {
@@ -260,13 +270,20 @@ pub fn engine<T: Real>(
 ) -> Result<Box<dyn Engine<Real = T>>> {
     Ok(match device {
         Device::Cpu { .. } => Box::new(cpu::CpuElectrostatics::new(p, g.clone(), restart)?),
-        Device::Cuda(gpu) => Box::new(cuda::CudaElectrostatics::new(
-            gpu.clone(),
-            p,
-            g,
-            restart,
-            Launch::from_env()?,
-        )?),
+        Device::Cuda(gpu) => {
+            let launch = Launch::from_env()?;
+            if launch.kernel == Some(SweepKernel::Blocked) {
+                Box::new(cuda_blocked::CudaBlocked::new(gpu.clone(), p, g, restart)?)
+            } else {
+                Box::new(cuda::CudaElectrostatics::new(
+                    gpu.clone(),
+                    p,
+                    g,
+                    restart,
+                    launch,
+                )?)
+            }
+        }
     })
 }
 

@@ -1,0 +1,395 @@
+//! The blocked kernel's form of the SOR update (kernels.cu `es_blocked`): each node has
+//! a byte id that indexes a table of eight weights per distinct stencil, made once here.
+//! For a free interior node the weights are its six face coefficients already divided by
+//! their sum and multiplied by ω, the charge term likewise, and 1 − ω, so an update is
+//!
+//! ```text
+//! V' = O·V + B + Axm·Vxm + Axp·Vxp + Aym·Vym + Ayp·Vyp + Azm·Vzm + Azp·Vzp
+//! ```
+//!
+//! as seven multiply-adds in that order (no εr lookups, no division: 29 instructions an
+//! update against the per-colour sweep's 95, docs/PERFORMANCE.md). The weights are
+//! computed in f64 and rounded once, so V differs from the per-colour engines' in the last
+//! bits; [`iterate`] is this form's CPU reference, which the kernel matches bit for bit.
+//!
+//! Ids: 0 for held nodes (A = B = 0, O = 1: V' = V), 1–6 for free face nodes (a copy of the
+//! inner neighbour, as the other engines do it: A = 1 on that face, O = 0; the x faces
+//! first, then y, then z), then the interior stencils, in the order of their keys. Values
+//! outside the mesh read as 0; rows are padded to an even pitch with held zeros.
+
+use super::{ElectrostaticsProblem, Geometry, cpu::axis_coefficients};
+use crate::precision::Real;
+use rayon::prelude::*;
+use std::collections::{BTreeSet, HashMap};
+
+/// Table entries an id byte can index.
+pub const MAX_ENTRIES: usize = 256;
+/// Weights per entry: Axm, Axp, Aym, Ayp, Azm, Azp, B, O.
+pub const WEIGHTS: usize = 8;
+/// Ids before the interior stencils: held, then a face copy per face.
+pub const FIRST_FREE: u8 = 7;
+
+#[derive(Debug)]
+pub struct StencilTable<T> {
+    /// Node (i, j, k) at `(k·ny + j)·pitch + i`.
+    pub ids: Vec<u8>,
+    pub table: Vec<T>,
+    pub pitch: usize,
+}
+
+impl<T> StencilTable<T> {
+    pub fn entries(&self) -> usize {
+        self.table.len() / WEIGHTS
+    }
+}
+
+/// Why a problem has no stencil table (the blocked kernel does not take it).
+pub fn unsupported(g: &Geometry) -> Option<String> {
+    g.q_node.is_some().then(|| {
+        "a charge density that varies per node (the table holds one charge term per \
+         stencil)"
+            .to_string()
+    })
+}
+
+/// A hash of the keys' bits (the default SipHash costs more than the lookups it serves).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+        }
+    }
+    fn write_u128(&mut self, v: u128) {
+        let x = (v as u64) ^ ((v >> 64) as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = (self.0 ^ x)
+            .wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+            .rotate_left(29);
+    }
+}
+
+type KeyMap = HashMap<u128, u8, std::hash::BuildHasherDefault<KeyHasher>>;
+
+/// Each index of an axis: the index of its (r+, r−) pair among the axis's distinct pairs.
+/// Pairs within a relative 1e-12 of one found before count as it (a uniform mesh's node
+/// coordinates differ in their last bits), so a uniform mesh has one and the table's
+/// weights use that one's values.
+fn axis_classes(nodes: &[f64]) -> (Vec<u32>, Vec<(f64, f64)>) {
+    let (rp, rm) = axis_coefficients(nodes);
+    let near = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
+    let mut pairs: Vec<(f64, f64)> = Vec::new();
+    let classes = (0..nodes.len())
+        .map(|i| {
+            let found = pairs
+                .iter()
+                .position(|&(p, m)| near(p, rp[i]) && near(m, rm[i]));
+            found.unwrap_or_else(|| {
+                pairs.push((rp[i], rm[i]));
+                pairs.len() - 1
+            }) as u32
+        })
+        .collect();
+    (classes, pairs)
+}
+
+/// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: a
+/// per-node charge, or more distinct stencils than an id byte indexes.
+pub fn build<T: Real>(p: &ElectrostaticsProblem, g: &Geometry) -> Result<StencilTable<T>, String> {
+    if let Some(why) = unsupported(g) {
+        return Err(why);
+    }
+    let [nx, ny, nz] = g.counts;
+    let (nj, nk) = (nx, nx * ny);
+    let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
+    if axes.iter().any(|(_, pairs)| pairs.len() >= 1 << 24) {
+        return Err("too many distinct mesh spacings".into());
+    }
+    // Key of interior node n = (i, j, k): the class bytes of it and its six neighbours,
+    // then the axis classes of i, j, k.
+    let key = |n: usize, i: usize, j: usize, k: usize| -> u128 {
+        let c = &g.id_epsr;
+        let mut bytes = 0u64;
+        for m in [n, n - 1, n + 1, n - nj, n + nj, n - nk, n + nk] {
+            bytes = bytes << 8 | c[m] as u64;
+        }
+        bytes as u128
+            | (axes[0].0[i] as u128) << 56
+            | (axes[1].0[j] as u128) << 80
+            | (axes[2].0[k] as u128) << 104
+    };
+    let free_interior = |n: usize| g.id_volt[n] == 0;
+    let keys: BTreeSet<u128> = (1..nz.saturating_sub(1))
+        .into_par_iter()
+        .map(|k| {
+            let mut set = BTreeSet::new();
+            for j in 1..ny - 1 {
+                for i in 1..nx - 1 {
+                    let n = k * nk + j * nj + i;
+                    if free_interior(n) {
+                        set.insert(key(n, i, j, k));
+                    }
+                }
+            }
+            set
+        })
+        .reduce(BTreeSet::new, |mut a, mut b| {
+            a.append(&mut b);
+            a
+        });
+    let entries = FIRST_FREE as usize + keys.len();
+    if entries > MAX_ENTRIES {
+        return Err(format!(
+            "{} distinct stencils (εr and mesh spacings around a node); an id byte indexes {}",
+            keys.len(),
+            MAX_ENTRIES - FIRST_FREE as usize
+        ));
+    }
+    let ids_of: KeyMap = keys
+        .iter()
+        .enumerate()
+        .map(|(r, &key)| (key, FIRST_FREE + r as u8))
+        .collect();
+
+    let mut table = vec![T::zero(); WEIGHTS * entries];
+    table[WEIGHTS - 1] = T::one(); // held: O = 1
+    for f in 0..6 {
+        // A face copy from face neighbour f (Axm, Axp, Aym, Ayp, Azm, Azp), O = 0.
+        table[WEIGHTS * (1 + f) + f] = T::one();
+    }
+    let omega = p.omega;
+    for (&key, &id) in &ids_of {
+        let class = |slot: u32| (key >> (8 * (6 - slot)) & 0xff) as usize;
+        let e = g.epsr[class(0)];
+        let pair = |a: usize, shift: u32| axes[a].1[(key >> shift & 0xff_ffff) as usize];
+        let [(xp, xm), (yp, ym), (zp, zm)] = [pair(0, 56), pair(1, 80), pair(2, 104)];
+        let c = [
+            (e + g.epsr[class(1)]) * xm,
+            (e + g.epsr[class(2)]) * xp,
+            (e + g.epsr[class(3)]) * ym,
+            (e + g.epsr[class(4)]) * yp,
+            (e + g.epsr[class(5)]) * zm,
+            (e + g.epsr[class(6)]) * zp,
+        ];
+        let den: f64 = c.iter().sum();
+        let t = &mut table[WEIGHTS * id as usize..WEIGHTS * (id as usize + 1)];
+        for f in 0..6 {
+            t[f] = T::lit(omega * c[f] / den);
+        }
+        t[6] = T::lit(omega * g.q_uniform / den);
+        t[7] = T::lit(1.0 - omega);
+    }
+
+    let pitch = nx + (nx & 1);
+    let mut ids = vec![0u8; pitch * ny * nz];
+    ids.par_chunks_mut(pitch * ny)
+        .enumerate()
+        .for_each(|(k, plane)| {
+            for j in 0..ny {
+                for i in 0..nx {
+                    let n = k * nk + j * nj + i;
+                    if g.id_volt[n] != 0 {
+                        continue;
+                    }
+                    plane[j * pitch + i] = if i == 0 {
+                        2 // copy from x + 1
+                    } else if i == nx - 1 {
+                        1
+                    } else if j == 0 {
+                        4
+                    } else if j == ny - 1 {
+                        3
+                    } else if k == 0 {
+                        6
+                    } else if k == nz - 1 {
+                        5
+                    } else {
+                        ids_of[&key(n, i, j, k)]
+                    };
+                }
+            }
+        });
+    Ok(StencilTable { ids, table, pitch })
+}
+
+/// `v` (`counts`, x fastest, unpadded) in the table's padded layout, and back.
+pub fn pad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
+    let nx = counts[0];
+    let mut out = vec![T::zero(); pitch * counts[1] * counts[2]];
+    for (row, src) in out.chunks_mut(pitch).zip(v.chunks(nx)) {
+        // −0 held values become +0, as the table's update of a held node makes them.
+        for (o, &s) in row.iter_mut().zip(src) {
+            *o = s + T::zero();
+        }
+    }
+    out
+}
+
+pub fn unpad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
+    v.chunks(pitch)
+        .flat_map(|row| row[..counts[0]].iter().copied())
+        .collect()
+}
+
+/// The update of one node from its table entry `w`, its value and its neighbours'
+/// (x−, x+, y−, y+, z−, z+): the kernel's operations in the kernel's order.
+#[inline]
+pub fn update<T: Real>(w: &[T], v: T, nb: [T; 6]) -> T {
+    let mut s = w[7].mul_add(v, w[6]);
+    for f in 0..6 {
+        s = w[f].mul_add(nb[f], s);
+    }
+    s
+}
+
+/// `iterations` red-black iterations of the table form on `v` (padded layout); the
+/// reference the blocked kernel equals bit for bit. Returns per iteration the sums
+/// (Σ res², Σ V²) over its free interior nodes, red then black.
+pub fn iterate<T: Real>(
+    v: &mut [T],
+    t: &StencilTable<T>,
+    counts: [usize; 3],
+    iterations: usize,
+) -> Vec<[f64; 4]> {
+    let [nx, ny, nz] = counts;
+    let (pj, pk) = (t.pitch, t.pitch * ny);
+    let at = |v: &[T], i: isize, j: isize, k: isize| -> T {
+        if i < 0 || j < 0 || k < 0 || i >= t.pitch as isize || j >= ny as isize || k >= nz as isize
+        {
+            T::zero()
+        } else {
+            v[k as usize * pk + j as usize * pj + i as usize]
+        }
+    };
+    let mut sums = Vec::new();
+    for _ in 0..iterations {
+        let mut s = [0.0; 4];
+        for colour in 0..2 {
+            for k in 0..nz {
+                for j in 0..ny {
+                    for i in 0..t.pitch {
+                        if (i + j + k) % 2 != colour {
+                            continue;
+                        }
+                        let n = k * pk + j * pj + i;
+                        let id = t.ids[n] as usize;
+                        let (ii, jj, kk) = (i as isize, j as isize, k as isize);
+                        let nb = [
+                            at(v, ii - 1, jj, kk),
+                            at(v, ii + 1, jj, kk),
+                            at(v, ii, jj - 1, kk),
+                            at(v, ii, jj + 1, kk),
+                            at(v, ii, jj, kk - 1),
+                            at(v, ii, jj, kk + 1),
+                        ];
+                        let old = v[n];
+                        let new = update(&t.table[WEIGHTS * id..WEIGHTS * (id + 1)], old, nb);
+                        v[n] = new;
+                        if id >= FIRST_FREE as usize && i < nx {
+                            let r = (new - old).as_f64();
+                            s[2 * colour] += r * r;
+                            s[2 * colour + 1] += new.as_f64() * new.as_f64();
+                        }
+                    }
+                }
+            }
+        }
+        sums.push(s);
+    }
+    sums
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::Engine;
+    use crate::solvers::electrostatics::cpu::CpuElectrostatics;
+
+    fn problem(text: &str) -> (ElectrostaticsProblem, Geometry) {
+        let p = crate::problem::parse(text, "test", None, &Default::default())
+            .unwrap()
+            .spec_as::<ElectrostaticsProblem>()
+            .unwrap()
+            .clone();
+        let g = Geometry::build(&p).unwrap();
+        (p, g)
+    }
+
+    const PLATES: &str = r#"
+        solver = "electrostatics"
+        [electrostatics]
+        x = { range = [0.0, 1.0], cells = 10 }
+        y = { range = [0.0, 1.0], cells = 7 }
+        z = { range = [0.0, 1.0], cells = 12 }
+        voltages = [1.0]
+        permittivities = [4.0]
+        omega = 1.5
+        max_iterations = 100000
+        tolerance = 1e-12
+        [electrostatics.faces]
+        z_min = 1.0
+        z_max = 0.0
+        [[electrostatics.shapes]]
+        kind = "box"
+        min = [0.0, 0.0, 0.3]
+        max = [1.0, 1.0, 0.6]
+        dielectric = 1
+    "#;
+
+    #[test]
+    fn ids_put_held_faces_and_interior_stencils_apart() {
+        let (p, g) = problem(PLATES);
+        let t = build::<f64>(&p, &g).unwrap();
+        let [nx, ny, nz] = g.counts;
+        assert_eq!(t.pitch, nx + (nx & 1));
+        // The z faces are held; an x face node copies its inner neighbour; the interior
+        // has the vacuum, the slab, and on each interface plane the nodes on either side: 6
+        // stencils.
+        let at = |i: usize, j: usize, k: usize| t.ids[(k * ny + j) * t.pitch + i];
+        assert_eq!(at(3, 3, 0), 0);
+        assert_eq!(at(0, 3, 5), 2);
+        assert_eq!(at(nx - 1, 3, 5), 1);
+        assert_eq!(at(4, 0, 5), 4);
+        assert_eq!(at(4, ny - 1, 5), 3);
+        assert!(at(4, 3, 5) >= FIRST_FREE);
+        assert_eq!(t.entries(), FIRST_FREE as usize + 6);
+        assert!(nz > 2);
+    }
+
+    #[test]
+    fn the_table_form_agrees_with_the_per_colour_update_to_rounding() {
+        let (p, g) = problem(PLATES);
+        let t = build::<f64>(&p, &g).unwrap();
+        let mut cpu = CpuElectrostatics::<f64>::new(&p, g.clone(), None).unwrap();
+        let v0 = super::super::cpu::initial_potential::<f64>(&g).unwrap();
+        let mut v = pad(&v0, g.counts, t.pitch);
+        iterate(&mut v, &t, g.counts, 30);
+        cpu.advance(30).unwrap();
+        let classic = cpu.snapshot().unwrap().data;
+        let table = unpad(&v, g.counts, t.pitch);
+        for (a, b) in classic.iter().zip(&table) {
+            assert!((a - b).abs() <= 1e-13 * a.abs().max(1.0), "{a} vs {b}");
+        }
+        // And it moved: the potential is not the start's.
+        assert!(classic.iter().zip(&v0).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+
+    #[test]
+    fn a_per_node_charge_or_too_many_stencils_has_no_table() {
+        let (p, mut g) = problem(PLATES);
+        g.q_node = Some(vec![0.0; g.id_volt.len()]);
+        assert!(build::<f32>(&p, &g).unwrap_err().contains("per node"));
+        let (p, mut g) = problem(PLATES);
+        // Every node its own dielectric class: far more stencils than a byte indexes.
+        g.epsr = (0..256).map(|c| 1.0 + c as f64).collect();
+        for (n, c) in g.id_epsr.iter_mut().enumerate() {
+            *c = (n * 37 % 255) as u8;
+        }
+        let err = build::<f32>(&p, &g).unwrap_err();
+        assert!(err.contains("distinct stencils"), "{err}");
+    }
+}

@@ -16,6 +16,9 @@ use std::sync::Arc;
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const SRC: &str = include_str!("../kernels.cu");
+/// keisan's own es_blocked (its engine's kernel), to time it in this harness.
+const COMMON: &str = include_str!("../../../src/device/common.cuh");
+const ES: &str = include_str!("../../../src/solvers/electrostatics/kernels.cu");
 const OMEGA: f64 = 1.98;
 
 struct Problem {
@@ -427,6 +430,108 @@ fn run<T: Real, I: Id>(
     Ok(())
 }
 
+/// keisan's es_blocked (f32, 2 iterations a pass) on `p`, 1000 iterations: µs per iteration.
+fn engine_kernel(dev: &Dev, p: &Problem, chunk: usize) -> Res<f64> {
+    let es = match std::env::var("ES_SRC") {
+        Ok(path) => std::fs::read_to_string(path)?,
+        Err(_) => ES.to_string(),
+    };
+    let src = format!("{COMMON}\n#line 1 \"es\"\n{es}");
+    let mut options: Vec<String> = [
+        "-Dreal=float",
+        "-DKEISAN_ONLY=1",
+        "-DKEISAN_WANT_es_blocked=1",
+        "-DES_TB_T=4",
+        "-DES_TB_R=4",
+        "-DES_TB_W=12",
+        "--std=c++17",
+        "-default-device",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    options.extend(
+        std::env::var("ES_OPTS")
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_string),
+    );
+    let opts = CompileOptions {
+        arch: Some("sm_90"),
+        fmad: Some(false),
+        options,
+        ..Default::default()
+    };
+    let ptx = compile_ptx_with_opts(src, opts).map_err(|e| format!("{e:?}"))?;
+    let m = dev.ctx.load_module(ptx)?;
+    let f = m.load_function("es_blocked")?;
+    let ntable = p.distinct + 1;
+    let smem = (2 * 4 * 12 * 64 * 2 + ntable * 8) * 4;
+    use cudarc::driver::sys::CUfunction_attribute_enum as A;
+    f.set_attribute(
+        A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        smem as i32,
+    )?;
+    let mut b = upload::<f32, u8>(dev, p)?;
+    let cfg = LaunchConfig {
+        grid_dim: (
+            p.nx.div_ceil(56) as u32,
+            p.ny.div_ceil(40) as u32,
+            p.nz.div_ceil(chunk) as u32,
+        ),
+        block_dim: (32, 12, 1),
+        shared_mem_bytes: smem as u32,
+    };
+    let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
+    let mut partials = dev.stream.alloc_zeros::<f64>(4 * blocks)?;
+    let mut ticket = dev.stream.alloc_zeros::<u32>(1)?;
+    let mut ctl = dev.stream.alloc_zeros::<u64>(3)?;
+    let mut hist = dev.stream.alloc_zeros::<f64>(4096)?;
+    let (nz, ny, nx, ch, nt) = (
+        p.nz as i32,
+        p.ny as i32,
+        p.nx as i32,
+        chunk as i32,
+        ntable as i32,
+    );
+    let (tol, hl) = (0.0f64, 4096u32);
+    let mut run = |n: usize, it0: u64| -> Res<()> {
+        for i in 0..n {
+            let it = it0 + 2 * i as u64;
+            let out = ((i + 1) % 2) as i32;
+            let mut l = dev.stream.launch_builder(&f);
+            l.arg(&b.a)
+                .arg(&mut b.b)
+                .arg(&b.ids)
+                .arg(&b.table)
+                .arg(&nt)
+                .arg(&nz)
+                .arg(&ny)
+                .arg(&nx)
+                .arg(&ch);
+            l.arg(&tol)
+                .arg(&it)
+                .arg(&mut partials)
+                .arg(&mut ticket)
+                .arg(&mut ctl)
+                .arg(&mut hist)
+                .arg(&hl)
+                .arg(&out);
+            unsafe { l.launch(cfg) }?;
+            std::mem::swap(&mut b.a, &mut b.b);
+        }
+        Ok(())
+    };
+    run(4, 0)?;
+    let mut best = f64::MAX;
+    for k in 0..2 {
+        best = best.min(timed(dev, || run(500, 8 + 1000 * k))?);
+    }
+    let c = dev.stream.clone_dtoh(&ctl)?;
+    println!("  es_blocked ctl {c:?}");
+    Ok(best / 1000.0 * 1e6)
+}
+
 fn main() -> Res<()> {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).map(|s| s.parse()).transpose()?.unwrap_or(512);
@@ -480,6 +585,12 @@ fn main() -> Res<()> {
         big.distinct,
         13.0 * (n * n * n) as f64 / bw * 1e6
     );
+    if std::env::var_os("ENGINE_KERNEL").is_some() {
+        println!(
+            "keisan es_blocked in this harness: {:.1} µs per iteration",
+            engine_kernel(&dev, &big, 128)?
+        );
+    }
     for c in &cfgs {
         match (c.real, c.idb) {
             (32, 8) => run::<f32, u8>(&dev, c, &small, &big, iters, bw)?,

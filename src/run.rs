@@ -68,6 +68,18 @@ impl Diagnostics {
         })
     }
 
+    /// [`Diagnostics::from_device`] from the device's counters `ctl` (ctl[0] steps done,
+    /// ctl[1] the stop flag), as the iterative engines' kernels keep them.
+    pub fn from_ctl(
+        gpu: &crate::device::cuda::Gpu,
+        ctl: &cudarc::driver::CudaSlice<u64>,
+        hist: &cudarc::driver::CudaSlice<f64>,
+        reported: &mut u64,
+    ) -> Result<Self> {
+        let ctl = gpu.stream.clone_dtoh(ctl)?;
+        Self::from_device(gpu, ctl[0], ctl[1], hist, reported)
+    }
+
     /// For engines without a residual (time steppers): the step count and status.
     pub fn steps_only(steps: u64, status: Status) -> Self {
         Self {

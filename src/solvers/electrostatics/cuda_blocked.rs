@@ -216,10 +216,10 @@ impl<T: Real> Engine for CudaBlocked<T> {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
-        let (steps, flag) = (ctl[0], ctl[1]);
-        self.launched = steps;
-        Diagnostics::from_device(&self.gpu, steps, flag, &self.hist, &mut self.reported)
+        let d = Diagnostics::from_ctl(&self.gpu, &self.ctl, &self.hist, &mut self.reported)?;
+        // Passes queued after a stop returned at once: the device count is the truth.
+        self.launched = d.steps;
+        Ok(d)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

@@ -309,7 +309,8 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
 }
 
 /// The blocked engine (passes of two iterations from a stencil table) gives the table's
-/// CPU reference bit for bit, after odd and even counts (a last pass of one iteration),
+/// CPU reference bit for bit, after odd and even counts (a last pass of one iteration) and
+/// however the iterations are grouped into passes,
 /// with free and held faces, electrodes across tile edges and a uniform charge, in both
 /// precisions; its residual history is the reference's to rounding (other order of sums,
 /// and in f32 each thread's sums in f32: 1e-4 relative).
@@ -366,6 +367,20 @@ fn the_blocked_kernel_equals_the_stencil_table_reference() {
                 "{what}: {:e}",
                 common::rel_max_diff(&got, &want)
             );
+            // The same iterations grouped into passes otherwise: one, then the rest.
+            let mut split =
+                electrostatics::cuda_blocked::CudaBlocked::<T>::new(gpu.clone(), p, g, None)
+                    .unwrap();
+            split.advance(1).unwrap();
+            split.advance(iterations - 1).unwrap();
+            let again: Vec<f64> = split
+                .snapshot()
+                .unwrap()
+                .data
+                .iter()
+                .map(|x| x.as_f64())
+                .collect();
+            assert!(same_bits(&want, &again), "{what}: passes of 1 + the rest");
             assert_eq!(d.new_residuals.len(), iterations as usize, "{what}");
             let tol = if std::mem::size_of::<T>() == 4 {
                 1e-4

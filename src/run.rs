@@ -115,9 +115,16 @@ impl Iterations {
     /// One iteration done with `residual`: converged at or below `tolerance`, stopped on
     /// a non-finite value.
     pub fn record(&mut self, residual: f64, tolerance: f64) {
+        self.record_where(residual, tolerance, true);
+    }
+
+    /// [`Iterations::record`], stopping only where `may_stop` (an engine whose runs stop
+    /// at some iteration counts only).
+    pub fn record_where(&mut self, residual: f64, tolerance: f64, may_stop: bool) {
         self.steps += 1;
         self.pending.push(residual);
-        if !residual.is_finite() {
+        if !may_stop {
+        } else if !residual.is_finite() {
             self.status = Status::NonFinite;
         } else if residual <= tolerance {
             self.status = Status::Converged;

@@ -114,6 +114,35 @@ fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
     }
 }
 
+/// The table form of the update (`update = "table"`: each stencil's weights made once) is
+/// exact on the same plates, and stops at an even iteration count.
+#[test]
+fn the_table_form_is_exact_on_the_plates_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut x = vec![0.0];
+    for (a, b, n) in [(0.0, 0.4e-3, 8), (0.4e-3, 0.7e-3, 12), (0.7e-3, 1.0e-3, 6)] {
+        for c in 1..=n {
+            x.push(if c == n {
+                b
+            } else {
+                a + (b - a) * c as f64 / n as f64
+            });
+        }
+    }
+    let toml = example("electrostatics-plates.toml").replace(
+        "[electrostatics]\n",
+        "[electrostatics]\nupdate = \"table\"\n",
+    );
+    assert!(toml.contains("update = \"table\""));
+    assert_plates_exact(d, &toml, &x, slab_eps);
+    let s: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("res/summary.json")).unwrap())
+            .unwrap();
+    let steps = s["steps"].as_u64().or(s["iterations"].as_u64()).unwrap();
+    assert_eq!(steps % 2, 0, "{s}");
+}
+
 #[test]
 fn parallel_plates_with_dielectric_layers_in_series_are_exact_on_a_uniform_mesh() {
     // 20 cells of 0.05 mm: the interfaces at 0.4, 0.7 and 0.9 mm are nodes. A second layer
@@ -223,6 +252,43 @@ const SPHERE: &str =
 
 #[test]
 fn bad_input_names_the_shape_and_field() {
+    // The table form: not with a charge per node, not an unknown word, not decomposed.
+    rejects(
+        "update = \"table\"\ncharge_density = { random = 1e-9, seed = 1 }\n\
+         [electrostatics.faces]\nz_min = 1.0\n",
+        &["electrostatics.update", "per node"],
+    );
+    rejects("update = \"fast\"\n", &["update", "fast"]);
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let toml = "solver = \"electrostatics\"\n[electrostatics]\nupdate = \"table\"\n\
+                    x = { range = [0.0, 1.0], cells = 8 }\ny = { range = [0.0, 1.0], cells = 8 }\n\
+                    z = { range = [0.0, 1.0], cells = 8 }\nmax_iterations = 10\n\
+                    [electrostatics.faces]\nz_min = 1.0\n";
+        std::fs::write(dir.path().join("p.toml"), toml).unwrap();
+        let o = Command::new(keisan_bin())
+            .current_dir(dir.path())
+            .args([
+                "run",
+                "p.toml",
+                "--backend",
+                "cpu",
+                "-q",
+                "--subdomains",
+                "2",
+                "--out",
+                "res",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("electrostatics.update") && err.contains("decomposed"),
+            "{err}"
+        );
+        assert!(!dir.path().join("res").exists());
+    }
     rejects(
         &format!("{SPHERE}electrode = 1\n"),
         &["electrostatics.shapes[0].electrode = 1", "voltages"],

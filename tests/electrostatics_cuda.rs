@@ -403,7 +403,8 @@ fn the_blocked_kernel_equals_the_stencil_table_reference() {
 
 /// To a tolerance the blocked engine stops within a pass of the CPU engine's iteration
 /// count, at a potential that agrees with it to the tolerance's order (the table's weights
-/// are rounded once: the last bits differ).
+/// are rounded once: the last bits differ); with `update = "table"` the CPU engine is the
+/// table form's, and the two agree bit for bit.
 #[test]
 fn the_blocked_kernel_converges_with_the_cpu_engine() {
     let Some(keisan::device::Device::Cuda(gpu)) =
@@ -430,4 +431,32 @@ fn the_blocked_kernel_converges_with_the_cpu_engine() {
         .zip(&b)
         .fold(0f64, |m, (x, y)| m.max((x - y).abs()));
     assert!(worst <= 1e-8 * scale, "max |ΔV| {worst:e} of {scale:e}");
+    // `update = "table"`: the CPU engine of the table form and the blocked kernel, the
+    // same bits and the same (even) iteration count, in both precisions.
+    let mut p = p;
+    p.update = electrostatics::Update::Table;
+    let cpu_device = keisan::device::Device::Cpu { threads: 2 };
+    let cuda_device = keisan::device::Device::Cuda(gpu.clone());
+    fn both<T: Real>(
+        p: &ElectrostaticsProblem,
+        g: &Geometry,
+        devices: [&keisan::device::Device; 2],
+    ) -> [(Vec<f64>, u64); 2] {
+        devices.map(|d| {
+            let mut e = electrostatics::engine::<T>(p, g, d, None).unwrap();
+            solve(e.as_mut(), p)
+        })
+    }
+    for tolerance in [1e-10, 3e-6] {
+        p.tolerance = tolerance;
+        let [(a, na), (b, nb)] = both::<f64>(&p, &g, [&cpu_device, &cuda_device]);
+        assert_eq!((na, na % 2), (nb, 0), "f64 iterations to {tolerance:e}");
+        assert!(same_bits(&a, &b), "f64 V to {tolerance:e}");
+    }
+    // f32 over a fixed count (its residual sums differ in rounding, so a count to a
+    // tolerance could too, near a tie).
+    (p.tolerance, p.max_iterations) = (0.0, 37);
+    let [(a, na), (b, nb)] = both::<f32>(&p, &g, [&cpu_device, &cuda_device]);
+    assert_eq!((na, nb), (37, 37), "f32 iterations");
+    assert!(same_bits(&a, &b), "f32 V after 37 iterations");
 }

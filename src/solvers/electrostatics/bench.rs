@@ -128,6 +128,7 @@ pub fn problem_cells(cells: [usize; 3], iterations: u64) -> ElectrostaticsProble
         tolerance: 0.0,
         max_iterations: iterations,
         capacitance: false,
+        update: super::Update::Classic,
     }
 }
 

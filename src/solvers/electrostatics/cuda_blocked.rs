@@ -2,8 +2,8 @@
 //! the update from a stencil table (stencil_table.rs) in passes of two red-black
 //! iterations through device memory, V in the natural layout (rows padded to an even
 //! pitch), two buffers. A pass reduces both its iterations' residuals and sets the
-//! device-side stop flag, so the run stops on a pass's boundary (an odd count of
-//! iterations ends with a pass of one). Its V differs from the per-colour engines' in the
+//! device-side stop flag at an even count only; passes start at even counts (a pass of one
+//! realigns them), so a run stops where the table form's CPU engine does. Its V differs from the per-colour engines' in the
 //! last bits (the table's weights are rounded once); it equals [`stencil_table::iterate`]'s
 //! bit for bit.
 
@@ -205,11 +205,19 @@ impl<T: Real> CudaBlocked<T> {
 impl<T: Real> Engine for CudaBlocked<T> {
     type Real = T;
 
+    /// Passes of two iterations from an even count, so that every even count (where a
+    /// run may stop) ends a pass: a pass of one first from an odd count, and last for an
+    /// odd remainder.
     fn advance(&mut self, steps: u64) -> Result<()> {
-        for _ in 0..steps / 2 {
+        let mut left = steps;
+        if left > 0 && self.launched % 2 == 1 {
+            self.launch(1)?;
+            left -= 1;
+        }
+        for _ in 0..left / 2 {
             self.launch(2)?;
         }
-        if steps % 2 == 1 {
+        if left % 2 == 1 {
             self.launch(1)?;
         }
         Ok(())

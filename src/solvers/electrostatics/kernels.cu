@@ -1341,8 +1341,8 @@ es_staged(ES_SWEEP_PARAMS) {
 // level, so taking planes in pairs makes it a constant. Tile-edge values go wrong a node
 // per level, which the halo absorbs. Each iteration's (res², V²) over its free interior
 // output nodes (ids from ES_TB_FIRST_FREE) go to the grid's sums; the last block records
-// the pass's iterations: ctl[0] = iterations done, ctl[1] = stop flag, ctl[2] = the
-// buffer holding the state (out_buf). 29 instructions per update at 512³ f32
+// the pass's iterations: ctl[0] = iterations done, ctl[1] = stop flag (set at even counts
+// only), ctl[2] = the buffer holding the state (out_buf). 29 instructions per update at 512³ f32
 // (docs/PERFORMANCE.md).
 #if defined(ES_TB_T) && (!defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_blocked))
 #ifndef ES_TB_R
@@ -1520,12 +1520,14 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     }
     double total[2 * IT];
     if (!grid_sums_last_block<2 * IT>(block, partials, ticket, total)) return;
+    // A run stops at an even iteration count only, whatever the passes (the CPU engine of
+    // the table form, stencil_table.rs, stops at the same counts).
     int flag = 0;
     for (int i = 0; i < IT; ++i) {
         double rel;
         const int verdict = residual_verdict(total[2 * i], total[2 * i + 1], tol, rel);
         hist[(iteration + i) % hist_len] = rel;
-        flag = max(flag, verdict);
+        if ((iteration + i + 1) % 2 == 0) flag = verdict;
     }
     ctl[2] = (u64)out_buf;
     ctl[0] = iteration + IT;

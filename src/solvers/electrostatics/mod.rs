@@ -268,6 +268,14 @@ pub fn engine<T: Real>(
     device: &Device,
     restart: Option<Restart<T>>,
 ) -> Result<Box<dyn Engine<Real = T>>> {
+    if p.update == Update::Table {
+        return Ok(match device {
+            Device::Cpu { .. } => Box::new(stencil_table::CpuTable::new(p, g, restart)?),
+            Device::Cuda(gpu) => {
+                Box::new(cuda_blocked::CudaBlocked::new(gpu.clone(), p, g, restart)?)
+            }
+        });
+    }
     Ok(match device {
         Device::Cpu { .. } => Box::new(cpu::CpuElectrostatics::new(p, g.clone(), restart)?),
         Device::Cuda(gpu) => {
@@ -301,6 +309,14 @@ pub fn engine_placed<T: Real>(
 ) -> Result<Box<dyn Engine<Real = T>>> {
     if placement.is_single() {
         return engine(p, g, placement.first(), restart);
+    }
+    if p.update == Update::Table {
+        return Err(Error::invalid(
+            "electrostatics.update",
+            "table",
+            "decomposed runs (--devices, --subdomains, mpirun) take the classic update for now; \
+             run the table form on one device or on the CPU",
+        ));
     }
     let (v, step, status) = match restart {
         Some(mut r) => (r.take("V")?, r.step, r.status),
@@ -475,6 +491,22 @@ pub enum AutoWord {
     Auto,
 }
 
+/// How a node's SOR step is computed (`electrostatics.update`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Update {
+    /// From the node's and its neighbours' εr and the mesh coefficients, every iteration
+    /// (the study's form): every engine, any problem.
+    #[default]
+    Classic,
+    /// From a table of each distinct stencil's weights made once (stencil_table.rs): on a
+    /// GPU passes of two iterations (the blocked kernel), on the CPU the same arithmetic.
+    /// One device or the CPU; meshes whose distinct stencils fit an id byte, a charge
+    /// that is uniform. V differs from the classic form's in the last bits; a run stops at
+    /// an even iteration count.
+    Table,
+}
+
 /// The `[electrostatics]` table as written.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -513,6 +545,9 @@ pub struct ElectrostaticsConfig {
     /// Also solve once per electrode at 1 V (others 0 V): the capacitance matrix.
     #[serde(default)]
     pub capacitance: bool,
+    /// "classic" (the default) or "table" (see [`Update`]).
+    #[serde(default)]
+    pub update: Update,
 }
 
 fn auto_omega() -> Omega {
@@ -542,6 +577,7 @@ pub struct ElectrostaticsProblem {
     pub tolerance: f64,
     pub max_iterations: u64,
     pub capacitance: bool,
+    pub update: Update,
 }
 
 /// The volume charge density ρ.
@@ -800,6 +836,7 @@ impl ElectrostaticsConfig {
             tolerance: self.tolerance,
             max_iterations: self.max_iterations as u64,
             capacitance: self.capacitance,
+            update: self.update,
         })
     }
 }

@@ -17,8 +17,10 @@
 //! first, then y, then z), then the interior stencils, in the order of their keys. Values
 //! outside the mesh read as 0; rows are padded to an even pitch with held zeros.
 
-use super::{ElectrostaticsProblem, Geometry, cpu::axis_coefficients};
+use super::{ElectrostaticsProblem, Geometry, cpu, cpu::axis_coefficients};
+use crate::error::{Error, Result};
 use crate::precision::Real;
+use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 
@@ -99,7 +101,10 @@ fn axis_classes(nodes: &[f64]) -> (Vec<u32>, Vec<(f64, f64)>) {
 
 /// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: a
 /// per-node charge, or more distinct stencils than an id byte indexes.
-pub fn build<T: Real>(p: &ElectrostaticsProblem, g: &Geometry) -> Result<StencilTable<T>, String> {
+pub fn build<T: Real>(
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+) -> std::result::Result<StencilTable<T>, String> {
     if let Some(why) = unsupported(g) {
         return Err(why);
     }
@@ -246,6 +251,20 @@ pub fn update<T: Real>(w: &[T], v: T, nb: [T; 6]) -> T {
     s
 }
 
+/// [`build`], or the error that names `electrostatics.update` and why.
+pub fn build_for_update<T: Real>(
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+) -> Result<StencilTable<T>> {
+    build(p, g).map_err(|why| {
+        Error::invalid(
+            "electrostatics.update",
+            "table",
+            format!("this problem has no stencil table: {why}; use update = \"classic\""),
+        )
+    })
+}
+
 /// `iterations` red-black iterations of the table form on `v` (padded layout); the
 /// reference the blocked kernel equals bit for bit. Returns per iteration the sums
 /// (Σ res², Σ V²) over its free interior nodes, red then black.
@@ -301,6 +320,132 @@ pub fn iterate<T: Real>(
         sums.push(s);
     }
     sums
+}
+
+#[derive(Clone, Copy)]
+struct Shared<T>(*mut T);
+// SAFETY: red-black colouring keeps one sweep's writes (nodes of its colour) apart from its
+// reads of other nodes (see `CpuTable::sweep`).
+unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    fn ptr(self) -> *mut T {
+        self.0
+    }
+}
+
+/// The CPU engine of the table form (`update = "table"`): the blocked kernel's arithmetic
+/// node for node (its V bit for bit), rayon over z-planes, and its stopping rule: a run
+/// stops at an even iteration count only.
+pub struct CpuTable<T> {
+    p: ElectrostaticsProblem,
+    counts: [usize; 3],
+    t: StencilTable<T>,
+    v: Vec<T>,
+    it: Iterations,
+}
+
+impl<T: Real> CpuTable<T> {
+    pub fn new(
+        p: &ElectrostaticsProblem,
+        g: &Geometry,
+        restart: Option<Restart<T>>,
+    ) -> Result<Self> {
+        let t = build_for_update::<T>(p, g)?;
+        let (v0, step, status) = match restart {
+            Some(mut r) => (r.take("V")?, r.step, r.status),
+            None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
+        };
+        Ok(Self {
+            v: pad(&v0, g.counts, t.pitch),
+            p: p.clone(),
+            counts: g.counts,
+            t,
+            it: Iterations::new(step, status),
+        })
+    }
+
+    /// One colour's sweep: per plane, (Σ res², Σ V²) of its free interior nodes in node
+    /// order.
+    fn sweep(&mut self, colour: usize) -> Vec<(f64, f64)> {
+        let [nx, ny, nz] = self.counts;
+        let (pitch, t) = (self.t.pitch, &self.t);
+        let (pj, pk) = (pitch, pitch * ny);
+        let v = Shared(self.v.as_mut_ptr());
+        (0..nz)
+            .into_par_iter()
+            .map(|k| {
+                // SAFETY (every access below): this closure writes only nodes of `colour`
+                // in plane k and reads nodes of the other colour or the node it writes; no
+                // other thread writes those during this sweep.
+                let at = |n: usize| unsafe { *v.ptr().add(n) };
+                let (mut res2, mut v2) = (0.0f64, 0.0f64);
+                for j in 0..ny {
+                    let row = k * pk + j * pj;
+                    for i in ((colour + j + k) % 2..pitch).step_by(2) {
+                        let n = row + i;
+                        let nb = [
+                            if i > 0 { at(n - 1) } else { T::zero() },
+                            if i + 1 < pitch { at(n + 1) } else { T::zero() },
+                            if j > 0 { at(n - pj) } else { T::zero() },
+                            if j + 1 < ny { at(n + pj) } else { T::zero() },
+                            if k > 0 { at(n - pk) } else { T::zero() },
+                            if k + 1 < nz { at(n + pk) } else { T::zero() },
+                        ];
+                        let id = t.ids[n] as usize;
+                        let old = at(n);
+                        let new = update(&t.table[WEIGHTS * id..WEIGHTS * (id + 1)], old, nb);
+                        unsafe { *v.ptr().add(n) = new };
+                        if id >= FIRST_FREE as usize && i < nx {
+                            let r = (new - old).as_f64();
+                            res2 += r * r;
+                            v2 += new.as_f64() * new.as_f64();
+                        }
+                    }
+                }
+                (res2, v2)
+            })
+            .collect()
+    }
+}
+
+impl<T: Real> Engine for CpuTable<T> {
+    type Real = T;
+
+    fn advance(&mut self, steps: u64) -> Result<()> {
+        for _ in 0..steps {
+            if !self.it.running() {
+                break;
+            }
+            let add = |s: Vec<(f64, f64)>| s.iter().fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+            let (red, black) = (add(self.sweep(0)), add(self.sweep(1)));
+            let (res, norm) = ((red.0 + black.0).sqrt(), (red.1 + black.1).sqrt());
+            let rel = if norm > 0.0 { res / norm } else { res };
+            let even = (self.it.steps + 1).is_multiple_of(2);
+            self.it.record_where(rel, self.p.tolerance, even);
+        }
+        Ok(())
+    }
+
+    fn diagnostics(&mut self) -> Result<Diagnostics> {
+        Ok(self.it.diagnostics())
+    }
+
+    fn snapshot(&mut self) -> Result<Field<T>> {
+        Ok(cpu::field_of(
+            &self.p,
+            "V",
+            unpad(&self.v, self.counts, self.t.pitch),
+        ))
+    }
+
+    fn describe(&self) -> Option<String> {
+        Some(format!(
+            "table form ({} stencils), rayon over z-planes",
+            self.t.entries()
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -376,6 +521,38 @@ mod tests {
         }
         // And it moved: the potential is not the start's.
         assert!(classic.iter().zip(&v0).any(|(a, b)| (a - b).abs() > 1e-3));
+    }
+
+    #[test]
+    fn the_cpu_engine_equals_the_reference_and_stops_at_even_counts() {
+        let (mut p, g) = problem(PLATES);
+        let t = build::<f64>(&p, &g).unwrap();
+        let mut v = pad(
+            &super::super::cpu::initial_potential::<f64>(&g).unwrap(),
+            g.counts,
+            t.pitch,
+        );
+        iterate(&mut v, &t, g.counts, 9);
+        let mut e = CpuTable::<f64>::new(&p, &g, None).unwrap();
+        e.advance(4).unwrap();
+        e.advance(5).unwrap();
+        let got = e.snapshot().unwrap().data;
+        let want = unpad(&v, g.counts, t.pitch);
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
+        assert_eq!(e.diagnostics().unwrap().new_residuals.len(), 9);
+        // To a tolerance: the count it stops at is even.
+        p.tolerance = 1e-6;
+        let mut e = CpuTable::<f64>::new(&p, &g, None).unwrap();
+        e.advance(100_000).unwrap();
+        let d = e.diagnostics().unwrap();
+        assert_eq!(d.status, Status::Converged);
+        assert_eq!(d.steps % 2, 0, "{}", d.steps);
+        let last = d.new_residuals[d.new_residuals.len() - 1];
+        assert!(last <= 1e-6 && d.new_residuals[d.new_residuals.len() - 3] > 1e-6);
     }
 
     #[test]

@@ -68,8 +68,8 @@ impl Diagnostics {
         })
     }
 
-    /// [`Diagnostics::from_device`] from the device's counters `ctl` (ctl[0] steps done,
-    /// ctl[1] the stop flag), as the iterative engines' kernels keep them.
+    /// [`Diagnostics::from_device`] from the device's counters `ctl` (`ctl[0]` steps done,
+    /// `ctl[1]` the stop flag), as the iterative engines' kernels keep them.
     pub fn from_ctl(
         gpu: &crate::device::cuda::Gpu,
         ctl: &cudarc::driver::CudaSlice<u64>,

@@ -50,7 +50,7 @@ pub struct CudaBlocked<T: Real> {
     counts: [usize; 3],
     pitch: usize,
     v: [CudaSlice<T>; 2],
-    ids: CudaSlice<u8>,
+    ids: CudaSlice<u16>,
     table: CudaSlice<T>,
     entries: i32,
     partials: CudaSlice<f64>,
@@ -84,7 +84,7 @@ impl<T: Real> CudaBlocked<T> {
         let counts = g.counts;
         let [_, ny, nz] = counts;
         let pitch = table.pitch;
-        let bytes = (2 * std::mem::size_of::<T>() + 1) * pitch * ny * nz;
+        let bytes = (2 * std::mem::size_of::<T>() + 2) * pitch * ny * nz;
         gpu.ensure_fits(
             bytes as u128,
             "the blocked kernel's two buffers of V and the ids",
@@ -95,6 +95,7 @@ impl<T: Real> CudaBlocked<T> {
         };
         let padded = stencil_table::pad(&v0, counts, pitch);
         let (r, w) = shape(T::PRECISION);
+        let size = std::mem::size_of::<T>();
         let tiles = |t: usize| {
             let (txo, tyo) = (64 - 2 * t.div_ceil(2) * 2, w * r - 2 * t);
             (pitch.div_ceil(txo), ny.div_ceil(tyo))
@@ -102,6 +103,22 @@ impl<T: Real> CudaBlocked<T> {
         let (tx, ty) = tiles(4);
         let chunk = chunk_planes(tx * ty, nz, gpu.multiprocessors);
         let entries = table.entries();
+        // The table lives in each block's shared memory beside the edge rows.
+        // (Less 1 KiB for the kernel's static shared memory.)
+        let most = crate::device::cuda::MAX_DYNAMIC_SHARED - 2 * 4 * w * 64 * 2 * size - 1024;
+        if entries * stencil_table::WEIGHTS * size > most {
+            return Err(Error::invalid(
+                "electrostatics.update",
+                "table",
+                format!(
+                    "its {entries} stencils take {} KiB of weights in {}; a block's shared memory \
+                     holds {} KiB beside the kernel's rows (in f32 about 5700 stencils, in f64 1500)",
+                    (entries * stencil_table::WEIGHTS * size) >> 10,
+                    T::PRECISION,
+                    most >> 10
+                ),
+            ));
+        }
         let pass = |levels: usize| -> Result<Pass> {
             let defines = [
                 ("ES_TB_T", levels.to_string()),
@@ -186,7 +203,7 @@ impl<T: Real> CudaBlocked<T> {
             .arg(&hist_len)
             .arg(&out_buf);
         // SAFETY: es_blocked's parameters in order: both buffers hold pitch·ny·nz values,
-        // ids as many bytes, the table `entries` entries of 8 values, partials 4 values
+        // ids as many 16-bit ids, the table `entries` entries of 8 values, partials 4 values
         // per block, ctl 3 counters, hist HISTORY values; all live as long as the engine.
         unsafe { l.launch(pass.cfg) }?;
         self.input = out;

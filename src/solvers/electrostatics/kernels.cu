@@ -1330,7 +1330,7 @@ es_staged(ES_SWEEP_PARAMS) {
 
 // ---------------------------------------------------------------------------------------
 // es_blocked: ES_TB_T half-steps (red, black, red, ...) per pass from a stencil table
-// (stencil_table.rs: a byte id per node indexing 8 weights, V' = O·V + B + Σ A_f·V_f in
+// (stencil_table.rs: a 16-bit id per node indexing 8 weights, V' = O·V + B + Σ A_f·V_f in
 // that order, by fma), u -> un, in the natural layout (x fastest, rows of `px` values, px
 // even; values outside the mesh read as 0). After heat_tb3_pass (heat/kernels.cu): a block
 // of 32 × ES_TB_W threads covers 64 columns by ES_TB_W·ES_TB_R rows, a halo of ES_TB_T
@@ -1371,7 +1371,7 @@ __device__ __forceinline__ real es_table_update(const es_real4 a, const es_real4
 
 extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     es_blocked(const real* __restrict__ u, real* __restrict__ un,
-               const unsigned char* __restrict__ ids, const es_real4* __restrict__ table,
+               const unsigned short* __restrict__ ids, const es_real4* __restrict__ table,
                int ntable, int nz, int ny, int px, int chunk, double tol, u64 iteration,
                double* __restrict__ partials, unsigned int* __restrict__ ticket,
                u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len,
@@ -1412,7 +1412,8 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     const long col = x_in ? (long)max(gy, 0) * px + gx : 0;
     auto row_at = [&](int r) { return (long)(gy + r - max(gy, 0)) * px; };
     es_pair below[T][R], centre[T][R], ahead[R];
-    unsigned short idq[T][R], idahead[R];
+    // A lane's two ids of a row, 16 bits each.
+    unsigned idq[T][R], idahead[R];
 #pragma unroll
     for (int l = 0; l < T; ++l)
 #pragma unroll
@@ -1426,7 +1427,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
         for (int r = 0; r < R; ++r) {
             if ((row_in >> r & 1) && p < nz) {
                 ahead[r] = *(const es_pair*)(u + p * ms + col + row_at(r));
-                idahead[r] = *(const unsigned short*)(ids + p * ms + col + row_at(r));
+                idahead[r] = *(const unsigned*)(ids + p * ms + col + row_at(r));
             } else {
                 ahead[r].v[0] = ahead[r].v[1] = (real)0;
                 idahead[r] = 0;
@@ -1442,7 +1443,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
         const es_pair* const rd = sm + ((k & 1) ^ 1) * T * LS;
         es_pair* const wr = sm + (k & 1) * T * LS;
         es_pair v[R];
-        unsigned short idcur[R];
+        unsigned idcur[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             v[r] = ahead[r];
@@ -1466,7 +1467,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
                 const int e = (1 + r + PP) & 1;
                 const real side = e == 0 ? __shfl_up_sync(0xffffffffu, c.v[1], 1)
                                          : __shfl_down_sync(0xffffffffu, c.v[0], 1);
-                const int id = (idq[l - 1][r] >> (8 * e)) & 0xff;
+                const int id = (idq[l - 1][r] >> (16 * e)) & 0xffff;
                 const es_real4 a = tab[2 * id], b = tab[2 * id + 1];
                 const real xm = e ? c.v[0] : side, xp = e ? side : c.v[1];
                 const real ym = r > 0 ? centre[l - 1][r - 1].v[e] : up.v[e];

@@ -1,5 +1,5 @@
 //! The blocked kernel's form of the SOR update (kernels.cu `es_blocked`): each node has
-//! a byte id that indexes a table of eight weights per distinct stencil, made once here.
+//! a 16-bit id that indexes a table of eight weights per distinct stencil, made once here.
 //! For a free interior node the weights are its six face coefficients already divided by
 //! their sum and multiplied by ω, the charge term likewise, and 1 − ω, so an update is
 //!
@@ -24,17 +24,17 @@ use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 
-/// Table entries an id byte can index.
-pub const MAX_ENTRIES: usize = 256;
+/// Table entries a 16-bit id can index (a GPU's shared memory holds fewer: cuda_blocked.rs).
+pub const MAX_ENTRIES: usize = 1 << 16;
 /// Weights per entry: Axm, Axp, Aym, Ayp, Azm, Azp, B, O.
 pub const WEIGHTS: usize = 8;
 /// Ids before the interior stencils: held, then a face copy per face.
-pub const FIRST_FREE: u8 = 7;
+pub const FIRST_FREE: u16 = 7;
 
 #[derive(Debug)]
 pub struct StencilTable<T> {
     /// Node (i, j, k) at `(k·ny + j)·pitch + i`.
-    pub ids: Vec<u8>,
+    pub ids: Vec<u16>,
     pub table: Vec<T>,
     pub pitch: usize,
 }
@@ -75,7 +75,7 @@ impl std::hash::Hasher for KeyHasher {
     }
 }
 
-type KeyMap = HashMap<u128, u8, std::hash::BuildHasherDefault<KeyHasher>>;
+type KeyMap = HashMap<u128, u16, std::hash::BuildHasherDefault<KeyHasher>>;
 
 /// Each index of an axis: the index of its (r+, r−) pair among the axis's distinct pairs.
 /// Pairs within a relative 1e-12 of one found before count as it (a uniform mesh's node
@@ -100,7 +100,7 @@ fn axis_classes(nodes: &[f64]) -> (Vec<u32>, Vec<(f64, f64)>) {
 }
 
 /// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: a
-/// per-node charge, or more distinct stencils than an id byte indexes.
+/// per-node charge, or more distinct stencils than a 16-bit id indexes.
 pub fn build<T: Real>(
     p: &ElectrostaticsProblem,
     g: &Geometry,
@@ -149,7 +149,7 @@ pub fn build<T: Real>(
     let entries = FIRST_FREE as usize + keys.len();
     if entries > MAX_ENTRIES {
         return Err(format!(
-            "{} distinct stencils (εr and mesh spacings around a node); an id byte indexes {}",
+            "{} distinct stencils (εr and mesh spacings around a node); a 16-bit id indexes {}",
             keys.len(),
             MAX_ENTRIES - FIRST_FREE as usize
         ));
@@ -157,7 +157,7 @@ pub fn build<T: Real>(
     let ids_of: KeyMap = keys
         .iter()
         .enumerate()
-        .map(|(r, &key)| (key, FIRST_FREE + r as u8))
+        .map(|(r, &key)| (key, FIRST_FREE + r as u16))
         .collect();
 
     let mut table = vec![T::zero(); WEIGHTS * entries];
@@ -190,7 +190,7 @@ pub fn build<T: Real>(
     }
 
     let pitch = nx + (nx & 1);
-    let mut ids = vec![0u8; pitch * ny * nz];
+    let mut ids = vec![0u16; pitch * ny * nz];
     ids.par_chunks_mut(pitch * ny)
         .enumerate()
         .for_each(|(k, plane)| {
@@ -560,11 +560,21 @@ mod tests {
         let (p, mut g) = problem(PLATES);
         g.q_node = Some(vec![0.0; g.id_volt.len()]);
         assert!(build::<f32>(&p, &g).unwrap_err().contains("per node"));
-        let (p, mut g) = problem(PLATES);
-        // Every node its own dielectric class: far more stencils than a byte indexes.
+        // Random classes on 48³ nodes: about as many stencils as interior nodes, more
+        // than a 16-bit id indexes.
+        let (p, mut g) = problem(
+            &PLATES
+                .replace("cells = 10", "cells = 47")
+                .replace("cells = 7", "cells = 47")
+                .replace("cells = 12", "cells = 47"),
+        );
         g.epsr = (0..256).map(|c| 1.0 + c as f64).collect();
-        for (n, c) in g.id_epsr.iter_mut().enumerate() {
-            *c = (n * 37 % 255) as u8;
+        let mut x = 1u64;
+        for c in g.id_epsr.iter_mut() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            *c = (x >> 56) as u8;
         }
         let err = build::<f32>(&p, &g).unwrap_err();
         assert!(err.contains("distinct stencils"), "{err}");

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::stencil_table::{self, StencilTable};
-use super::{ElectrostaticsProblem, Geometry, cpu};
+use super::{ElectrostaticsProblem, Geometry, Update, cpu};
 use crate::device::cuda::{Gpu, allow_shared};
 use crate::error::{Error, Result};
 use crate::precision::{Precision, Real};
@@ -74,13 +74,22 @@ impl<T: Real> CudaBlocked<T> {
         g: &Geometry,
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
-        let table: StencilTable<T> = stencil_table::build(p, g).map_err(|why| {
-            Error::invalid(
+        // What refuses the problem: its `update = "table"`, or the tuning knob that asked
+        // for this kernel on a classic problem.
+        let refuse = |why: String| match p.update {
+            Update::Table => Error::invalid(
+                "electrostatics.update",
+                "table",
+                format!("{why}; use update = \"classic\""),
+            ),
+            Update::Classic => Error::invalid(
                 "KEISAN_ES_KERNEL",
                 "blocked",
                 format!("the blocked kernel does not take this problem: {why}"),
-            )
-        })?;
+            ),
+        };
+        let table: StencilTable<T> = stencil_table::build(p, g)
+            .map_err(|why| refuse(format!("this problem has no stencil table: {why}")))?;
         let counts = g.counts;
         let [_, ny, nz] = counts;
         let pitch = table.pitch;
@@ -107,17 +116,13 @@ impl<T: Real> CudaBlocked<T> {
         // (Less 1 KiB for the kernel's static shared memory.)
         let most = crate::device::cuda::MAX_DYNAMIC_SHARED - 2 * 4 * w * 64 * 2 * size - 1024;
         if entries * stencil_table::WEIGHTS * size > most {
-            return Err(Error::invalid(
-                "electrostatics.update",
-                "table",
-                format!(
-                    "its {entries} stencils take {} KiB of weights in {}; a block's shared memory \
-                     holds {} KiB beside the kernel's rows (in f32 about 5700 stencils, in f64 1500)",
-                    (entries * stencil_table::WEIGHTS * size) >> 10,
-                    T::PRECISION,
-                    most >> 10
-                ),
-            ));
+            return Err(refuse(format!(
+                "its {entries} stencils take {} KiB of weights in {}; a block's shared memory \
+                 holds {} KiB beside the kernel's rows (in f32 about 5700 stencils, in f64 1500)",
+                (entries * stencil_table::WEIGHTS * size) >> 10,
+                T::PRECISION,
+                most >> 10
+            )));
         }
         let pass = |levels: usize| -> Result<Pass> {
             let defines = [

@@ -252,12 +252,7 @@ const SPHERE: &str =
 
 #[test]
 fn bad_input_names_the_shape_and_field() {
-    // The table form: not with a charge per node, not an unknown word, not decomposed.
-    rejects(
-        "update = \"table\"\ncharge_density = { random = 1e-9, seed = 1 }\n\
-         [electrostatics.faces]\nz_min = 1.0\n",
-        &["electrostatics.update", "per node"],
-    );
+    // The table form: not an unknown word, not decomposed.
     rejects("update = \"fast\"\n", &["update", "fast"]);
     {
         let dir = tempfile::tempdir().unwrap();

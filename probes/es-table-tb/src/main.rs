@@ -472,7 +472,7 @@ fn engine_kernel(dev: &Dev, p: &Problem, chunk: usize) -> Res<f64> {
         A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
         smem as i32,
     )?;
-    let mut b = upload::<f32, u8>(dev, p)?;
+    let mut b = upload::<f32, u16>(dev, p)?;
     let cfg = LaunchConfig {
         grid_dim: (
             p.nx.div_ceil(56) as u32,
@@ -487,6 +487,8 @@ fn engine_kernel(dev: &Dev, p: &Problem, chunk: usize) -> Res<f64> {
     let mut ticket = dev.stream.alloc_zeros::<u32>(1)?;
     let mut ctl = dev.stream.alloc_zeros::<u64>(3)?;
     let mut hist = dev.stream.alloc_zeros::<f64>(4096)?;
+    // es_blocked's per-node charge terms: unread without ES_TB_Q.
+    let bq = dev.stream.alloc_zeros::<f32>(1)?;
     let (nz, ny, nx, ch, nt) = (
         p.nz as i32,
         p.ny as i32,
@@ -504,6 +506,7 @@ fn engine_kernel(dev: &Dev, p: &Problem, chunk: usize) -> Res<f64> {
                 .arg(&mut b.b)
                 .arg(&b.ids)
                 .arg(&b.table)
+                .arg(&bq)
                 .arg(&nt)
                 .arg(&nz)
                 .arg(&ny)

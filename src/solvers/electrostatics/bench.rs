@@ -283,8 +283,11 @@ pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool, class
     let t = std::mem::size_of::<T>() as f64;
     let v = match kernel {
         SweepKernel::Fused => 2.0 * t + 1.0,
-        // V read and written once and the 16-bit id read once per pass of two iterations.
-        SweepKernel::Blocked => (2.0 * t + 2.0) / 2.0,
+        // V read and written once, the 16-bit id (and a per-node charge) read once per pass
+        // of two iterations.
+        SweepKernel::Blocked => {
+            return (2.0 * t + 2.0 + if charge_per_node { t } else { 0.0 }) / 2.0;
+        }
         SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
             3.0 * t + 2.0 * class_bits as f64 / 8.0
         }

@@ -52,6 +52,8 @@ pub struct CudaBlocked<T: Real> {
     v: [CudaSlice<T>; 2],
     ids: CudaSlice<u16>,
     table: CudaSlice<T>,
+    /// Each node's charge term (the ids' layout), or one unused value.
+    charge: CudaSlice<T>,
     entries: i32,
     partials: CudaSlice<f64>,
     ticket: CudaSlice<u32>,
@@ -93,7 +95,8 @@ impl<T: Real> CudaBlocked<T> {
         let counts = g.counts;
         let [_, ny, nz] = counts;
         let pitch = table.pitch;
-        let bytes = (2 * std::mem::size_of::<T>() + 2) * pitch * ny * nz;
+        let per_node = (2 + table.charge.is_some() as usize) * std::mem::size_of::<T>() + 2;
+        let bytes = per_node * pitch * ny * nz;
         gpu.ensure_fits(
             bytes as u128,
             "the blocked kernel's two buffers of V and the ids",
@@ -129,6 +132,7 @@ impl<T: Real> CudaBlocked<T> {
                 ("ES_TB_T", levels.to_string()),
                 ("ES_TB_R", r.to_string()),
                 ("ES_TB_W", w.to_string()),
+                ("ES_TB_Q", (table.charge.is_some() as u8).to_string()),
             ];
             let function =
                 gpu.function(&super::cuda::KERNELS, T::PRECISION, &defines, "es_blocked")?;
@@ -156,6 +160,10 @@ impl<T: Real> CudaBlocked<T> {
             v: [s.clone_htod(&padded)?, s.clone_htod(&padded)?],
             ids: s.clone_htod(&table.ids)?,
             table: s.clone_htod(&table.table)?,
+            charge: match &table.charge {
+                Some(b) => s.clone_htod(b)?,
+                None => s.alloc_zeros::<T>(1)?,
+            },
             entries: entries as i32,
             partials: s.alloc_zeros::<f64>(4 * blocks)?,
             ticket: s.alloc_zeros::<u32>(1)?,
@@ -194,7 +202,8 @@ impl<T: Real> CudaBlocked<T> {
             .arg(dst)
             .arg(&self.ids)
             .arg(&self.table)
-            .arg(&self.entries);
+            .arg(&self.charge);
+        l.arg(&self.entries);
         l.arg(&nz)
             .arg(&ny)
             .arg(&px)
@@ -208,7 +217,8 @@ impl<T: Real> CudaBlocked<T> {
             .arg(&hist_len)
             .arg(&out_buf);
         // SAFETY: es_blocked's parameters in order: both buffers hold pitch·ny·nz values,
-        // ids as many 16-bit ids, the table `entries` entries of 8 values, partials 4 values
+        // ids as many 16-bit ids, the charge terms as many values (or 1, unread), the
+        // table `entries` entries of 8 values, partials 4 values
         // per block, ctl 3 counters, hist HISTORY values; all live as long as the engine.
         unsafe { l.launch(pass.cfg) }?;
         self.input = out;

@@ -1352,15 +1352,19 @@ es_staged(ES_SWEEP_PARAMS) {
 #define ES_TB_W 12
 #endif
 #define ES_TB_FIRST_FREE 7
+// ES_TB_Q = 1: a charge term per node in bq (the ids' layout) instead of the table's B.
+#ifndef ES_TB_Q
+#define ES_TB_Q 0
+#endif
 struct __align__(4 * sizeof(real)) es_real4 { real x, y, z, w; };
 struct __align__(2 * sizeof(real)) es_pair { real v[2]; };
 
 template <bool B> struct es_flag { static constexpr bool value = B; };
 
-__device__ __forceinline__ real es_table_update(const es_real4 a, const es_real4 b, real c,
-                                                real xm, real xp, real ym, real yp, real zm,
-                                                real zp) {
-    real s = fma(b.w, c, b.z);
+__device__ __forceinline__ real es_table_update(const es_real4 a, const es_real4 b, real bn,
+                                                real c, real xm, real xp, real ym, real yp,
+                                                real zm, real zp) {
+    real s = fma(b.w, c, bn);
     s = fma(a.x, xm, s);
     s = fma(a.y, xp, s);
     s = fma(a.z, ym, s);
@@ -1372,7 +1376,7 @@ __device__ __forceinline__ real es_table_update(const es_real4 a, const es_real4
 extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     es_blocked(const real* __restrict__ u, real* __restrict__ un,
                const unsigned short* __restrict__ ids, const es_real4* __restrict__ table,
-               int ntable, int nz, int ny, int px, int chunk, double tol, u64 iteration,
+               const real* __restrict__ bq, int ntable, int nz, int ny, int px, int chunk, double tol, u64 iteration,
                double* __restrict__ partials, unsigned int* __restrict__ ticket,
                u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len,
                int out_buf) {
@@ -1472,7 +1476,14 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
                 const real xm = e ? c.v[0] : side, xp = e ? side : c.v[1];
                 const real ym = r > 0 ? centre[l - 1][r - 1].v[e] : up.v[e];
                 const real yp = r < R - 1 ? centre[l - 1][r + 1].v[e] : down.v[e];
-                res[r].v[e] = es_table_update(a, b, c.v[e], xm, xp, ym, yp,
+                real bn = b.z;
+                if (ES_TB_Q) {
+                    // The node's own charge term (0 outside the mesh, as its value).
+                    bn = (row_in >> r & 1) && q >= 0 && q < nz
+                             ? bq[q * ms + col + row_at(r) + e]
+                             : (real)0;
+                }
+                res[r].v[e] = es_table_update(a, b, bn, c.v[e], xm, xp, ym, yp,
                                               below[l - 1][r].v[e], v[r].v[e]);
                 if (counted && (row_out >> r & 1) && id >= ES_TB_FIRST_FREE) {
                     const real d = res[r].v[e] - c.v[e], nv = res[r].v[e];

@@ -182,8 +182,8 @@ pub enum SweepKernel {
     /// copies several planes ahead.
     Staged,
     /// Passes of two iterations with the update from a stencil table (cuda_blocked.rs,
-    /// stencil_table.rs): one device, a uniform charge, a table that fits shared memory;
-    /// V differs from the other kernels' in the last bits.
+    /// stencil_table.rs): one device, a table that fits shared memory; V differs from the
+    /// other kernels' in the last bits.
     Blocked,
 }
 
@@ -501,8 +501,8 @@ pub enum Update {
     Classic,
     /// From a table of each distinct stencil's weights made once (stencil_table.rs): on a
     /// GPU passes of two iterations (the blocked kernel), on the CPU the same arithmetic.
-    /// One device or the CPU; a charge that is uniform; on a GPU at most about 5700
-    /// distinct stencils in f32, 1500 in f64 (the table sits in shared memory). V differs from the classic form's in the last bits; a run stops at
+    /// One device or the CPU; on a GPU at most about 5700 distinct stencils in f32, 1500
+    /// in f64 (the table sits in shared memory). V differs from the classic form's in the last bits; a run stops at
     /// an even iteration count.
     Table,
 }

@@ -37,21 +37,15 @@ pub struct StencilTable<T> {
     pub ids: Vec<u16>,
     pub table: Vec<T>,
     pub pitch: usize,
+    /// With a charge per node: each node's charge term (ω·q/Σc, 0 off the free interior),
+    /// laid out as `ids`, taking the place of the table's B.
+    pub charge: Option<Vec<T>>,
 }
 
 impl<T> StencilTable<T> {
     pub fn entries(&self) -> usize {
         self.table.len() / WEIGHTS
     }
-}
-
-/// Why a problem has no stencil table (the blocked kernel does not take it).
-pub fn unsupported(g: &Geometry) -> Option<String> {
-    g.q_node.is_some().then(|| {
-        "a charge density that varies per node (the table holds one charge term per \
-         stencil)"
-            .to_string()
-    })
 }
 
 /// A hash of the keys' bits (the default SipHash costs more than the lookups it serves).
@@ -99,15 +93,12 @@ fn axis_classes(nodes: &[f64]) -> (Vec<u32>, Vec<(f64, f64)>) {
     (classes, pairs)
 }
 
-/// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: a
-/// per-node charge, or more distinct stencils than a 16-bit id indexes.
+/// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: more
+/// distinct stencils than a 16-bit id indexes.
 pub fn build<T: Real>(
     p: &ElectrostaticsProblem,
     g: &Geometry,
 ) -> std::result::Result<StencilTable<T>, String> {
-    if let Some(why) = unsupported(g) {
-        return Err(why);
-    }
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
     let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
@@ -167,6 +158,8 @@ pub fn build<T: Real>(
         table[WEIGHTS * (1 + f) + f] = T::one();
     }
     let omega = p.omega;
+    // Σc per interior stencil, for a per-node charge's terms.
+    let mut dens = vec![0.0f64; entries];
     for (&key, &id) in &ids_of {
         let class = |slot: u32| (key >> (8 * (6 - slot)) & 0xff) as usize;
         let e = g.epsr[class(0)];
@@ -181,6 +174,7 @@ pub fn build<T: Real>(
             (e + g.epsr[class(6)]) * zp,
         ];
         let den: f64 = c.iter().sum();
+        dens[id as usize] = den;
         let t = &mut table[WEIGHTS * id as usize..WEIGHTS * (id as usize + 1)];
         for f in 0..6 {
             t[f] = T::lit(omega * c[f] / den);
@@ -218,7 +212,30 @@ pub fn build<T: Real>(
                 }
             }
         });
-    Ok(StencilTable { ids, table, pitch })
+    // The same formula as the table's B, with the node's charge.
+    let charge = g.q_node.as_ref().map(|q| {
+        let mut b = vec![T::zero(); ids.len()];
+        b.par_chunks_mut(pitch * ny)
+            .enumerate()
+            .for_each(|(k, plane)| {
+                for j in 0..ny {
+                    for i in 0..nx {
+                        let id = ids[(k * ny + j) * pitch + i];
+                        if id >= FIRST_FREE {
+                            let n = k * nk + j * nj + i;
+                            plane[j * pitch + i] = T::lit(omega * q[n] / dens[id as usize]);
+                        }
+                    }
+                }
+            });
+        b
+    });
+    Ok(StencilTable {
+        ids,
+        table,
+        pitch,
+        charge,
+    })
 }
 
 /// `v` (`counts`, x fastest, unpadded) in the table's padded layout, and back.
@@ -240,11 +257,12 @@ pub fn unpad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
         .collect()
 }
 
-/// The update of one node from its table entry `w`, its value and its neighbours'
-/// (x−, x+, y−, y+, z−, z+): the kernel's operations in the kernel's order.
+/// The update of one node from its table entry `w`, its charge term `b` (the entry's B, or
+/// the node's own), its value and its neighbours' (x−, x+, y−, y+, z−, z+): the kernel's
+/// operations in the kernel's order.
 #[inline]
-pub fn update<T: Real>(w: &[T], v: T, nb: [T; 6]) -> T {
-    let mut s = w[7].mul_add(v, w[6]);
+pub fn update<T: Real>(w: &[T], b: T, v: T, nb: [T; 6]) -> T {
+    let mut s = w[7].mul_add(v, b);
     for f in 0..6 {
         s = w[f].mul_add(nb[f], s);
     }
@@ -306,7 +324,9 @@ pub fn iterate<T: Real>(
                             at(v, ii, jj, kk + 1),
                         ];
                         let old = v[n];
-                        let new = update(&t.table[WEIGHTS * id..WEIGHTS * (id + 1)], old, nb);
+                        let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
+                        let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
+                        let new = update(w, b, old, nb);
                         v[n] = new;
                         if id >= FIRST_FREE as usize && i < nx {
                             let r = (new - old).as_f64();
@@ -395,7 +415,9 @@ impl<T: Real> CpuTable<T> {
                         ];
                         let id = t.ids[n] as usize;
                         let old = at(n);
-                        let new = update(&t.table[WEIGHTS * id..WEIGHTS * (id + 1)], old, nb);
+                        let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
+                        let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
+                        let new = update(w, b, old, nb);
                         unsafe { *v.ptr().add(n) = new };
                         if id >= FIRST_FREE as usize && i < nx {
                             let r = (new - old).as_f64();
@@ -556,10 +578,27 @@ mod tests {
     }
 
     #[test]
-    fn a_per_node_charge_or_too_many_stencils_has_no_table() {
+    fn a_per_node_charge_equal_everywhere_gives_the_uniform_charges_bits() {
         let (p, mut g) = problem(PLATES);
-        g.q_node = Some(vec![0.0; g.id_volt.len()]);
-        assert!(build::<f32>(&p, &g).unwrap_err().contains("per node"));
+        g.q_uniform = 2.5e-2;
+        let uniform = build::<f64>(&p, &g).unwrap();
+        assert!(uniform.charge.is_none());
+        g.q_node = Some(vec![2.5e-2; g.id_volt.len()]);
+        g.q_uniform = 0.0;
+        let per_node = build::<f64>(&p, &g).unwrap();
+        let run = |t: &StencilTable<f64>| {
+            let v0 = super::super::cpu::initial_potential::<f64>(&g).unwrap();
+            let mut v = pad(&v0, g.counts, t.pitch);
+            iterate(&mut v, t, g.counts, 11);
+            v
+        };
+        let (a, b) = (run(&uniform), run(&per_node));
+        assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()));
+        assert!(a.iter().any(|&x| x != 0.0));
+    }
+
+    #[test]
+    fn too_many_stencils_have_no_table() {
         // Random classes on 48³ nodes: about as many stencils as interior nodes, more
         // than a 16-bit id indexes.
         let (p, mut g) = problem(

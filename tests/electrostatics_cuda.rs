@@ -312,8 +312,8 @@ fn the_cuda_result_does_not_depend_on_the_launch_shape() {
 /// CPU reference bit for bit, after odd and even counts (a last pass of one iteration) and
 /// however the iterations are grouped into passes,
 /// with free and held faces, electrodes across tile edges, a uniform charge and one per
-/// node, in both precisions; its residual history is the reference's to rounding (other order of sums,
-/// and in f32 each thread's sums in f32: 1e-4 relative).
+/// node, in both precisions; its residual history is the reference's to rounding (other
+/// order of sums, and in f32 each thread's sums in f32: 1e-4 relative).
 #[test]
 fn the_blocked_kernel_equals_the_stencil_table_reference() {
     let Some(keisan::device::Device::Cuda(gpu)) =

@@ -126,10 +126,16 @@ pub fn cpu() -> Device {
 /// refused as a bad request (exit 2) with a message holding every needle, no panic, and
 /// no output folder created.
 pub fn refuses(dir: &std::path::Path, toml: &str, needles: &[&str]) {
+    refuses_with(dir, toml, &[], needles)
+}
+
+/// [`refuses`] with more arguments to `keisan run`.
+pub fn refuses_with(dir: &std::path::Path, toml: &str, args: &[&str], needles: &[&str]) {
     std::fs::write(dir.join("p.toml"), toml).unwrap();
     let o = std::process::Command::new(keisan_bin())
         .current_dir(dir)
         .args(["run", "p.toml", "--backend", "cpu", "-q", "--out", "res"])
+        .args(args)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

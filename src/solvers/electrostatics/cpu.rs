@@ -116,8 +116,9 @@ pub fn initial_potential<T: Real>(g: &Geometry) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// A colour sweep's array shared by its threads (also stencil_table.rs's CPU engine).
 #[derive(Clone, Copy)]
-struct Shared<T>(*mut T);
+pub(super) struct Shared<T>(pub(super) *mut T);
 // SAFETY: red-black colouring keeps the writes of one sweep (nodes of its colour) apart
 // from its reads of other nodes (see `sweep`).
 unsafe impl<T> Send for Shared<T> {}
@@ -125,7 +126,7 @@ unsafe impl<T> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
     // A method, so closures capture the Send + Sync wrapper, not its raw field.
-    fn ptr(self) -> *mut T {
+    pub(super) fn ptr(self) -> *mut T {
         self.0
     }
 }

@@ -17,7 +17,8 @@
 //! first, then y, then z), then the interior stencils, in the order of their keys. Values
 //! outside the mesh read as 0; rows are padded to an even pitch with held zeros.
 
-use super::{ElectrostaticsProblem, Geometry, cpu, cpu::axis_coefficients};
+use super::cpu::{self, Shared, axis_coefficients};
+use super::{ElectrostaticsProblem, Geometry};
 use crate::error::{Error, Result};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
@@ -340,19 +341,6 @@ pub fn iterate<T: Real>(
         sums.push(s);
     }
     sums
-}
-
-#[derive(Clone, Copy)]
-struct Shared<T>(*mut T);
-// SAFETY: red-black colouring keeps one sweep's writes (nodes of its colour) apart from its
-// reads of other nodes (see `CpuTable::sweep`).
-unsafe impl<T> Send for Shared<T> {}
-unsafe impl<T> Sync for Shared<T> {}
-
-impl<T> Shared<T> {
-    fn ptr(self) -> *mut T {
-        self.0
-    }
 }
 
 /// The CPU engine of the table form (`update = "table"`): the blocked kernel's arithmetic

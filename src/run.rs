@@ -123,11 +123,12 @@ impl Iterations {
     pub fn record_where(&mut self, residual: f64, tolerance: f64, may_stop: bool) {
         self.steps += 1;
         self.pending.push(residual);
-        if !may_stop {
-        } else if !residual.is_finite() {
-            self.status = Status::NonFinite;
-        } else if residual <= tolerance {
-            self.status = Status::Converged;
+        if may_stop {
+            if !residual.is_finite() {
+                self.status = Status::NonFinite;
+            } else if residual <= tolerance {
+                self.status = Status::Converged;
+            }
         }
     }
 

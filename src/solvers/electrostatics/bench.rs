@@ -276,23 +276,23 @@ fn case<T: Real>(
 /// half, and the other colour's half as neighbours, once if the caches keep the rows j±1)
 /// and writes back only its own half of V: 3T + 2 with a byte per code, 3T + 1 with 4-bit
 /// codes (`class_bits` 4). Fused: V read once from one buffer and written once to the
-/// other, the code read once: 2T + 1. A per-node charge adds its value once. (An
+/// other, the code read once: 2T + 1. Blocked (natural layout, 16-bit ids): per pass of
+/// two iterations V read and written once and the id read once, 2T + 2 over two. A per-node
+/// charge adds its value once a pass. (An
 /// interleaved in-place layout moves a value more per colour: each sweep writes back every
 /// sector of V.)
 pub fn bytes_per_node<T: Real>(kernel: SweepKernel, charge_per_node: bool, class_bits: u8) -> f64 {
     let t = std::mem::size_of::<T>() as f64;
-    let v = match kernel {
-        SweepKernel::Fused => 2.0 * t + 1.0,
-        // V read and written once, the 16-bit id (and a per-node charge) read once per pass
-        // of two iterations.
-        SweepKernel::Blocked => {
-            return (2.0 * t + 2.0 + if charge_per_node { t } else { 0.0 }) / 2.0;
-        }
+    // A pass's bytes per node, and the iterations it does.
+    let (v, iterations) = match kernel {
+        SweepKernel::Fused => (2.0 * t + 1.0, 1.0),
+        // V read and written once, the 16-bit id read once, per pass of two iterations.
+        SweepKernel::Blocked => (2.0 * t + 2.0, 2.0),
         SweepKernel::PerColour | SweepKernel::Persistent | SweepKernel::Staged => {
-            3.0 * t + 2.0 * class_bits as f64 / 8.0
+            (3.0 * t + 2.0 * class_bits as f64 / 8.0, 1.0)
         }
     };
-    v + if charge_per_node { t } else { 0.0 }
+    (v + if charge_per_node { t } else { 0.0 }) / iterations
 }
 
 fn poisson(device: &Device, precision: Precision, reps: usize) -> Result<Report> {

@@ -12,9 +12,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
 
 use super::stencil_table::{self, StencilTable};
-use super::{ElectrostaticsProblem, Geometry, Update, cpu};
+use super::{ElectrostaticsProblem, Geometry, cpu};
 use crate::device::cuda::{Gpu, allow_shared};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::precision::{Precision, Real};
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
@@ -76,26 +76,11 @@ impl<T: Real> CudaBlocked<T> {
         g: &Geometry,
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
-        // What refuses the problem: its `update = "table"`, or the tuning knob that asked
-        // for this kernel on a classic problem.
-        let refuse = |why: String| match p.update {
-            Update::Table => Error::invalid(
-                "electrostatics.update",
-                "table",
-                format!("{why}; use update = \"classic\""),
-            ),
-            Update::Classic => Error::invalid(
-                "KEISAN_ES_KERNEL",
-                "blocked",
-                format!("the blocked kernel does not take this problem: {why}"),
-            ),
-        };
-        let table: StencilTable<T> = stencil_table::build(p, g)
-            .map_err(|why| refuse(format!("this problem has no stencil table: {why}")))?;
+        let table: StencilTable<T> = stencil_table::build_or_refuse(p, g)?;
         let counts = g.counts;
         let [_, ny, nz] = counts;
         let pitch = table.pitch;
-        let per_node = (2 + table.charge.is_some() as usize) * std::mem::size_of::<T>() + 2;
+        let per_node = (2 + table.charge.is_some() as usize) * size_of::<T>() + 2;
         let bytes = per_node * pitch * ny * nz;
         gpu.ensure_fits(
             bytes as u128,
@@ -108,6 +93,9 @@ impl<T: Real> CudaBlocked<T> {
         let padded = stencil_table::pad(&v0, counts, pitch);
         let (r, w) = shape(T::PRECISION);
         let size = std::mem::size_of::<T>();
+        // Shared memory of a pass of `levels`: two buffers of every level's edge rows
+        // (a pair of values a lane, two rows a warp), then the table.
+        let edges = |levels: usize| 2 * levels * w * 64 * 2 * size;
         let tiles = |t: usize| {
             let (txo, tyo) = (64 - 2 * t.div_ceil(2) * 2, w * r - 2 * t);
             (pitch.div_ceil(txo), ny.div_ceil(tyo))
@@ -117,15 +105,18 @@ impl<T: Real> CudaBlocked<T> {
         let entries = table.entries();
         // The table lives in each block's shared memory beside the edge rows.
         // (Less 1 KiB for the kernel's static shared memory.)
-        let most = crate::device::cuda::MAX_DYNAMIC_SHARED - 2 * 4 * w * 64 * 2 * size - 1024;
+        let most = crate::device::cuda::MAX_DYNAMIC_SHARED - edges(4) - 1024;
         if entries * stencil_table::WEIGHTS * size > most {
-            return Err(refuse(format!(
-                "its {entries} stencils take {} KiB of weights in {}; a block's shared memory \
+            return Err(stencil_table::refusal(
+                p,
+                &format!(
+                    "its {entries} stencils take {} KiB of weights in {}; a block's shared memory \
                  holds {} KiB beside the kernel's rows (in f32 about 5700 stencils, in f64 1500)",
-                (entries * stencil_table::WEIGHTS * size) >> 10,
-                T::PRECISION,
-                most >> 10
-            )));
+                    (entries * stencil_table::WEIGHTS * size) >> 10,
+                    T::PRECISION,
+                    most >> 10
+                ),
+            ));
         }
         let pass = |levels: usize| -> Result<Pass> {
             let defines = [
@@ -136,8 +127,7 @@ impl<T: Real> CudaBlocked<T> {
             ];
             let function =
                 gpu.function(&super::cuda::KERNELS, T::PRECISION, &defines, "es_blocked")?;
-            let shared = (2 * levels * w * 64 * 2 + entries * stencil_table::WEIGHTS)
-                * std::mem::size_of::<T>();
+            let shared = edges(levels) + entries * stencil_table::WEIGHTS * size;
             allow_shared(&function, shared)?;
             let (tx, ty) = tiles(levels);
             Ok(Pass {

@@ -18,7 +18,7 @@
 //! outside the mesh read as 0; rows are padded to an even pitch with held zeros.
 
 use super::cpu::{self, Shared, axis_coefficients};
-use super::{ElectrostaticsProblem, Geometry};
+use super::{ElectrostaticsProblem, Geometry, Update};
 use crate::error::{Error, Result};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
@@ -270,77 +270,105 @@ pub fn update<T: Real>(w: &[T], b: T, v: T, nb: [T; 6]) -> T {
     s
 }
 
-/// [`build`], or the error that names `electrostatics.update` and why.
-pub fn build_for_update<T: Real>(
+/// The refusal of the table form for `p` (a problem of `update = "table"`, or the tuning
+/// knob `KEISAN_ES_KERNEL=blocked` on a classic one), saying why.
+pub fn refusal(p: &ElectrostaticsProblem, why: &str) -> Error {
+    match p.update {
+        Update::Table => Error::invalid(
+            "electrostatics.update",
+            "table",
+            format!("{why}; use update = \"classic\""),
+        ),
+        Update::Classic => Error::invalid(
+            "KEISAN_ES_KERNEL",
+            "blocked",
+            format!("the blocked kernel does not take this problem: {why}"),
+        ),
+    }
+}
+
+/// [`build`], or its [`refusal`].
+pub fn build_or_refuse<T: Real>(
     p: &ElectrostaticsProblem,
     g: &Geometry,
 ) -> Result<StencilTable<T>> {
-    build(p, g).map_err(|why| {
-        Error::invalid(
-            "electrostatics.update",
-            "table",
-            format!("this problem has no stencil table: {why}; use update = \"classic\""),
-        )
-    })
+    build(p, g).map_err(|why| refusal(p, &format!("this problem has no stencil table: {why}")))
 }
 
-/// `iterations` red-black iterations of the table form on `v` (padded layout); the
-/// reference the blocked kernel equals bit for bit. Returns per iteration the sums
-/// (Σ res², Σ V²) over its free interior nodes, red then black.
+/// One colour's update of plane `k` of `v` (padded layout, `counts` unpadded); its free
+/// interior nodes' (Σ res², Σ V²) in node order. Values outside the mesh read as 0.
+///
+/// # Safety
+/// `v` holds the table's layout; no other thread writes plane k's nodes of `colour` or
+/// reads them, nor writes any node of the other colour, meanwhile.
+unsafe fn sweep_plane<T: Real>(
+    v: Shared<T>,
+    t: &StencilTable<T>,
+    counts: [usize; 3],
+    colour: usize,
+    k: usize,
+) -> (f64, f64) {
+    let [nx, ny, nz] = counts;
+    let (pj, pk) = (t.pitch, t.pitch * ny);
+    // SAFETY: as the caller promises, for every access below.
+    let at = |n: usize| unsafe { *v.ptr().add(n) };
+    let (mut res2, mut v2) = (0.0f64, 0.0f64);
+    for j in 0..ny {
+        let row = k * pk + j * pj;
+        for i in ((colour + j + k) % 2..t.pitch).step_by(2) {
+            let n = row + i;
+            let nb = [
+                if i > 0 { at(n - 1) } else { T::zero() },
+                if i + 1 < t.pitch {
+                    at(n + 1)
+                } else {
+                    T::zero()
+                },
+                if j > 0 { at(n - pj) } else { T::zero() },
+                if j + 1 < ny { at(n + pj) } else { T::zero() },
+                if k > 0 { at(n - pk) } else { T::zero() },
+                if k + 1 < nz { at(n + pk) } else { T::zero() },
+            ];
+            let id = t.ids[n] as usize;
+            let old = at(n);
+            let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
+            let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
+            let new = update(w, b, old, nb);
+            unsafe { *v.ptr().add(n) = new };
+            if id >= FIRST_FREE as usize && i < nx {
+                let r = (new - old).as_f64();
+                res2 += r * r;
+                v2 += new.as_f64() * new.as_f64();
+            }
+        }
+    }
+    (res2, v2)
+}
+
+/// `iterations` red-black iterations of the table form on `v` (padded layout), plane after
+/// plane; the reference the blocked kernel equals bit for bit. Returns per iteration the
+/// sums (Σ res², Σ V²) over its free interior nodes, red then black, added plane by plane.
 pub fn iterate<T: Real>(
     v: &mut [T],
     t: &StencilTable<T>,
     counts: [usize; 3],
     iterations: usize,
 ) -> Vec<[f64; 4]> {
-    let [nx, ny, nz] = counts;
-    let (pj, pk) = (t.pitch, t.pitch * ny);
-    let at = |v: &[T], i: isize, j: isize, k: isize| -> T {
-        if i < 0 || j < 0 || k < 0 || i >= t.pitch as isize || j >= ny as isize || k >= nz as isize
-        {
-            T::zero()
-        } else {
-            v[k as usize * pk + j as usize * pj + i as usize]
-        }
-    };
-    let mut sums = Vec::new();
-    for _ in 0..iterations {
-        let mut s = [0.0; 4];
-        for colour in 0..2 {
-            for k in 0..nz {
-                for j in 0..ny {
-                    for i in 0..t.pitch {
-                        if (i + j + k) % 2 != colour {
-                            continue;
-                        }
-                        let n = k * pk + j * pj + i;
-                        let id = t.ids[n] as usize;
-                        let (ii, jj, kk) = (i as isize, j as isize, k as isize);
-                        let nb = [
-                            at(v, ii - 1, jj, kk),
-                            at(v, ii + 1, jj, kk),
-                            at(v, ii, jj - 1, kk),
-                            at(v, ii, jj + 1, kk),
-                            at(v, ii, jj, kk - 1),
-                            at(v, ii, jj, kk + 1),
-                        ];
-                        let old = v[n];
-                        let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
-                        let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
-                        let new = update(w, b, old, nb);
-                        v[n] = new;
-                        if id >= FIRST_FREE as usize && i < nx {
-                            let r = (new - old).as_f64();
-                            s[2 * colour] += r * r;
-                            s[2 * colour + 1] += new.as_f64() * new.as_f64();
-                        }
-                    }
+    let shared = Shared(v.as_mut_ptr());
+    (0..iterations)
+        .map(|_| {
+            let mut s = [0.0; 4];
+            for colour in 0..2 {
+                for k in 0..counts[2] {
+                    // SAFETY: one plane at a time, on this thread.
+                    let (r, n) = unsafe { sweep_plane(shared, t, counts, colour, k) };
+                    s[2 * colour] += r;
+                    s[2 * colour + 1] += n;
                 }
             }
-        }
-        sums.push(s);
-    }
-    sums
+            s
+        })
+        .collect()
 }
 
 /// The CPU engine of the table form (`update = "table"`): the blocked kernel's arithmetic
@@ -360,7 +388,7 @@ impl<T: Real> CpuTable<T> {
         g: &Geometry,
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
-        let t = build_for_update::<T>(p, g)?;
+        let t = build_or_refuse::<T>(p, g)?;
         let (v0, step, status) = match restart {
             Some(mut r) => (r.take("V")?, r.step, r.status),
             None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
@@ -377,45 +405,13 @@ impl<T: Real> CpuTable<T> {
     /// One colour's sweep: per plane, (Σ res², Σ V²) of its free interior nodes in node
     /// order.
     fn sweep(&mut self, colour: usize) -> Vec<(f64, f64)> {
-        let [nx, ny, nz] = self.counts;
-        let (pitch, t) = (self.t.pitch, &self.t);
-        let (pj, pk) = (pitch, pitch * ny);
+        let (t, counts) = (&self.t, self.counts);
         let v = Shared(self.v.as_mut_ptr());
-        (0..nz)
+        (0..counts[2])
             .into_par_iter()
-            .map(|k| {
-                // SAFETY (every access below): this closure writes only nodes of `colour`
-                // in plane k and reads nodes of the other colour or the node it writes; no
-                // other thread writes those during this sweep.
-                let at = |n: usize| unsafe { *v.ptr().add(n) };
-                let (mut res2, mut v2) = (0.0f64, 0.0f64);
-                for j in 0..ny {
-                    let row = k * pk + j * pj;
-                    for i in ((colour + j + k) % 2..pitch).step_by(2) {
-                        let n = row + i;
-                        let nb = [
-                            if i > 0 { at(n - 1) } else { T::zero() },
-                            if i + 1 < pitch { at(n + 1) } else { T::zero() },
-                            if j > 0 { at(n - pj) } else { T::zero() },
-                            if j + 1 < ny { at(n + pj) } else { T::zero() },
-                            if k > 0 { at(n - pk) } else { T::zero() },
-                            if k + 1 < nz { at(n + pk) } else { T::zero() },
-                        ];
-                        let id = t.ids[n] as usize;
-                        let old = at(n);
-                        let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
-                        let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
-                        let new = update(w, b, old, nb);
-                        unsafe { *v.ptr().add(n) = new };
-                        if id >= FIRST_FREE as usize && i < nx {
-                            let r = (new - old).as_f64();
-                            res2 += r * r;
-                            v2 += new.as_f64() * new.as_f64();
-                        }
-                    }
-                }
-                (res2, v2)
-            })
+            // SAFETY: each thread updates its own planes' nodes of `colour` and reads
+            // only nodes of the other colour besides them (red-black colouring).
+            .map(|k| unsafe { sweep_plane(v, t, counts, colour, k) })
             .collect()
     }
 }

@@ -250,21 +250,8 @@ const SPHERE: &str =
 
 #[test]
 fn bad_input_names_the_shape_and_field() {
-    // The table form: not an unknown word, not decomposed.
+    // The table form: not an unknown word.
     rejects("update = \"fast\"\n", &["update", "fast"]);
-    {
-        let dir = tempfile::tempdir().unwrap();
-        let toml = "solver = \"electrostatics\"\n[electrostatics]\nupdate = \"table\"\n\
-                    x = { range = [0.0, 1.0], cells = 8 }\ny = { range = [0.0, 1.0], cells = 8 }\n\
-                    z = { range = [0.0, 1.0], cells = 8 }\nmax_iterations = 10\n\
-                    [electrostatics.faces]\nz_min = 1.0\n";
-        common::refuses_with(
-            dir.path(),
-            toml,
-            &["--subdomains", "2"],
-            &["electrostatics.update", "decomposed"],
-        );
-    }
     rejects(
         &format!("{SPHERE}electrode = 1\n"),
         &["electrostatics.shapes[0].electrode = 1", "voltages"],

@@ -2,7 +2,8 @@
 //! gives the potential, every iteration's residual and the stopping iteration of one
 //! engine, bit for bit — dielectrics, electrodes, a fixed face, a nonuniform mesh, a
 //! random charge; CUDA slabs (one GPU or two) the same potential bits and stopping
-//! iteration, and residuals to 1e-12.
+//! iteration, and residuals to 1e-12. The same of the table form (`update = "table"`),
+//! against its own engines.
 
 mod common;
 
@@ -206,5 +207,87 @@ fn cuda_slabs_on_two_gpus_equal_one_engine() {
 fn cuda_slabs_restart_from_a_checkpoint_of_one_engine() {
     if let Some(gpu) = common::gpu_or_skip("electrostatics CUDA slabs restart") {
         restart_on(POISSON, &common::on(&gpu, 3));
+    }
+}
+
+/// `text` with the table form of the update.
+fn table(text: &str) -> String {
+    text.replace(
+        "[electrostatics]\n",
+        "[electrostatics]\nupdate = \"table\"\n",
+    )
+}
+
+/// The table form on slabs: the CPU's give its one engine's V, residuals and stopping
+/// iteration bit for bit; CUDA slabs (`gpu`) its V bits, the residuals to `tol` (the
+/// blocked kernel adds its sums in another order, and in f32 starts them in f32) and the
+/// same stopping iteration, an even one.
+fn table_slabs_equal_one_engine<T: Real>(
+    text: &str,
+    gpu: Option<&[(String, Placement)]>,
+    tol: f64,
+) {
+    let text = table(text);
+    let cpu = common::cpu();
+    let (_, r, _, _) = run::<T>(&problem(&text, 0.0), &common::on(&cpu, 1), None, 40);
+    // Crossed between iterations 30 and 31: the table form stops at 32.
+    let crossing = 0.5 * (r[29] + r[30]);
+    for tolerance in [0.0, crossing] {
+        let p = problem(&text, tolerance);
+        let one = run::<T>(&p, &common::on(&cpu, 1), None, 40);
+        if tolerance > 0.0 {
+            assert_eq!((one.2, one.3), (32, Status::Converged));
+        }
+        let cpu_slabs = [2, 3, 4, 6].map(|n| (format!("{n} CPU slabs"), common::on(&cpu, n)));
+        for (name, placement) in &cpu_slabs {
+            let (v, r, steps, status) = run::<T>(&p, placement, None, 40);
+            assert!(common::same_bits(&one.0, &v), "{name}: V");
+            assert!(common::same_bits(&one.1, &r), "{name}: residuals");
+            assert_eq!((one.2, one.3), (steps, status), "{name}");
+        }
+        for (name, placement) in gpu.unwrap_or_default() {
+            let (v, r, steps, status) = run::<T>(&p, placement, None, 40);
+            assert!(common::same_bits(&one.0, &v), "{name}: V");
+            assert!(
+                close(&one.1, &r, tol),
+                "{name}: residuals {:?} vs {r:?}",
+                one.1
+            );
+            assert_eq!((one.2, one.3), (steps, status), "{name}");
+        }
+    }
+}
+
+#[test]
+fn table_form_slabs_equal_its_one_engine() {
+    table_slabs_equal_one_engine::<f64>(DEVICE, None, 0.0);
+    table_slabs_equal_one_engine::<f32>(DEVICE, None, 0.0);
+    table_slabs_equal_one_engine::<f64>(POISSON, None, 0.0);
+}
+
+#[test]
+fn table_form_cuda_slabs_equal_its_one_engine() {
+    let Some(placements) = slabs_on_one_gpu("electrostatics table-form CUDA slabs") else {
+        return;
+    };
+    table_slabs_equal_one_engine::<f64>(DEVICE, Some(&placements), 1e-9);
+    table_slabs_equal_one_engine::<f32>(DEVICE, Some(&placements), 1e-4);
+    table_slabs_equal_one_engine::<f64>(POISSON, Some(&placements), 1e-9);
+    let odd = DEVICE.replace("divisions = [4, 9]", "divisions = [4, 8]");
+    table_slabs_equal_one_engine::<f32>(&odd, Some(&placements), 1e-4);
+    if let Some(two) = common::two_gpus_or_skip("table-form slabs on two GPUs", Some(3)) {
+        table_slabs_equal_one_engine::<f64>(
+            DEVICE,
+            Some(&[("3 slabs on GPUs 0, 1".into(), two)]),
+            1e-9,
+        );
+    }
+}
+
+#[test]
+fn table_form_slabs_restart_from_a_checkpoint_of_one_engine() {
+    restart_on(&table(POISSON), &common::on(&common::cpu(), 4));
+    if let Some(gpu) = common::gpu_or_skip("electrostatics table-form CUDA slabs restart") {
+        restart_on(&table(POISSON), &common::on(&gpu, 3));
     }
 }

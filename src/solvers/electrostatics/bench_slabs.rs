@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::bench::{ElectrostaticsBenchArgs, problem_cells};
 use super::geometry::{Body, Shape};
-use super::{ElectrostaticsProblem, Geometry, engine_placed};
+use super::{ElectrostaticsProblem, Geometry, SweepKernel, Update, engine_placed};
 use crate::bench::{Exposure, HaloTimes, ceilings_for, sorted_wall_seconds};
 use crate::device::ceilings::Ceilings;
 use crate::device::{Device, Placement};
@@ -20,6 +20,9 @@ use crate::solver::Report;
 pub struct ElectrostaticsScaling {
     pub placement: String,
     pub precision: String,
+    /// "classic" (per-colour sweeps) or "table" (`--kernel blocked`: the blocked kernel,
+    /// one iteration a pass on slabs, two on one device).
+    pub update: String,
     pub subdomains: usize,
     pub devices: usize,
     /// Nodes per axis of the cube one subdomain holds in the weak case.
@@ -50,14 +53,20 @@ pub struct ElectrostaticsScaling {
 pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
     let a =
         ElectrostaticsBenchArgs::from_arg_matches(args).map_err(|e| Error::Parse(e.to_string()))?;
-    if a.poisson || a.kernel.is_some() {
+    let update = match a.kernel.as_deref().map(SweepKernel::from_name) {
+        None => Some(Update::Classic),
+        Some(Some(SweepKernel::Blocked)) => Some(Update::Table),
+        Some(_) => None,
+    };
+    let (Some(update), false) = (update, a.poisson) else {
         return Err(Error::invalid(
             "--devices",
             placement.describe(),
-            "the slab bench times the default per-colour sweeps on the bench problem; \
-             --poisson and --kernel run on one device",
+            "the slab bench times the default per-colour sweeps (or, with --kernel blocked, \
+             the table form) on the bench problem; --poisson and the other kernels run on \
+             one device",
         ));
-    }
+    };
     let device = placement.first();
     let gpu = matches!(device, Device::Cuda(_));
     let cells = a.cells.unwrap_or(if gpu { 511 } else { 48 });
@@ -70,14 +79,15 @@ pub fn run(placement: &Placement, args: &clap::ArgMatches) -> Result<Report> {
         ));
     }
     let b = match a.precision {
-        Precision::F32 => scaling::<f32>(placement, cells, iterations, a.repetitions)?,
-        Precision::F64 => scaling::<f64>(placement, cells, iterations, a.repetitions)?,
+        Precision::F32 => scaling::<f32>(placement, update, cells, iterations, a.repetitions)?,
+        Precision::F64 => scaling::<f64>(placement, update, cells, iterations, a.repetitions)?,
     };
     let us = |s: f64| crate::units::seconds(s);
     let n = b.nodes_per_axis;
     let mut human = format!(
-        "electrostatics on slabs: {}\n{}  {} per subdomain, {}, {} red-black iterations, median of {}\n",
+        "electrostatics on slabs: {} ({} update)\n{}  {} per subdomain, {}, {} red-black iterations, median of {}\n",
         b.placement,
+        b.update,
         b.ceilings.human(),
         format_args!("{n}³"),
         b.precision,
@@ -147,11 +157,13 @@ fn stacked(cells: [usize; 3], iterations: u64) -> ElectrostaticsProblem {
 
 fn per_iteration<T: Real>(
     placement: &Placement,
+    update: Update,
     cells: [usize; 3],
     iterations: u64,
     reps: usize,
 ) -> Result<(f64, HaloTimes)> {
-    let p = stacked(cells, iterations);
+    let mut p = stacked(cells, iterations);
+    p.update = update;
     let g = Geometry::build(&p)?;
     let mut e = engine_placed::<T>(&p, &g, placement, None)?;
     e.advance(1)?;
@@ -163,17 +175,19 @@ fn per_iteration<T: Real>(
 
 fn scaling<T: Real>(
     placement: &Placement,
+    update: Update,
     cells: usize,
     iterations: u64,
     reps: usize,
 ) -> Result<ElectrostaticsScaling> {
     let parts = placement.parts.len();
     let one = Placement::single(placement.first().clone());
-    let (t1, _) = per_iteration::<T>(&one, [cells; 3], iterations, reps)?;
+    let (t1, _) = per_iteration::<T>(&one, update, [cells; 3], iterations, reps)?;
     // One cube of (cells + 1)³ nodes per subdomain, stacked in z.
     let weak_z = (cells + 1) * parts - 1;
-    let (tw, halo) = per_iteration::<T>(placement, [cells, cells, weak_z], iterations, reps)?;
-    let (ts, _) = per_iteration::<T>(placement, [cells; 3], iterations, reps)?;
+    let (tw, halo) =
+        per_iteration::<T>(placement, update, [cells, cells, weak_z], iterations, reps)?;
+    let (ts, _) = per_iteration::<T>(placement, update, [cells; 3], iterations, reps)?;
     // Subdomains sharing a device share its time: the reference is one device's time
     // for the work each device holds.
     let share = parts as f64 / placement.distinct_devices().len() as f64;
@@ -181,6 +195,11 @@ fn scaling<T: Real>(
     Ok(ElectrostaticsScaling {
         placement: placement.describe(),
         precision: T::PRECISION.to_string(),
+        update: match update {
+            Update::Classic => "classic",
+            Update::Table => "table",
+        }
+        .into(),
         subdomains: parts,
         devices: placement.distinct_devices().len(),
         nodes_per_axis: cells + 1,

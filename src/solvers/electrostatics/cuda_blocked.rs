@@ -6,20 +6,35 @@
 //! realigns them), so a run stops where the table form's CPU engine does. Its V differs from the per-colour engines' in the
 //! last bits (the table's weights are rounded once); it equals [`stencil_table::iterate`]'s
 //! bit for bit.
+//!
+//! On a slab of a decomposed run (two halo planes each side) a pass is one iteration
+//! (`ES_TB_T` = 2 levels: red, then black) of the owned planes a compute call names, from
+//! the buffer's halo as the neighbours last sent it: red is computed one plane beyond
+//! each end from the halo's values, as their owner computes it, so the black planes next
+//! to the halo read this iteration's red without a second exchange. The bands and the
+//! interior read one buffer and write the other, so they run side by side. V equals the
+//! one-device engine's bit for bit; each call's (res², V²) lands in a ring that es_record
+//! adds up over the slabs, stopping at even counts only.
 
+use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 
 use super::stencil_table::{self, StencilTable};
 use super::{ElectrostaticsProblem, Geometry, cpu};
 use crate::device::cuda::{Gpu, allow_shared};
 use crate::error::Result;
+use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, advance_alone, slab_of};
 use crate::precision::{Precision, Real};
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
 /// Residual history slots on the device.
-const HISTORY: usize = 4096;
+const HISTORY: usize = PARTIAL_STEPS;
+/// A slab's compute calls per iteration at most (two bands and the interior), and its
+/// ring values per iteration: (res², V²) per call.
+const CALLS: usize = 3;
+const PER_STEP: usize = 2 * CALLS;
 
 /// Rows per thread and warps per block (kernels.cu ES_TB_R, ES_TB_W): the most registers
 /// per thread without spills at one block per multiprocessor (f32: 160 registers; f64:
@@ -41,7 +56,10 @@ fn chunk_planes(tiles_xy: usize, nz: usize, multiprocessors: usize) -> usize {
 
 struct Pass {
     function: CudaFunction,
-    cfg: LaunchConfig,
+    /// Tiles in x and y; threads per block; shared memory per block.
+    tiles: (u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
 }
 
 pub struct CudaBlocked<T: Real> {
@@ -49,24 +67,34 @@ pub struct CudaBlocked<T: Real> {
     p: ElectrostaticsProblem,
     counts: [usize; 3],
     pitch: usize,
+    /// The planes this engine updates and holds (the whole mesh, or a slab's).
+    window: Window,
     v: [CudaSlice<T>; 2],
     ids: CudaSlice<u16>,
     table: CudaSlice<T>,
     /// Each node's charge term (the ids' layout), or one unused value.
     charge: CudaSlice<T>,
     entries: i32,
-    partials: CudaSlice<f64>,
-    ticket: CudaSlice<u32>,
+    /// Per compute call (a slab's may run side by side): block partials and ticket.
+    scratch: Vec<(CudaSlice<f64>, CudaSlice<u32>)>,
+    /// A slab's sums of iteration k at (k mod PARTIAL_STEPS)·PER_STEP (one unused value
+    /// on the whole mesh).
+    ring: CudaSlice<f64>,
     ctl: CudaSlice<u64>,
     hist: CudaSlice<f64>,
     /// Passes of two iterations and of one.
     two: Pass,
     one: Pass,
+    /// A slab's book-keeping (es_record).
+    record: Option<CudaFunction>,
     chunk: usize,
     /// The buffer the next pass reads.
     input: usize,
+    /// Iterations done when the engine was made (its state then in buffer 0).
+    start: u64,
     launched: u64,
     reported: u64,
+    calls: usize,
 }
 
 impl<T: Real> CudaBlocked<T> {
@@ -77,20 +105,36 @@ impl<T: Real> CudaBlocked<T> {
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
         let table: StencilTable<T> = stencil_table::build_or_refuse(p, g)?;
-        let counts = g.counts;
-        let [_, ny, nz] = counts;
-        let pitch = table.pitch;
-        let per_node = (2 + table.charge.is_some() as usize) * size_of::<T>() + 2;
-        let bytes = per_node * pitch * ny * nz;
-        gpu.ensure_fits(
-            bytes as u128,
-            "the blocked kernel's two buffers of V and the ids",
-        )?;
         let (v0, step, status) = match restart {
             Some(mut r) => (r.take("V")?, r.step, r.status),
             None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
         };
-        let padded = stencil_table::pad(&v0, counts, pitch);
+        let window = Window::whole(g.counts[2], false);
+        Self::on_window(gpu, p, &table, g.counts, window, &v0, step, status)
+    }
+
+    /// An engine for the z-planes `window` owns, with the whole mesh's table `t`, from the
+    /// whole potential `v` (unpadded) after `step` iterations in `status`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn on_window(
+        gpu: Arc<Gpu>,
+        p: &ElectrostaticsProblem,
+        t: &StencilTable<T>,
+        counts: [usize; 3],
+        window: Window,
+        v: &[T],
+        step: u64,
+        status: Status,
+    ) -> Result<Self> {
+        let [nx, ny, _] = counts;
+        let pitch = t.pitch;
+        let per_node = (2 + t.charge.is_some() as usize) * size_of::<T>() + 2;
+        gpu.ensure_fits(
+            (per_node * pitch * ny * window.rows) as u128,
+            "the blocked kernel's two buffers of V and the ids",
+        )?;
+        let padded =
+            stencil_table::pad(&slab_of(&window, v, nx * ny), [nx, ny, window.rows], pitch);
         let (r, w) = shape(T::PRECISION);
         let size = std::mem::size_of::<T>();
         // Shared memory of a pass of `levels`: two buffers of every level's edge rows
@@ -101,8 +145,8 @@ impl<T: Real> CudaBlocked<T> {
             (pitch.div_ceil(txo), ny.div_ceil(tyo))
         };
         let (tx, ty) = tiles(4);
-        let chunk = chunk_planes(tx * ty, nz, gpu.multiprocessors);
-        let entries = table.entries();
+        let chunk = chunk_planes(tx * ty, window.own.len(), gpu.multiprocessors);
+        let entries = t.entries();
         // The table lives in each block's shared memory beside the edge rows.
         // (Less 1 KiB for the kernel's static shared memory.)
         let most = crate::device::cuda::MAX_DYNAMIC_SHARED - edges(4) - 1024;
@@ -123,7 +167,7 @@ impl<T: Real> CudaBlocked<T> {
                 ("ES_TB_T", levels.to_string()),
                 ("ES_TB_R", r.to_string()),
                 ("ES_TB_W", w.to_string()),
-                ("ES_TB_Q", (table.charge.is_some() as u8).to_string()),
+                ("ES_TB_Q", (t.charge.is_some() as u8).to_string()),
             ];
             let function =
                 gpu.function(&super::cuda::KERNELS, T::PRECISION, &defines, "es_blocked")?;
@@ -132,95 +176,155 @@ impl<T: Real> CudaBlocked<T> {
             let (tx, ty) = tiles(levels);
             Ok(Pass {
                 function,
-                cfg: LaunchConfig {
-                    grid_dim: (tx as u32, ty as u32, nz.div_ceil(chunk) as u32),
-                    block_dim: (32, w as u32, 1),
-                    shared_mem_bytes: shared as u32,
-                },
+                tiles: (tx as u32, ty as u32),
+                block: (32, w as u32, 1),
+                shared: shared as u32,
             })
         };
         let (two, one) = (pass(4)?, pass(2)?);
+        let slab = window.rows != counts[2];
+        let record = match slab {
+            true => Some(gpu.function(&super::cuda::KERNELS, T::PRECISION, &[], "es_record")?),
+            false => None,
+        };
+        // Block partials for the largest grid a call launches (every call's planes lie
+        // among the owned ones).
         let blocks = [&two, &one]
             .iter()
-            .map(|p| (p.cfg.grid_dim.0 * p.cfg.grid_dim.1 * p.cfg.grid_dim.2) as usize)
+            .map(|p| (p.tiles.0 * p.tiles.1) as usize)
             .max()
-            .unwrap_or(1);
+            .unwrap_or(1)
+            * window.own.len().div_ceil(chunk);
         let s = &gpu.stream;
+        let window_table = t.of_window(&window, ny);
+        let scratch = (0..if slab { CALLS } else { 1 })
+            .map(|_| Ok((s.alloc_zeros::<f64>(4 * blocks)?, s.alloc_zeros::<u32>(1)?)))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Self {
             v: [s.clone_htod(&padded)?, s.clone_htod(&padded)?],
-            ids: s.clone_htod(&table.ids)?,
-            table: s.clone_htod(&table.table)?,
-            charge: match &table.charge {
+            ids: s.clone_htod(&window_table.ids)?,
+            table: s.clone_htod(&window_table.table)?,
+            charge: match &window_table.charge {
                 Some(b) => s.clone_htod(b)?,
                 None => s.alloc_zeros::<T>(1)?,
             },
             entries: entries as i32,
-            partials: s.alloc_zeros::<f64>(4 * blocks)?,
-            ticket: s.alloc_zeros::<u32>(1)?,
+            scratch,
+            ring: s.alloc_zeros::<f64>(if slab { PARTIAL_STEPS * PER_STEP } else { 1 })?,
             ctl: s.clone_htod(&[step, status.device_flag(), 0])?,
             hist: s.alloc_zeros::<f64>(HISTORY)?,
             two,
             one,
+            record,
             chunk,
             input: 0,
+            start: step,
             launched: step,
             reported: step,
+            calls: 0,
             counts,
             pitch,
+            window,
             gpu,
             p: p.clone(),
         })
     }
 
-    /// A pass of `iterations` (1 or 2) from buffer `input` into the other.
-    fn launch(&mut self, iterations: u64) -> Result<()> {
+    fn is_slab(&self) -> bool {
+        self.record.is_some()
+    }
+
+    /// A pass of `iterations` (1 or 2) of the grid planes `planes` from buffer `input`
+    /// into the other, on `stream`, with block partials `scratch`; its sums into the
+    /// device address `slot` (a slab's), else its verdict into ctl.
+    fn launch(
+        &mut self,
+        iterations: u64,
+        planes: Range<usize>,
+        slot: u64,
+        scratch: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
         let pass = if iterations == 2 {
             &self.two
         } else {
             &self.one
         };
+        let cfg = LaunchConfig {
+            grid_dim: (
+                pass.tiles.0,
+                pass.tiles.1,
+                planes.len().div_ceil(self.chunk).max(1) as u32,
+            ),
+            block_dim: pass.block,
+            shared_mem_bytes: pass.shared,
+        };
         let [nz, ny] = [self.counts[2] as i32, self.counts[1] as i32];
         let (px, chunk) = (self.pitch as i32, self.chunk as i32);
+        let w = &self.window;
+        let kbase = w.base as i32;
+        let (zlo, zhi) = (kbase.max(0), (kbase + w.rows as i32).min(nz));
+        let (zfirst, zend) = (planes.start as i32, planes.end as i32);
         let (tol, iteration) = (self.p.tolerance, self.launched);
         let hist_len = HISTORY as u32;
         let out = 1 - self.input;
         let out_buf = out as i32;
         let [a, b] = &mut self.v;
         let (src, dst) = if self.input == 0 { (a, b) } else { (b, a) };
-        let mut l = self.gpu.stream.launch_builder(&pass.function);
+        let (partials, ticket) = &mut self.scratch[scratch];
+        let mut l = stream.launch_builder(&pass.function);
         l.arg(&*src)
             .arg(dst)
             .arg(&self.ids)
             .arg(&self.table)
             .arg(&self.charge);
         l.arg(&self.entries);
-        l.arg(&nz)
-            .arg(&ny)
-            .arg(&px)
-            .arg(&chunk)
-            .arg(&tol)
-            .arg(&iteration);
-        l.arg(&mut self.partials)
-            .arg(&mut self.ticket)
+        l.arg(&nz).arg(&ny).arg(&px).arg(&chunk);
+        l.arg(&kbase).arg(&zlo).arg(&zhi).arg(&zfirst).arg(&zend);
+        l.arg(&tol).arg(&iteration);
+        l.arg(partials)
+            .arg(ticket)
             .arg(&mut self.ctl)
             .arg(&mut self.hist)
             .arg(&hist_len)
-            .arg(&out_buf);
-        // SAFETY: es_blocked's parameters in order: both buffers hold pitch·ny·nz values,
-        // ids as many 16-bit ids, the charge terms as many values (or 1, unread), the
-        // table `entries` entries of 8 values, partials 4 values
-        // per block, ctl 3 counters, hist HISTORY values; all live as long as the engine.
-        unsafe { l.launch(pass.cfg) }?;
-        self.input = out;
+            .arg(&out_buf)
+            .arg(&slot);
+        // SAFETY: es_blocked's parameters in order: both buffers hold pitch·ny values for
+        // each of the window's planes, ids as many 16-bit ids, the charge terms as many
+        // values (or 1, unread), the table `entries` entries of 8 values, partials 4
+        // values per block of the largest grid, ctl 3 counters, hist HISTORY values, slot
+        // (when not 0) two values per iteration of the ring; the pass reads planes
+        // zlo..zhi (those the buffers hold, within the mesh) and writes `planes` (owned);
+        // all live as long as the engine.
+        unsafe { l.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// A whole-mesh pass on the engine's stream.
+    fn pass(&mut self, iterations: u64) -> Result<()> {
+        let stream = self.gpu.stream.clone();
+        self.launch(iterations, 0..self.counts[2], 0, 0, &stream)?;
+        self.input = 1 - self.input;
         self.launched += iterations;
         Ok(())
     }
 
-    /// The buffer holding the state after the iterations the device has done: the last
-    /// pass that ran wrote its output buffer in ctl[2] (0, where the start is, before
-    /// any); passes queued after a stop return at once.
+    /// The buffer holding the state after the iterations the device has done: on the
+    /// whole mesh the last pass that ran wrote its output buffer in ctl[2] (0, where the
+    /// start is, before any; passes queued after a stop return at once); a slab's passes
+    /// are one iteration each.
     fn current(&self) -> Result<usize> {
-        Ok(self.gpu.stream.clone_dtoh(&self.ctl)?[2] as usize)
+        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
+        Ok(match self.is_slab() {
+            true => ((ctl[0] - self.start) % 2) as usize,
+            false => ctl[2] as usize,
+        })
+    }
+
+    fn slot(&self, call: usize) -> u64 {
+        let (ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&self.ring, &self.gpu.stream);
+        let at = (self.launched as usize % PARTIAL_STEPS) * PER_STEP + 2 * call;
+        ptr + (at * std::mem::size_of::<f64>()) as u64
     }
 }
 
@@ -231,16 +335,20 @@ impl<T: Real> Engine for CudaBlocked<T> {
     /// run may stop) ends a pass: a pass of one first from an odd count, and last for an
     /// odd remainder.
     fn advance(&mut self, steps: u64) -> Result<()> {
+        if self.is_slab() {
+            let gpu = self.gpu.clone();
+            return advance_alone(self, &gpu, steps);
+        }
         let mut left = steps;
         if left > 0 && self.launched % 2 == 1 {
-            self.launch(1)?;
+            self.pass(1)?;
             left -= 1;
         }
         for _ in 0..left / 2 {
-            self.launch(2)?;
+            self.pass(2)?;
         }
         if left % 2 == 1 {
-            self.launch(1)?;
+            self.pass(1)?;
         }
         Ok(())
     }
@@ -249,31 +357,124 @@ impl<T: Real> Engine for CudaBlocked<T> {
         let d = Diagnostics::from_ctl(&self.gpu, &self.ctl, &self.hist, &mut self.reported)?;
         // Passes queued after a stop returned at once: the device count is the truth.
         self.launched = d.steps;
+        if self.is_slab() {
+            self.input = ((d.steps - self.start) % 2) as usize;
+        }
         Ok(d)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        let v = self.gpu.stream.clone_dtoh(&self.v[self.current()?])?;
-        Ok(cpu::field_of(
-            &self.p,
-            "V",
-            stencil_table::unpad(&v, self.counts, self.pitch),
-        ))
+        let data = match self.is_slab() {
+            true => self.owned()?,
+            false => stencil_table::unpad(
+                &self.gpu.stream.clone_dtoh(&self.v[self.current()?])?,
+                self.counts,
+                self.pitch,
+            ),
+        };
+        Ok(cpu::field_of(&self.p, "V", data))
     }
 
     fn describe(&self) -> Option<String> {
-        let (b, g) = (self.two.cfg.block_dim, self.two.cfg.grid_dim);
+        let (b, t) = (self.two.block, self.two.tiles);
+        let chunks = self.window.own.len().div_ceil(self.chunk);
         Some(format!(
             "blocked (two iterations a pass from a table of {} stencils; blocks of {}×{} threads, {} of them, {} planes each)",
             self.entries,
             b.0,
             b.1,
-            g.0 * g.1 * g.2,
+            t.0 as usize * t.1 as usize * chunks,
             self.chunk
         ))
     }
 
     fn max_steps_between_diagnostics(&self) -> u64 {
         super::cuda::STOP_CHECK
+    }
+}
+
+impl<T: Real> Subdomain for CudaBlocked<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        self.pitch * self.counts[1]
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Device {
+            gpu: &self.gpu,
+            buf: &mut self.v[self.input],
+            offset: 0,
+        }
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        1
+    }
+    /// One iteration of the owned planes `rows` into the other buffer.
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        stream: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        assert_eq!(
+            steps, 1,
+            "a table-form slab takes one iteration between exchanges"
+        );
+        let call = self.calls;
+        assert!(call < CALLS, "at most {CALLS} compute calls per iteration");
+        self.calls += 1;
+        let main = self.gpu.stream.clone();
+        let stream = stream.unwrap_or(&main).clone();
+        let slot = self.slot(call);
+        self.launch(1, rows, slot, call, &stream)
+    }
+    fn commit(&mut self, steps: u64) {
+        self.launched += steps;
+        self.input = 1 - self.input;
+        self.calls = 0;
+    }
+    fn owned_row_len(&self) -> usize {
+        self.counts[0] * self.counts[1]
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        let own = self.window.own_in_buffer();
+        let plane = self.row_len();
+        let v = &self.v[self.current()?];
+        let planes = self
+            .gpu
+            .stream
+            .clone_dtoh(&v.slice(own.start * plane..own.end * plane))?;
+        Ok(stencil_table::unpad(&planes, self.counts, self.pitch))
+    }
+    fn partials(&mut self) -> Partials {
+        let (ptr, _sync) = cudarc::driver::DevicePtr::device_ptr(&self.ring, &self.gpu.stream);
+        Partials::Device {
+            ring: ptr,
+            per_step: PER_STEP,
+            step: self.launched,
+        }
+    }
+    fn queue_record(
+        &mut self,
+        sources: &CudaSlice<u64>,
+        count: usize,
+        ring_steps: usize,
+        stream: &Arc<CudaStream>,
+    ) -> Result<()> {
+        let record = self.record.as_ref().expect("a slab");
+        let k = self.launched - 1;
+        let (count, per_step, ring) = (count as i32, PER_STEP as i32, ring_steps as u32);
+        let (hist_len, every) = (HISTORY as u32, 2u32);
+        let mut l = stream.launch_builder(record);
+        l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
+        l.arg(&self.p.tolerance)
+            .arg(&self.ctl)
+            .arg(&self.hist)
+            .arg(&hist_len)
+            .arg(&every);
+        // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP values.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        Ok(())
     }
 }

@@ -427,7 +427,8 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
         l.arg(&self.p.tolerance)
             .arg(&self.ctl)
             .arg(&self.hist)
-            .arg(&hist_len);
+            .arg(&hist_len)
+            .arg(&1u32);
         // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP values.
         unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
         Ok(())

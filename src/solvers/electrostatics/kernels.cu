@@ -694,11 +694,14 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
 // The book-keeping of iteration k on one slab of a decomposed run: every slab's sums
 // added in slab order and, within a slab, in the order of its sweeps (so every slab
 // decides alike), each slab's `per_step` values of iteration k read from sources[s] +
-// (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record.
+// (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record, but the
+// solve stops only at iteration counts that are multiples of `every` (the table form's
+// slabs: 2, as its one-device engine and its CPU engine).
 #if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_record)
 extern "C" __global__ void es_record(const u64* __restrict__ sources, int count, int per_step,
                                      unsigned ring, u64 k, double tol, u64* __restrict__ ctl,
-                                     double* __restrict__ hist, unsigned hist_len) {
+                                     double* __restrict__ hist, unsigned hist_len,
+                                     unsigned every) {
     // ctl[1] is read by every thread before thread 0 may write it (after the barriers).
     if (blockIdx.x != 0 || ctl[1] != 0) return;
     double res2 = 0.0, v2 = 0.0;
@@ -711,7 +714,7 @@ extern "C" __global__ void es_record(const u64* __restrict__ sources, int count,
     if (threadIdx.x != 0) return;
     double rel;
     const int verdict = residual_verdict(res2, v2, tol, rel);
-    record_iteration(rel, verdict, k, ctl, hist, hist_len);
+    record_iteration(rel, (k + 1) % every == 0 ? verdict : 0, k, ctl, hist, hist_len);
 }
 #endif
 
@@ -1376,10 +1379,11 @@ __device__ __forceinline__ real es_table_update(const es_real4 a, const es_real4
 extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     es_blocked(const real* __restrict__ u, real* __restrict__ un,
                const unsigned short* __restrict__ ids, const es_real4* __restrict__ table,
-               const real* __restrict__ bq, int ntable, int nz, int ny, int px, int chunk, double tol, u64 iteration,
+               const real* __restrict__ bq, int ntable, int nz, int ny, int px, int chunk,
+               int kbase, int zlo, int zhi, int zfirst, int zend, double tol, u64 iteration,
                double* __restrict__ partials, unsigned int* __restrict__ ticket,
                u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len,
-               int out_buf) {
+               int out_buf, double* __restrict__ slot) {
     constexpr int T = ES_TB_T, R = ES_TB_R, W = ES_TB_W, V = 2, IT = T / 2;
     static_assert(T % 2 == 0 && R % 2 == 0, "even levels and rows");
     constexpr int HX = (T + V - 1) / V * V;
@@ -1402,7 +1406,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     const int tile_x0 = (int)blockIdx.x * TXO - HX, tile_y0 = (int)blockIdx.y * TYO - T;
     const int gx = tile_x0 + lane * V, gy = tile_y0 + w * R;
     const long ms = (long)ny * px;
-    const int c0 = blockIdx.z * chunk, c1 = min(c0 + chunk, nz);
+    const int c0 = zfirst + blockIdx.z * chunk, c1 = min(c0 + chunk, zend);
     const bool x_in = gx >= 0 && gx < px;
     const bool lane_out = lane >= HX / V && lane < 32 - HX / V;
     unsigned row_in = 0, row_out = 0;
@@ -1425,13 +1429,14 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
             idq[l][r] = 0;
             below[l][r].v[0] = below[l][r].v[1] = centre[l][r].v[0] = centre[l][r].v[1] = (real)0;
         }
-    const int p0 = max(c0 - T, 0);  // even: chunk and T are
+    // Even, so that the rounds' plane parity is a constant (planes below zlo read as 0).
+    const int p0 = max(c0 - T, 0) & ~1;
     auto load = [&](int p) {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            if ((row_in >> r & 1) && p < nz) {
-                ahead[r] = *(const es_pair*)(u + p * ms + col + row_at(r));
-                idahead[r] = *(const unsigned*)(ids + p * ms + col + row_at(r));
+            if ((row_in >> r & 1) && p >= zlo && p < zhi) {
+                ahead[r] = *(const es_pair*)(u + (p - kbase) * ms + col + row_at(r));
+                idahead[r] = *(const unsigned*)(ids + (p - kbase) * ms + col + row_at(r));
             } else {
                 ahead[r].v[0] = ahead[r].v[1] = (real)0;
                 idahead[r] = 0;
@@ -1479,8 +1484,8 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
                 real bn = b.z;
                 if (ES_TB_Q) {
                     // The node's own charge term (0 outside the mesh, as its value).
-                    bn = (row_in >> r & 1) && q >= 0 && q < nz
-                             ? bq[q * ms + col + row_at(r) + e]
+                    bn = (row_in >> r & 1) && q >= zlo && q < zhi
+                             ? bq[(q - kbase) * ms + col + row_at(r) + e]
                              : (real)0;
                 }
                 res[r].v[e] = es_table_update(a, b, bn, c.v[e], xm, xp, ym, yp,
@@ -1506,7 +1511,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
         if (q >= c0 && q < c1) {
 #pragma unroll
             for (int r = 0; r < R; ++r)
-                if (row_out >> r & 1) *(es_pair*)(un + q * ms + col + row_at(r)) = v[r];
+                if (row_out >> r & 1) *(es_pair*)(un + (q - kbase) * ms + col + row_at(r)) = v[r];
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
@@ -1532,6 +1537,12 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     }
     double total[2 * IT];
     if (!grid_sums_last_block<2 * IT>(block, partials, ticket, total)) return;
+    if (slot) {
+        // A slab's pass: es_record adds every slab's sums and decides.
+#pragma unroll
+        for (int i = 0; i < 2 * IT; ++i) slot[i] = total[i];
+        return;
+    }
     // A run stops at an even iteration count only, whatever the passes (the CPU engine of
     // the table form, stencil_table.rs, stops at the same counts).
     int flag = 0;

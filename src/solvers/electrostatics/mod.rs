@@ -296,11 +296,12 @@ pub fn engine<T: Real>(
 }
 
 /// The engine for `placement`: one device's, or slabs of z-planes (two halo planes each
-/// side: one exchange per red-black iteration). CPU slabs add their per-plane residual
-/// sums up over all slabs in plane order: the potential, the residual history and the
-/// stopping iteration are those of one engine, bit for bit. CUDA slabs give the one-device
-/// engine's potential bit for bit; their residual sums are added per slab and sweep, so
-/// the history agrees with it to rounding.
+/// side: one exchange per red-black iteration), of either update. CPU slabs add their
+/// per-plane residual sums up over all slabs in plane order: the potential, the residual
+/// history and the stopping iteration are those of one engine, bit for bit. CUDA slabs
+/// give the one-device engine's potential bit for bit; their residual sums are added per
+/// slab and sweep (per call, in the table form), so the history agrees with it to
+/// rounding.
 pub fn engine_placed<T: Real>(
     p: &ElectrostaticsProblem,
     g: &Geometry,
@@ -309,14 +310,6 @@ pub fn engine_placed<T: Real>(
 ) -> Result<Box<dyn Engine<Real = T>>> {
     if placement.is_single() {
         return engine(p, g, placement.first(), restart);
-    }
-    if p.update == Update::Table {
-        return Err(Error::invalid(
-            "electrostatics.update",
-            "table",
-            "decomposed runs (--devices, --subdomains, mpirun) take the classic update for now; \
-             run the table form on one device or on the CPU",
-        ));
     }
     let (v, step, status) = match restart {
         Some(mut r) => (r.take("V")?, r.step, r.status),
@@ -332,6 +325,30 @@ pub fn engine_placed<T: Real>(
     let all = slab_windows(g.counts[2], placement)?;
     let q = p.clone();
     let field_of = move |data| cpu::field_of(&q, "V", data);
+    if p.update == Update::Table {
+        let t = stencil_table::build_or_refuse::<T>(p, g)?;
+        if let Some(gpus) = placement.gpus()? {
+            let build = |k: usize, w| {
+                cuda_blocked::CudaBlocked::on_window(
+                    gpus[k].clone(),
+                    p,
+                    &t,
+                    g.counts,
+                    w,
+                    &v,
+                    step,
+                    status,
+                )
+            };
+            return Ok(Box::new(Distributed::on(placement, all, build, field_of)?));
+        }
+        let build = |_, w| {
+            Ok(stencil_table::CpuTable::on_window(
+                p, &t, g.counts, w, &v, step, status,
+            ))
+        };
+        return Ok(Box::new(Distributed::on(placement, all, build, field_of)?));
+    }
     if let Some(gpus) = placement.gpus()? {
         let build = |k: usize, w| {
             cuda_slab::CudaElectrostaticsSlab::on_window(gpus[k].clone(), p, g, w, &v, step, status)

@@ -20,10 +20,14 @@
 use super::cpu::{self, Shared, axis_coefficients};
 use super::{ElectrostaticsProblem, Geometry, Update};
 use crate::error::{Error, Result};
+use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
+use cudarc::driver::CudaStream;
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Range;
+use std::sync::Arc;
 
 /// Table entries a 16-bit id can index (a GPU's shared memory holds fewer: cuda_blocked.rs).
 pub const MAX_ENTRIES: usize = 1 << 16;
@@ -43,9 +47,21 @@ pub struct StencilTable<T> {
     pub charge: Option<Vec<T>>,
 }
 
-impl<T> StencilTable<T> {
+impl<T: Copy> StencilTable<T> {
     pub fn entries(&self) -> usize {
         self.table.len() / WEIGHTS
+    }
+
+    /// The table with the ids and charge terms of the planes `window`'s buffer holds
+    /// (`ny` rows a plane).
+    pub fn of_window(&self, window: &Window, ny: usize) -> Self {
+        let plane = self.pitch * ny;
+        Self {
+            ids: slab_of(window, &self.ids, plane),
+            table: self.table.clone(),
+            pitch: self.pitch,
+            charge: self.charge.as_ref().map(|c| slab_of(window, c, plane)),
+        }
     }
 }
 
@@ -295,18 +311,21 @@ pub fn build_or_refuse<T: Real>(
     build(p, g).map_err(|why| refusal(p, &format!("this problem has no stencil table: {why}")))
 }
 
-/// One colour's update of plane `k` of `v` (padded layout, `counts` unpadded); its free
-/// interior nodes' (Σ res², Σ V²) in node order. Values outside the mesh read as 0.
+/// One colour's update of grid plane `k` of `v` (padded layout, `counts` unpadded, its
+/// plane 0 the grid's plane `base`, as `t`'s ids); its free interior nodes' (Σ res², Σ V²)
+/// in node order. Values outside the mesh read as 0.
 ///
 /// # Safety
-/// `v` holds the table's layout; no other thread writes plane k's nodes of `colour` or
-/// reads them, nor writes any node of the other colour, meanwhile.
+/// `v` holds the table's layout and the planes k − 1 ..= k + 1 within the mesh; no other
+/// thread writes plane k's nodes of `colour` or reads them, nor writes any node of the
+/// other colour, meanwhile.
 unsafe fn sweep_plane<T: Real>(
     v: Shared<T>,
     t: &StencilTable<T>,
     counts: [usize; 3],
     colour: usize,
     k: usize,
+    base: usize,
 ) -> (f64, f64) {
     let [nx, ny, nz] = counts;
     let (pj, pk) = (t.pitch, t.pitch * ny);
@@ -314,7 +333,7 @@ unsafe fn sweep_plane<T: Real>(
     let at = |n: usize| unsafe { *v.ptr().add(n) };
     let (mut res2, mut v2) = (0.0f64, 0.0f64);
     for j in 0..ny {
-        let row = k * pk + j * pj;
+        let row = (k - base) * pk + j * pj;
         for i in ((colour + j + k) % 2..t.pitch).step_by(2) {
             let n = row + i;
             let nb = [
@@ -361,7 +380,7 @@ pub fn iterate<T: Real>(
             for colour in 0..2 {
                 for k in 0..counts[2] {
                     // SAFETY: one plane at a time, on this thread.
-                    let (r, n) = unsafe { sweep_plane(shared, t, counts, colour, k) };
+                    let (r, n) = unsafe { sweep_plane(shared, t, counts, colour, k, 0) };
                     s[2 * colour] += r;
                     s[2 * colour + 1] += n;
                 }
@@ -373,14 +392,25 @@ pub fn iterate<T: Real>(
 
 /// The CPU engine of the table form (`update = "table"`): the blocked kernel's arithmetic
 /// node for node (its V bit for bit), rayon over z-planes, and its stopping rule: a run
-/// stops at an even iteration count only.
+/// stops at an even iteration count only. On a slab of a decomposed run (two halo planes
+/// each side) an iteration is red over the owned planes and one beyond each end, then
+/// black over the owned ones, as the classic CPU engine's; its per-plane sums, added in
+/// plane order over all slabs, give the one-slab engine's bit for bit.
 pub struct CpuTable<T> {
     p: ElectrostaticsProblem,
     counts: [usize; 3],
+    /// The ids (and charge terms) of the window's planes.
     t: StencilTable<T>,
+    window: Window,
     v: Vec<T>,
     it: Iterations,
+    /// Per owned plane of the iteration being computed: Σ res², Σ V² of its red nodes,
+    /// then of its black ones.
+    partial: Vec<f64>,
 }
+
+/// Sums kept per plane (see `CpuTable::partial`).
+const PER_PLANE: usize = 4;
 
 impl<T: Real> CpuTable<T> {
     pub fn new(
@@ -393,25 +423,49 @@ impl<T: Real> CpuTable<T> {
             Some(mut r) => (r.take("V")?, r.step, r.status),
             None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
         };
-        Ok(Self {
-            v: pad(&v0, g.counts, t.pitch),
-            p: p.clone(),
-            counts: g.counts,
-            t,
-            it: Iterations::new(step, status),
-        })
+        let window = Window::whole(g.counts[2], false);
+        Ok(Self::on_window(p, &t, g.counts, window, &v0, step, status))
     }
 
-    /// One colour's sweep: per plane, (Σ res², Σ V²) of its free interior nodes in node
-    /// order.
-    fn sweep(&mut self, colour: usize) -> Vec<(f64, f64)> {
-        let (t, counts) = (&self.t, self.counts);
+    /// An engine for the z-planes `window` owns, with the whole mesh's table `t`, from the
+    /// whole potential `v` (unpadded) after `step` iterations in `status`.
+    pub fn on_window(
+        p: &ElectrostaticsProblem,
+        t: &StencilTable<T>,
+        counts: [usize; 3],
+        window: Window,
+        v: &[T],
+        step: u64,
+        status: Status,
+    ) -> Self {
+        let [nx, ny, _] = counts;
+        let padded = pad(
+            &slab_of(&window, v, nx * ny),
+            [nx, ny, window.rows],
+            t.pitch,
+        );
+        Self {
+            v: padded,
+            t: t.of_window(&window, counts[1]),
+            p: p.clone(),
+            counts,
+            it: Iterations::new(step, status),
+            partial: vec![0.0; PER_PLANE * window.own.len()],
+            window,
+        }
+    }
+
+    /// One colour's sweep over the grid planes `planes`: per plane, (Σ res², Σ V²) of its
+    /// free interior nodes in node order.
+    fn sweep(&mut self, colour: usize, planes: Range<usize>) -> Vec<(f64, f64)> {
+        let (t, counts, base) = (&self.t, self.counts, self.window.base as usize);
         let v = Shared(self.v.as_mut_ptr());
-        (0..counts[2])
+        planes
             .into_par_iter()
             // SAFETY: each thread updates its own planes' nodes of `colour` and reads
-            // only nodes of the other colour besides them (red-black colouring).
-            .map(|k| unsafe { sweep_plane(v, t, counts, colour, k) })
+            // only nodes of the other colour besides them (red-black colouring); the
+            // window holds one plane beyond every swept one within the mesh.
+            .map(|k| unsafe { sweep_plane(v, t, counts, colour, k, base) })
             .collect()
     }
 }
@@ -424,12 +478,9 @@ impl<T: Real> Engine for CpuTable<T> {
             if !self.it.running() {
                 break;
             }
-            let add = |s: Vec<(f64, f64)>| s.iter().fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
-            let (red, black) = (add(self.sweep(0)), add(self.sweep(1)));
-            let (res, norm) = ((red.0 + black.0).sqrt(), (red.1 + black.1).sqrt());
-            let rel = if norm > 0.0 { res / norm } else { res };
-            let even = (self.it.steps + 1).is_multiple_of(2);
-            self.it.record_where(rel, self.p.tolerance, even);
+            self.compute(1, self.window.own.clone(), None)?;
+            let totals = row_totals(&self.take_partial(), PER_PLANE);
+            self.record_total(&totals);
         }
         Ok(())
     }
@@ -439,11 +490,8 @@ impl<T: Real> Engine for CpuTable<T> {
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {
-        Ok(cpu::field_of(
-            &self.p,
-            "V",
-            unpad(&self.v, self.counts, self.t.pitch),
-        ))
+        let data = self.owned()?;
+        Ok(cpu::field_of(&self.p, "V", data))
     }
 
     fn describe(&self) -> Option<String> {
@@ -451,6 +499,79 @@ impl<T: Real> Engine for CpuTable<T> {
             "table form ({} stencils), rayon over z-planes",
             self.t.entries()
         ))
+    }
+}
+
+impl<T: Real> Subdomain for CpuTable<T> {
+    fn window(&self) -> &Window {
+        &self.window
+    }
+    fn row_len(&self) -> usize {
+        self.t.pitch * self.counts[1]
+    }
+    fn field(&mut self) -> Rows<'_, T> {
+        Rows::Host(&mut self.v)
+    }
+    fn steps_per_exchange(&self) -> u64 {
+        1
+    }
+    /// One red-black iteration of the owned planes `rows`: red over them and one plane
+    /// beyond each end, black over them (see the classic CPU engine's `compute`).
+    fn compute(
+        &mut self,
+        steps: u64,
+        rows: Range<usize>,
+        _: Option<&Arc<CudaStream>>,
+    ) -> Result<()> {
+        assert_eq!(
+            steps, 1,
+            "the table form takes one iteration between exchanges"
+        );
+        if !self.it.running() {
+            return Ok(());
+        }
+        let red = super::red_planes(&self.window, &rows);
+        let reds = self.sweep(0, red.clone());
+        let blacks = self.sweep(1, rows.clone());
+        let own = self.window.own.start;
+        for (o, k) in rows.enumerate() {
+            let (r, b) = (reds[k - red.start], blacks[o]);
+            let at = PER_PLANE * (k - own);
+            self.partial[at..at + PER_PLANE].copy_from_slice(&[r.0, r.1, b.0, b.1]);
+        }
+        Ok(())
+    }
+    fn commit(&mut self, _steps: u64) {}
+    fn owned_row_len(&self) -> usize {
+        self.counts[0] * self.counts[1]
+    }
+    fn owned(&mut self) -> Result<Vec<T>> {
+        let plane = self.row_len();
+        let own = self.window.own_in_buffer();
+        Ok(unpad(
+            &self.v[own.start * plane..own.end * plane],
+            self.counts,
+            self.t.pitch,
+        ))
+    }
+    fn partials(&mut self) -> Partials {
+        Partials::Host { per_row: PER_PLANE }
+    }
+    fn take_partial(&mut self) -> Vec<f64> {
+        let zeros = vec![0.0; self.partial.len()];
+        std::mem::replace(&mut self.partial, zeros)
+    }
+    fn record_total(&mut self, t: &[f64]) {
+        if self.it.running() {
+            // Red's sums, then black's, as the blocked kernel adds them.
+            let (res, norm) = ((t[0] + t[2]).sqrt(), (t[1] + t[3]).sqrt());
+            let rel = if norm > 0.0 { res / norm } else { res };
+            let even = (self.it.steps + 1).is_multiple_of(2);
+            self.it.record_where(rel, self.p.tolerance, even);
+        }
+    }
+    fn running(&self) -> bool {
+        self.it.running()
     }
 }
 

@@ -238,7 +238,8 @@ fn table_slabs_equal_one_engine<T: Real>(
         if tolerance > 0.0 {
             assert_eq!((one.2, one.3), (32, Status::Converged));
         }
-        let cpu_slabs = [2, 3, 4, 6].map(|n| (format!("{n} CPU slabs"), common::on(&cpu, n)));
+        // Halos of four planes: 19 planes take at most 4 slabs.
+        let cpu_slabs = [2, 3, 4].map(|n| (format!("{n} CPU slabs"), common::on(&cpu, n)));
         for (name, placement) in &cpu_slabs {
             let (v, r, steps, status) = run::<T>(&p, placement, None, 40);
             assert!(common::same_bits(&one.0, &v), "{name}: V");
@@ -267,9 +268,10 @@ fn table_form_slabs_equal_its_one_engine() {
 
 #[test]
 fn table_form_cuda_slabs_equal_its_one_engine() {
-    let Some(placements) = slabs_on_one_gpu("electrostatics table-form CUDA slabs") else {
+    let Some(mut placements) = slabs_on_one_gpu("electrostatics table-form CUDA slabs") else {
         return;
     };
+    placements.retain(|(name, _)| !name.starts_with('6'));
     table_slabs_equal_one_engine::<f64>(DEVICE, Some(&placements), 1e-9);
     table_slabs_equal_one_engine::<f32>(DEVICE, Some(&placements), 1e-4);
     table_slabs_equal_one_engine::<f64>(POISSON, Some(&placements), 1e-9);

@@ -92,12 +92,14 @@ fn same_files(dir: &Path, a: &str, b: &str) {
 fn ranks_write_what_one_process_writes() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    let es_table = table_form(ELECTROSTATICS);
     for (name, problem) in [
         ("adv", ADVECTION),
         ("heat", HEAT),
         ("heat2d", HEAT_2D),
         ("jacobi", JACOBI),
         ("es", ELECTROSTATICS),
+        ("es-table", es_table.as_str()),
         ("nbody", NBODY),
     ] {
         let file = format!("{name}.toml");
@@ -387,6 +389,7 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
         z = { range = [0.0, 1.0], cells = 16 }\nvoltages = [1.0, 0.0]\npermittivities = [4.0]\n\
         tolerance = 1e-9\nmax_iterations = 3000\nelectrode_ids = \"eid.npy\"\n\
         dielectric_ids = \"did.npy\"\ncharge_density = { file = \"rho.npy\" }\n";
+    let rho_table = table_form(rho);
     for (name, problem) in [
         ("adv", ADVECTION),
         ("adv-file", from_files.as_str()),
@@ -395,6 +398,7 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
         ("heat", HEAT),
         ("es", ELECTROSTATICS),
         ("es-rho", rho),
+        ("es-rho-table", rho_table.as_str()),
     ] {
         std::fs::write(d.join(format!("{name}.toml")), problem).unwrap();
     }
@@ -408,6 +412,16 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
     pieces_equal_whole(d, "es", "V", 3, ("pvtr", 2), false);
     pieces_equal_whole(d, "es-rho", "V", 2, ("pvtr", 2), false);
     pieces_equal_whole(d, "es-file", "V", 3, ("pvtr", 2), false);
+    // The table form's slabs (halos of four planes) from their ranks' planes alone.
+    pieces_equal_whole(d, "es-rho-table", "V", 2, ("pvtr", 2), false);
+}
+
+/// `problem` with the table form of the electrostatics update.
+fn table_form(problem: &str) -> String {
+    problem.replace(
+        "[electrostatics]\n",
+        "[electrostatics]\nupdate = \"table\"\n",
+    )
 }
 
 #[test]

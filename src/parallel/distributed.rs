@@ -72,6 +72,12 @@ pub trait Subdomain: Engine {
     fn field(&mut self) -> Rows<'_, Self::Real>;
     /// Steps one exchange of the halo serves.
     fn steps_per_exchange(&self) -> u64;
+    /// Steps of the next pass, `left` to go and `every` the most one exchange serves:
+    /// `every` while that many are left (a slab whose passes must start at counts that
+    /// are multiples of their length takes single steps until they do).
+    fn steps_next(&self, left: u64, every: u64) -> u64 {
+        if left >= every { every } else { 1 }
+    }
     /// A device slab's bands run on its main stream ahead of the interior, not beside it
     /// on a stream of their own (`KEISAN_BANDS` overrides).
     fn bands_first(&self) -> bool {
@@ -1015,7 +1021,7 @@ impl<S: Subdomain> Engine for Distributed<S> {
     fn advance(&mut self, steps: u64) -> Result<()> {
         let mut left = steps;
         while left > 0 {
-            let k = if left >= self.every { self.every } else { 1 };
+            let k = self.parts[0].steps_next(left, self.every);
             if self.sync.is_some() {
                 let (queued, waited) = (std::time::Instant::now(), self.trace_waits());
                 if let Some(h) = &mut self.host_trace {

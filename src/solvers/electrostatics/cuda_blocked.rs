@@ -7,14 +7,14 @@
 //! last bits (the table's weights are rounded once); it equals [`stencil_table::iterate`]'s
 //! bit for bit.
 //!
-//! On a slab of a decomposed run (two halo planes each side) a pass is one iteration
-//! (`ES_TB_T` = 2 levels: red, then black) of the owned planes a compute call names, from
-//! the buffer's halo as the neighbours last sent it: red is computed one plane beyond
-//! each end from the halo's values, as their owner computes it, so the black planes next
-//! to the halo read this iteration's red without a second exchange. The bands and the
-//! interior read one buffer and write the other, so they run side by side. V equals the
-//! one-device engine's bit for bit; each call's (res², V²) lands in a ring that es_record
-//! adds up over the slabs, stopping at even counts only.
+//! On a slab of a decomposed run (four halo planes each side) a pass is two iterations of
+//! the owned planes a compute call names (one, to reach an even count), from the buffer's
+//! halo as the neighbours last sent it: the wavefront's levels start four planes below the
+//! first output plane and end three above the last, computing there what the neighbours
+//! compute, so one exchange serves two iterations. The bands and the interior read one
+//! buffer and write the other, so they run side by side. V equals the one-device engine's
+//! bit for bit; each call's (res², V²) per iteration lands in a ring that es_record adds
+//! up over the slabs, stopping at even counts only, which end passes.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -90,9 +90,9 @@ pub struct CudaBlocked<T: Real> {
     chunk: usize,
     /// The buffer the next pass reads.
     input: usize,
-    /// Iterations done when the engine was made (its state then in buffer 0).
-    start: u64,
     launched: u64,
+    /// A slab's iterations recorded (es_record queued).
+    recorded: u64,
     reported: u64,
     calls: usize,
 }
@@ -218,8 +218,8 @@ impl<T: Real> CudaBlocked<T> {
             record,
             chunk,
             input: 0,
-            start: step,
             launched: step,
+            recorded: step,
             reported: step,
             calls: 0,
             counts,
@@ -282,18 +282,21 @@ impl<T: Real> CudaBlocked<T> {
         l.arg(&nz).arg(&ny).arg(&px).arg(&chunk);
         l.arg(&kbase).arg(&zlo).arg(&zhi).arg(&zfirst).arg(&zend);
         l.arg(&tol).arg(&iteration);
+        let slot_step = PER_STEP as i32;
         l.arg(partials)
             .arg(ticket)
             .arg(&mut self.ctl)
             .arg(&mut self.hist)
             .arg(&hist_len)
             .arg(&out_buf)
-            .arg(&slot);
+            .arg(&slot)
+            .arg(&slot_step);
         // SAFETY: es_blocked's parameters in order: both buffers hold pitch·ny values for
         // each of the window's planes, ids as many 16-bit ids, the charge terms as many
         // values (or 1, unread), the table `entries` entries of 8 values, partials 4
         // values per block of the largest grid, ctl 3 counters, hist HISTORY values, slot
-        // (when not 0) two values per iteration of the ring; the pass reads planes
+        // (when not 0) two values in each of the pass's iterations' steps of the ring (a
+        // pass of two starts at an even step, so its second does not wrap); the pass reads planes
         // zlo..zhi (those the buffers hold, within the mesh) and writes `planes` (owned);
         // all live as long as the engine.
         unsafe { l.launch(cfg) }?;
@@ -309,16 +312,11 @@ impl<T: Real> CudaBlocked<T> {
         Ok(())
     }
 
-    /// The buffer holding the state after the iterations the device has done: on the
-    /// whole mesh the last pass that ran wrote its output buffer in ctl[2] (0, where the
-    /// start is, before any; passes queued after a stop return at once); a slab's passes
-    /// are one iteration each.
+    /// The buffer holding the state after the iterations the device has done: the last
+    /// pass that ran wrote its output buffer in ctl[2] (0, where the start is, before
+    /// any; passes queued after a stop return at once).
     fn current(&self) -> Result<usize> {
-        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
-        Ok(match self.is_slab() {
-            true => ((ctl[0] - self.start) % 2) as usize,
-            false => ctl[2] as usize,
-        })
+        Ok(self.gpu.stream.clone_dtoh(&self.ctl)?[2] as usize)
     }
 
     fn slot(&self, call: usize) -> u64 {
@@ -355,11 +353,11 @@ impl<T: Real> Engine for CudaBlocked<T> {
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
         let d = Diagnostics::from_ctl(&self.gpu, &self.ctl, &self.hist, &mut self.reported)?;
-        // Passes queued after a stop returned at once: the device count is the truth.
+        // Passes queued after a stop returned at once: the device's count and buffer are
+        // the truth.
         self.launched = d.steps;
-        if self.is_slab() {
-            self.input = ((d.steps - self.start) % 2) as usize;
-        }
+        self.recorded = d.steps;
+        self.input = self.current()?;
         Ok(d)
     }
 
@@ -408,18 +406,26 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         }
     }
     fn steps_per_exchange(&self) -> u64 {
-        1
+        2
     }
-    /// One iteration of the owned planes `rows` into the other buffer.
+    /// Passes of two start at even counts (where a run may stop), as on one device.
+    fn steps_next(&self, left: u64, every: u64) -> u64 {
+        if left >= every && self.launched.is_multiple_of(every) {
+            every
+        } else {
+            1
+        }
+    }
+    /// `steps` (1 or 2) iterations of the owned planes `rows` into the other buffer.
     fn compute(
         &mut self,
         steps: u64,
         rows: Range<usize>,
         stream: Option<&Arc<CudaStream>>,
     ) -> Result<()> {
-        assert_eq!(
-            steps, 1,
-            "a table-form slab takes one iteration between exchanges"
+        assert!(
+            steps == 1 || (steps == 2 && self.launched.is_multiple_of(2)),
+            "a table-form slab takes one iteration, or two from an even count, between exchanges"
         );
         let call = self.calls;
         assert!(call < CALLS, "at most {CALLS} compute calls per iteration");
@@ -427,7 +433,7 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         let main = self.gpu.stream.clone();
         let stream = stream.unwrap_or(&main).clone();
         let slot = self.slot(call);
-        self.launch(1, rows, slot, call, &stream)
+        self.launch(steps, rows, slot, call, &stream)
     }
     fn commit(&mut self, steps: u64) {
         self.launched += steps;
@@ -463,18 +469,22 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let record = self.record.as_ref().expect("a slab");
-        let k = self.launched - 1;
         let (count, per_step, ring) = (count as i32, PER_STEP as i32, ring_steps as u32);
         let (hist_len, every) = (HISTORY as u32, 2u32);
-        let mut l = stream.launch_builder(record);
-        l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
-        l.arg(&self.p.tolerance)
-            .arg(&self.ctl)
-            .arg(&self.hist)
-            .arg(&hist_len)
-            .arg(&every);
-        // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP values.
-        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        // Every iteration queued since the last call, in order (a pass may take two).
+        for k in self.recorded..self.launched {
+            let mut l = stream.launch_builder(record);
+            l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
+            l.arg(&self.p.tolerance)
+                .arg(&self.ctl)
+                .arg(&self.hist)
+                .arg(&hist_len)
+                .arg(&every);
+            // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP
+            // values.
+            unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+        }
+        self.recorded = self.launched;
         Ok(())
     }
 }

@@ -1346,7 +1346,9 @@ es_staged(ES_SWEEP_PARAMS) {
 // output nodes (ids from ES_TB_FIRST_FREE) go to the grid's sums; the last block records
 // the pass's iterations: ctl[0] = iterations done, ctl[1] = stop flag (set at even counts
 // only), ctl[2] = the buffer holding the state (out_buf). 29 instructions per update at 512³ f32
-// (docs/PERFORMANCE.md).
+// (docs/PERFORMANCE.md). On a slab (cuda_blocked.rs) the buffers hold the grid planes
+// zlo..zhi from plane kbase (others read as 0), a launch outputs the planes zfirst..zend,
+// and its sums go to `slot` for es_record, which decides.
 #if defined(ES_TB_T) && (!defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_blocked))
 #ifndef ES_TB_R
 #define ES_TB_R 4
@@ -1383,7 +1385,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
                int kbase, int zlo, int zhi, int zfirst, int zend, double tol, u64 iteration,
                double* __restrict__ partials, unsigned int* __restrict__ ticket,
                u64* __restrict__ ctl, double* __restrict__ hist, unsigned hist_len,
-               int out_buf, double* __restrict__ slot) {
+               int out_buf, double* __restrict__ slot, int slot_step) {
     constexpr int T = ES_TB_T, R = ES_TB_R, W = ES_TB_W, V = 2, IT = T / 2;
     static_assert(T % 2 == 0 && R % 2 == 0, "even levels and rows");
     constexpr int HX = (T + V - 1) / V * V;
@@ -1538,9 +1540,14 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     double total[2 * IT];
     if (!grid_sums_last_block<2 * IT>(block, partials, ticket, total)) return;
     if (slot) {
-        // A slab's pass: es_record adds every slab's sums and decides.
+        // A slab's pass: es_record adds every slab's sums and decides; iteration i's
+        // (res², V²) at slot + i·slot_step.
 #pragma unroll
-        for (int i = 0; i < 2 * IT; ++i) slot[i] = total[i];
+        for (int i = 0; i < IT; ++i) {
+            slot[i * slot_step] = total[2 * i];
+            slot[i * slot_step + 1] = total[2 * i + 1];
+        }
+        ctl[2] = (u64)out_buf;
         return;
     }
     // A run stops at an even iteration count only, whatever the passes (the CPU engine of

@@ -322,7 +322,7 @@ pub fn engine_placed<T: Real>(
             p.points()
         )));
     }
-    let all = slab_windows(g.counts[2], placement)?;
+    let all = slab_windows(g.counts[2], placement, p.update)?;
     let q = p.clone();
     let field_of = move |data| cpu::field_of(&q, "V", data);
     if p.update == Update::Table {
@@ -360,9 +360,18 @@ pub fn engine_placed<T: Real>(
 }
 
 /// The slabs of `nz` z-planes over `placement`: two halo planes each side (one exchange
-/// per red-black iteration).
-pub(crate) fn slab_windows(nz: usize, placement: &Placement) -> Result<Vec<Window>> {
-    windows(nz, placement.total(), 2, false, "--subdomains")
+/// per red-black iteration), four in the table form (whose GPU slabs take two iterations
+/// per exchange).
+pub(crate) fn slab_windows(
+    nz: usize,
+    placement: &Placement,
+    update: Update,
+) -> Result<Vec<Window>> {
+    let halo = match update {
+        Update::Classic => 2,
+        Update::Table => 4,
+    };
+    windows(nz, placement.total(), halo, false, "--subdomains")
 }
 
 /// The planes a slab's red sweep covers for its black sweep over `rows`: those and one
@@ -517,10 +526,11 @@ pub enum Update {
     #[default]
     Classic,
     /// From a table of each distinct stencil's weights made once (stencil_table.rs): on a
-    /// GPU passes of two iterations (the blocked kernel), on the CPU the same arithmetic.
-    /// One device or the CPU; on a GPU at most about 5700 distinct stencils in f32, 1500
-    /// in f64 (the table sits in shared memory). V differs from the classic form's in the last bits; a run stops at
-    /// an even iteration count.
+    /// GPU passes of two iterations (the blocked kernel), on the CPU the same arithmetic;
+    /// decomposed too (slabs with halos of four planes: two iterations per exchange on
+    /// GPUs). On a GPU at most about 5700 distinct stencils in f32, 1500 in f64 (the
+    /// table sits in shared memory). V differs from the classic form's in the last bits;
+    /// a run stops at an even iteration count.
     Table,
 }
 

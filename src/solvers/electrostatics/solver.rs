@@ -94,7 +94,7 @@ fn held_planes<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Opt
         return Ok(None);
     }
     let nz = p.counts()[2];
-    let mine = &super::slab_windows(nz, cx.placement)?[w.rank];
+    let mine = &super::slab_windows(nz, cx.placement, p.update)?[w.rank];
     let mut held = vec![false; nz];
     for l in 0..mine.rows {
         held[mine.grid_row(l)] = true;

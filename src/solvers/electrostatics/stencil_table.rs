@@ -136,8 +136,10 @@ pub fn build<T: Real>(
             | (axes[2].0[k] as u128) << 104
     };
     let free_interior = |n: usize| g.id_volt[n] == 0;
+    // Under mpirun a rank may hold only its slab's planes of the geometry (g.held).
     let keys: BTreeSet<u128> = (1..nz.saturating_sub(1))
         .into_par_iter()
+        .filter(|&k| g.holds(k))
         .map(|k| {
             let mut set = BTreeSet::new();
             for j in 1..ny - 1 {
@@ -204,6 +206,7 @@ pub fn build<T: Real>(
     let mut ids = vec![0u16; pitch * ny * nz];
     ids.par_chunks_mut(pitch * ny)
         .enumerate()
+        .filter(|(k, _)| g.holds(*k))
         .for_each(|(k, plane)| {
             for j in 0..ny {
                 for i in 0..nx {
@@ -234,6 +237,7 @@ pub fn build<T: Real>(
         let mut b = vec![T::zero(); ids.len()];
         b.par_chunks_mut(pitch * ny)
             .enumerate()
+            .filter(|(k, _)| g.holds(*k))
             .for_each(|(k, plane)| {
                 for j in 0..ny {
                     for i in 0..nx {

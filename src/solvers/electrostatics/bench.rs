@@ -162,7 +162,8 @@ pub fn run(device: &Device, args: &clap::ArgMatches) -> Result<Report> {
             .filter(|&k| only.is_none_or(|o| o == k))
             .map(Some)
             .collect(),
-        Device::Cpu { .. } => vec![None],
+        // The CPU engine of the classic update, or with `--kernel blocked` of the table form.
+        Device::Cpu { .. } => vec![only.filter(|&k| k == SweepKernel::Blocked)],
     };
     let mut cases = Vec::new();
     for kernel in kernels {
@@ -240,6 +241,11 @@ fn case<T: Real>(
                 let (s, bits) = (c.launch_summary()?, c.class_bits());
                 (Box::new(c), s, bits)
             }
+            Device::Cpu { .. } if kernel == Some(SweepKernel::Blocked) => {
+                let c = super::stencil_table::CpuTable::<T>::new(p, &g, None)?;
+                let s = crate::run::Engine::describe(&c).unwrap_or_default();
+                (Box::new(c), s, 8)
+            }
             Device::Cpu { .. } => (
                 super::engine::<T>(p, &g, device, None)?,
                 "rayon over z-planes".into(),
@@ -259,7 +265,11 @@ fn case<T: Real>(
         precision: T::PRECISION.to_string(),
         nodes,
         iterations: p.max_iterations,
-        kernel: kernel.map_or("cpu", SweepKernel::name).into(),
+        kernel: match (device, kernel) {
+            (Device::Cpu { .. }, Some(_)) => "cpu (table form)",
+            (_, k) => k.map_or("cpu", SweepKernel::name),
+        }
+        .into(),
         seconds,
         gnodes_per_s: rate * 1e-9,
         bytes_per_node,

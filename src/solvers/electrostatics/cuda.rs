@@ -18,7 +18,7 @@ use crate::device::cuda::{Gpu, KernelArgs, KernelSource, launch_with_args};
 use crate::error::{Error, Result};
 use crate::parallel::{Window, slab_of};
 use crate::precision::Real;
-use crate::run::{Diagnostics, Engine, Field, Restart, Status};
+use crate::run::{Diagnostics, Engine, Field, Restart};
 
 pub const KERNELS: KernelSource = KernelSource {
     name: "electrostatics/kernels.cu",
@@ -574,10 +574,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let faces_cfg = (free_faces && !sweep_faces).then(|| faces_config(g.counts, &(0..nz)));
         let blocks = (cfg.grid_dim.0 * cfg.grid_dim.1 * cfg.grid_dim.2) as usize;
         let s = &gpu.stream;
-        let (v0, step, status) = match restart {
-            Some(mut r) => (r.take("V")?, r.step, r.status),
-            None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
-        };
+        let (v0, step, status) = cpu::starting_state(g, restart)?;
         let coefficients = upload_coefficients(s, p)?;
         let flag = status.device_flag();
         let upload = |parts: &[Vec<T>; 2]| -> Result<[CudaSlice<T>; 2]> {

@@ -116,10 +116,7 @@ impl<T: Real> CudaBlocked<T> {
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
         let table: StencilTable<T> = stencil_table::build_or_refuse(p, g)?;
-        let (v0, step, status) = match restart {
-            Some(mut r) => (r.take("V")?, r.step, r.status),
-            None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
-        };
+        let (v0, step, status) = cpu::starting_state(g, restart)?;
         let window = Window::whole(g.counts[2], false);
         Self::on_window(gpu, p, &table, g.counts, window, &v0, step, status)
     }
@@ -367,13 +364,11 @@ impl<T: Real> Engine for CudaBlocked<T> {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        let d = Diagnostics::from_ctl(&self.gpu, &self.ctl, &self.hist, &mut self.reported)?;
+        let ctl = self.gpu.stream.clone_dtoh(&self.ctl)?;
         // Passes queued after a stop returned at once: the device's count and buffer are
         // the truth.
-        self.launched = d.steps;
-        self.recorded = d.steps;
-        self.input = self.current()?;
-        Ok(d)
+        (self.launched, self.recorded, self.input) = (ctl[0], ctl[0], ctl[2] as usize);
+        Diagnostics::from_device(&self.gpu, ctl[0], ctl[1], &self.hist, &mut self.reported)
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

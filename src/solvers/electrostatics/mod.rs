@@ -31,7 +31,7 @@ use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
 use crate::parallel::{Distributed, Window, windows};
 use crate::precision::{Precision, Real};
-use crate::run::{Engine, Restart, Status};
+use crate::run::{Engine, Restart};
 
 /// The CUDA sweep's launch shape: threads per block in x (compact columns of a colour, a
 /// multiple of 32: a warp walks one row) and y (rows), and z-planes each block walks
@@ -268,35 +268,29 @@ pub fn engine<T: Real>(
     device: &Device,
     restart: Option<Restart<T>>,
 ) -> Result<Box<dyn Engine<Real = T>>> {
-    if p.update == Update::Table {
-        return Ok(match device {
-            Device::Cpu { .. } => Box::new(stencil_table::CpuTable::new(p, g, restart)?),
-            Device::Cuda(gpu) => {
-                Box::new(cuda_blocked::CudaBlocked::new(gpu.clone(), p, g, restart)?)
-            }
-        });
-    }
     Ok(match device {
+        Device::Cpu { .. } if p.update == Update::Table => {
+            Box::new(stencil_table::CpuTable::new(p, g, restart)?)
+        }
         Device::Cpu { .. } => Box::new(cpu::CpuElectrostatics::new(p, g.clone(), restart)?),
         Device::Cuda(gpu) => {
-            let launch = Launch::from_env()?;
-            if launch.kernel == Some(SweepKernel::Blocked) {
-                Box::new(cuda_blocked::CudaBlocked::new(gpu.clone(), p, g, restart)?)
-            } else {
-                Box::new(cuda::CudaElectrostatics::new(
-                    gpu.clone(),
-                    p,
-                    g,
-                    restart,
-                    launch,
-                )?)
+            // The table form, or the tuning knob's blocked kernel on a classic problem.
+            let launch = match p.update {
+                Update::Table => None,
+                Update::Classic => Some(Launch::from_env()?),
+            };
+            match launch {
+                Some(l) if l.kernel != Some(SweepKernel::Blocked) => Box::new(
+                    cuda::CudaElectrostatics::new(gpu.clone(), p, g, restart, l)?,
+                ),
+                _ => Box::new(cuda_blocked::CudaBlocked::new(gpu.clone(), p, g, restart)?),
             }
         }
     })
 }
 
-/// The engine for `placement`: one device's, or slabs of z-planes (two halo planes each
-/// side: one exchange per red-black iteration), of either update. CPU slabs add their
+/// The engine for `placement`: one device's, or slabs of z-planes (halos of two planes,
+/// four in the table form: `slab_windows`), of either update. CPU slabs add their
 /// per-plane residual sums up over all slabs in plane order: the potential, the residual
 /// history and the stopping iteration are those of one engine, bit for bit. CUDA slabs
 /// give the one-device engine's potential bit for bit; their residual sums are added per
@@ -311,10 +305,7 @@ pub fn engine_placed<T: Real>(
     if placement.is_single() {
         return engine(p, g, placement.first(), restart);
     }
-    let (v, step, status) = match restart {
-        Some(mut r) => (r.take("V")?, r.step, r.status),
-        None => (cpu::initial_potential(g)?, 0, Status::Running),
-    };
+    let (v, step, status) = cpu::starting_state(g, restart)?;
     if v.len() != p.points() {
         return Err(Error::Parse(format!(
             "the checkpoint's V holds {} values; the mesh has {}",

@@ -471,8 +471,8 @@ pub fn iterate<T: Real>(
 
 /// The CPU engine of the table form (`update = "table"`): the blocked kernel's arithmetic
 /// node for node (its V bit for bit), rayon over z-planes, and its stopping rule: a run
-/// stops at an even iteration count only. On a slab of a decomposed run (two halo planes
-/// each side) an iteration is red over the owned planes and one beyond each end, then
+/// stops at an even iteration count only. On a slab of a decomposed run (halos of four
+/// planes; it needs two) an iteration is red over the owned planes and one beyond each end, then
 /// black over the owned ones, as the classic CPU engine's; its per-plane sums, added in
 /// plane order over all slabs, give the one-slab engine's bit for bit.
 pub struct CpuTable<T> {
@@ -495,10 +495,7 @@ impl<T: Real> CpuTable<T> {
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
         let t = build_or_refuse::<T>(p, g)?;
-        let (v0, step, status) = match restart {
-            Some(mut r) => (r.take("V")?, r.step, r.status),
-            None => (cpu::initial_potential::<T>(g)?, 0, Status::Running),
-        };
+        let (v0, step, status) = cpu::starting_state(g, restart)?;
         let window = Window::whole(g.counts[2], false);
         Ok(Self::on_window(p, &t, g.counts, window, &v0, step, status))
     }

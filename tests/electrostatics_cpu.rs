@@ -509,3 +509,88 @@ fn bad_charge_and_id_files_are_named() {
         rejects(&body, &needles);
     }
 }
+
+/// The mesh lines of `cells` uniform cells along x, y and z.
+fn cube(cells: usize) -> [String; 3] {
+    ["x", "y", "z"].map(|a| format!("{a} = {{ range = [0.0, 1.0], cells = {cells} }}"))
+}
+
+/// A problem in f32 on the mesh `axes` (plates at x = 0 and 1, a dielectric slab), 4
+/// iterations, with `extra` lines in its `[electrostatics]` table: its summary and
+/// what keisan said.
+fn run_large(axes: &[String; 3], extra: &str) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let [x, y, z] = axes;
+    let toml = format!(
+        "solver = \"electrostatics\"\nprecision = \"f32\"\n[electrostatics]\n{extra}\n\
+         {x}\n{y}\n{z}\n\
+         permittivities = [4.0]\nmax_iterations = 4\n\
+         [electrostatics.faces]\nx_min = 1.0\nx_max = 0.0\n\
+         [[electrostatics.shapes]]\nkind = \"box\"\nmin = [0.3, 0.0, 0.0]\n\
+         max = [0.6, 1.0, 1.0]\ndielectric = 1\n"
+    );
+    std::fs::write(dir.path().join("p.toml"), toml).unwrap();
+    let o = Command::new(keisan_bin())
+        .current_dir(dir.path())
+        .args(["run", "p.toml", "--backend", "cpu", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    (serde_json::from_slice(&o.stdout).unwrap(), err)
+}
+
+/// `update = "auto"` (the default) takes the table form from 2²⁴ nodes (256³), where it
+/// measured faster, and says so; the classic below that, silently, and where asked.
+#[test]
+fn auto_takes_the_table_form_on_large_meshes_and_says_so() {
+    let (s, err) = run_large(&cube(255), "");
+    assert_eq!(s["results"]["update"], "table", "{s}");
+    assert_eq!(s["results"]["update_chosen"], true, "{s}");
+    assert!(
+        err.contains("update = \"table\" for this mesh of 256 × 256 × 256 nodes"),
+        "{err}"
+    );
+    assert!(
+        s["layout"]["kernel"]
+            .as_str()
+            .unwrap()
+            .contains("table form"),
+        "{s}"
+    );
+
+    let (s, err) = run_large(&cube(255), "update = \"classic\"");
+    assert_eq!(s["results"]["update"], "classic", "{s}");
+    assert_eq!(s["results"]["update_chosen"], false, "{s}");
+    assert!(!err.contains("update ="), "{err}");
+
+    let (s, err) = run_large(&cube(254), "");
+    assert_eq!(s["results"]["update"], "classic", "{s}");
+    assert_eq!(s["results"]["update_chosen"], true, "{s}");
+    assert!(!err.contains("update ="), "{err}");
+}
+
+/// On a mesh whose spacings differ from node to node along x and y, the stencils are
+/// more than a GPU's table holds: "auto" takes the classic update and says why.
+#[test]
+fn auto_keeps_the_classic_update_where_the_table_would_not_fit() {
+    // 255 cells along x and y over [0, 1], of growing widths: every node its own spacings.
+    let graded = |a: &str| {
+        let b: Vec<String> = (0..=255)
+            .map(|i| {
+                let at = |i: f64| i + 0.002 * i * i;
+                format!("{:.12}", at(i as f64) / at(255.0))
+            })
+            .collect();
+        format!(
+            "{a} = {{ breakpoints = [{}], divisions = [{}] }}",
+            b.join(", "),
+            vec!["1"; 255].join(", ")
+        )
+    };
+    let [_, _, z] = cube(255);
+    let (s, err) = run_large(&[graded("x"), graded("y"), z], "");
+    assert_eq!(s["results"]["update"], "classic", "{s}");
+    assert!(err.contains("update = \"classic\""), "{err}");
+    assert!(err.contains("distinct stencils"), "{err}");
+}

@@ -416,6 +416,63 @@ fn per_rank_pieces_put_together_are_the_whole_field() {
     pieces_equal_whole(d, "es-rho-table", "V", 2, ("pvtr", 2), false);
 }
 
+/// `update = "auto"` on ranks that each hold only their slab's planes of the geometry
+/// decides as one process does: on the whole mesh's stencils, gathered from the ranks.
+/// Here each rank's planes hold fewer stencils than a GPU's table takes in f64 (x graded,
+/// z in four segments of their own spacing, a rank's planes meeting five of the seven
+/// z-classes), but the whole mesh more: every rank takes the classic update, and the run
+/// ends with one process's residual, bit for bit.
+#[test]
+fn auto_chooses_on_ranks_holding_their_planes_as_one_process_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let at = |i: f64| i + 0.002 * i * i;
+    let x: Vec<String> = (0..=255)
+        .map(|i| format!("{:.12}", at(i as f64) / at(255.0)))
+        .collect();
+    let problem = format!(
+        "solver = \"electrostatics\"\nprecision = \"f64\"\n[electrostatics]\n\
+         x = {{ breakpoints = [{}], divisions = [{}] }}\n\
+         y = {{ range = [0.0, 1.0], cells = 255 }}\n\
+         z = {{ breakpoints = [0.0, 0.2, 0.45, 0.75, 1.0], divisions = [64, 64, 64, 63] }}\n\
+         max_iterations = 6\nfaces = {{ x_min = 1.0, x_max = 0.0 }}\n",
+        x.join(", "),
+        vec!["1"; 255].join(", ")
+    );
+    std::fs::write(d.join("big.toml"), problem).unwrap();
+    let json = |o: &Output| -> serde_json::Value {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        assert!(
+            err.contains("update = \"classic\" (1785 distinct stencils"),
+            "{err}"
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    };
+    let args = ["run", "big.toml", "--backend", "cpu", "--json"];
+    let one = json(
+        &Command::new(common::keisan_bin())
+            .current_dir(d)
+            .args(args)
+            .output()
+            .unwrap(),
+    );
+    let ranks = json(&mpirun_with(
+        d,
+        2,
+        &[("KEISAN_GATHER_LIMIT_BYTES", "1")],
+        &args,
+    ));
+    for s in [&one, &ranks] {
+        assert_eq!(s["results"]["update"], "classic", "{s}");
+        assert_eq!(s["iterations"], 6, "{s}");
+    }
+    // No charges: the ranks held their planes only, and never the whole field.
+    assert!(ranks["results"]["charges"].is_null(), "{ranks}");
+    assert!(!one["results"]["charges"].is_null(), "{one}");
+    assert_eq!(one["final_residual"], ranks["final_residual"]);
+}
+
 /// `problem` with the table form of the electrostatics update.
 fn table_form(problem: &str) -> String {
     problem.replace(

@@ -195,11 +195,7 @@ fn scaling<T: Real>(
     Ok(ElectrostaticsScaling {
         placement: placement.describe(),
         precision: T::PRECISION.to_string(),
-        update: match update {
-            Update::Classic => "classic",
-            Update::Table => "table",
-        }
-        .into(),
+        update: update.word().into(),
         subdomains: parts,
         devices: placement.distinct_devices().len(),
         nodes_per_axis: cells + 1,

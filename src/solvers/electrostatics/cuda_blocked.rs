@@ -46,6 +46,24 @@ fn shape(precision: Precision) -> (usize, usize) {
     }
 }
 
+/// Shared memory of a pass of `levels` before its table: two buffers of every level's
+/// edge rows (a pair of values a lane, two rows a warp).
+fn edge_bytes(precision: Precision, levels: usize) -> usize {
+    2 * levels * shape(precision).1 * 64 * 2 * precision.bytes()
+}
+
+/// Bytes of a block's shared memory left for the table beside a two-iteration pass's
+/// edge rows (less 1 KiB for the kernel's static shared memory).
+fn table_room(precision: Precision) -> usize {
+    crate::device::cuda::MAX_DYNAMIC_SHARED - edge_bytes(precision, 4) - 1024
+}
+
+/// Whether a table of `entries` stencils fits the blocked kernel in `precision` (the same
+/// answer on any device: in f32 about 5700 entries, in f64 1500).
+pub fn table_fits(entries: usize, precision: Precision) -> bool {
+    entries * stencil_table::WEIGHTS * precision.bytes() <= table_room(precision)
+}
+
 /// Planes per block (even, at most 128): the fewest waves × (planes + 6), one block per
 /// multiprocessor at a time, the 6 a chunk's own cost (its march starts below it). That
 /// ranks the chunks measured at 256³ and 384³ in their measured order, where the tiles
@@ -144,9 +162,7 @@ impl<T: Real> CudaBlocked<T> {
         let padded = stencil_table::pad_window(v, counts, &window, pitch);
         let (r, w) = shape(T::PRECISION);
         let size = std::mem::size_of::<T>();
-        // Shared memory of a pass of `levels`: two buffers of every level's edge rows
-        // (a pair of values a lane, two rows a warp), then the table.
-        let edges = |levels: usize| 2 * levels * w * 64 * 2 * size;
+        let edges = |levels: usize| edge_bytes(T::PRECISION, levels);
         let tiles = |t: usize| {
             let (txo, tyo) = (64 - 2 * t.div_ceil(2) * 2, w * r - 2 * t);
             (pitch.div_ceil(txo), ny.div_ceil(tyo))
@@ -159,9 +175,7 @@ impl<T: Real> CudaBlocked<T> {
             None => chunk_planes(tx * ty, window.own.len(), gpu.multiprocessors),
         };
         let entries = t.entries();
-        // The table lives in each block's shared memory beside the edge rows.
-        // (Less 1 KiB for the kernel's static shared memory.)
-        let most = crate::device::cuda::MAX_DYNAMIC_SHARED - edges(4) - 1024;
+        let most = table_room(T::PRECISION);
         if entries * stencil_table::WEIGHTS * size > most {
             return Err(stencil_table::refusal(
                 p,

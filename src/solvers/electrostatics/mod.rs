@@ -269,15 +269,15 @@ pub fn engine<T: Real>(
     restart: Option<Restart<T>>,
 ) -> Result<Box<dyn Engine<Real = T>>> {
     Ok(match device {
-        Device::Cpu { .. } if p.update == Update::Table => {
+        Device::Cpu { .. } if p.is_table() => {
             Box::new(stencil_table::CpuTable::new(p, g, restart)?)
         }
         Device::Cpu { .. } => Box::new(cpu::CpuElectrostatics::new(p, g.clone(), restart)?),
         Device::Cuda(gpu) => {
             // The table form, or the tuning knob's blocked kernel on a classic problem.
-            let launch = match p.update {
-                Update::Table => None,
-                Update::Classic => Some(Launch::from_env()?),
+            let launch = match p.is_table() {
+                true => None,
+                false => Some(Launch::from_env()?),
             };
             match launch {
                 Some(l) if l.kernel != Some(SweepKernel::Blocked) => Box::new(
@@ -313,10 +313,10 @@ pub fn engine_placed<T: Real>(
             p.points()
         )));
     }
-    let all = slab_windows(g.counts[2], placement, p.update)?;
+    let all = slab_windows(g.counts[2], placement, p.is_table())?;
     let q = p.clone();
     let field_of = move |data| cpu::field_of(&q, "V", data);
-    if p.update == Update::Table {
+    if p.is_table() {
         let t = stencil_table::build_or_refuse::<T>(p, g)?;
         if let Some(gpus) = placement.gpus()? {
             let build = |k: usize, w| {
@@ -351,17 +351,10 @@ pub fn engine_placed<T: Real>(
 }
 
 /// The slabs of `nz` z-planes over `placement`: two halo planes each side (one exchange
-/// per red-black iteration), four in the table form (whose GPU slabs take two iterations
-/// per exchange).
-pub(crate) fn slab_windows(
-    nz: usize,
-    placement: &Placement,
-    update: Update,
-) -> Result<Vec<Window>> {
-    let halo = match update {
-        Update::Classic => 2,
-        Update::Table => 4,
-    };
+/// per red-black iteration), four in the table form (`table`; its GPU slabs take two
+/// iterations per exchange).
+pub(crate) fn slab_windows(nz: usize, placement: &Placement, table: bool) -> Result<Vec<Window>> {
+    let halo = if table { 4 } else { 2 };
     windows(nz, placement.total(), halo, false, "--subdomains")
 }
 
@@ -512,9 +505,16 @@ pub enum AutoWord {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Update {
+    /// The default: the table form where it measured faster on a GPU, meshes of
+    /// [`AUTO_TABLE_NODES`] whose distinct stencils fit a GPU's table in the run's
+    /// precision; else classic. The choice depends on the problem only, not on the
+    /// backend, so CPU and GPU runs take the same update
+    /// ([`ElectrostaticsProblem::resolve_update`]; an engine built from an unresolved
+    /// problem takes the classic form).
+    #[default]
+    Auto,
     /// From the node's and its neighbours' εr and the mesh coefficients, every iteration
     /// (the study's form): every engine, any problem.
-    #[default]
     Classic,
     /// From a table of each distinct stencil's weights made once (stencil_table.rs): on a
     /// GPU passes of two iterations (the blocked kernel), on the CPU the same arithmetic;
@@ -524,6 +524,24 @@ pub enum Update {
     /// a run stops at an even iteration count.
     Table,
 }
+
+impl Update {
+    /// The word a problem file gives it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Update::Auto => "auto",
+            Update::Classic => "classic",
+            Update::Table => "table",
+        }
+    }
+}
+
+/// The node counts for which `update = "auto"` takes the table form: from 2²⁴ nodes
+/// (256³), where it measured 1.45–1.71× faster per iteration than the classic kernels on
+/// the H100 in f32 and 1.4× in f64 at 512³; at 128³ the two are level, and the grounded
+/// Poisson case (130³, f64, a charge per node) solved faster classic (docs/PERFORMANCE.md).
+/// Up to 2³⁰ nodes: past that the table form's two buffers of V are the larger cost.
+pub const AUTO_TABLE_NODES: std::ops::RangeInclusive<usize> = 1 << 24..=1 << 30;
 
 /// The `[electrostatics]` table as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -563,7 +581,7 @@ pub struct ElectrostaticsConfig {
     /// Also solve once per electrode at 1 V (others 0 V): the capacitance matrix.
     #[serde(default)]
     pub capacitance: bool,
-    /// "classic" (the default) or "table" (see [`Update`]).
+    /// "auto" (the default), "classic" or "table" (see [`Update`]).
     #[serde(default)]
     pub update: Update,
 }
@@ -905,6 +923,71 @@ impl ElectrostaticsProblem {
             self.nodes[0].clone(),
         ]
     }
+
+    /// Whether the engines take the table form (an unresolved "auto" takes the classic).
+    pub fn is_table(&self) -> bool {
+        self.update == Update::Table
+    }
+
+    /// This problem with the update a run in `precision` takes on the geometry `g`, and a
+    /// line saying why where "auto" chose on a mesh of [`AUTO_TABLE_NODES`] or more; as
+    /// written where it names one. Under mpirun every rank must call it (the ranks'
+    /// stencils are gathered where each holds only its slab's planes).
+    pub fn resolve_update(
+        &self,
+        g: &Geometry,
+        precision: Precision,
+    ) -> Result<(Self, Option<String>)> {
+        let mut p = self.clone();
+        if p.update != Update::Auto {
+            return Ok((p, None));
+        }
+        let nodes = p.points();
+        let entries = match AUTO_TABLE_NODES.contains(&nodes) {
+            true => Some(stencil_table::count_entries(self, g)?),
+            false => None,
+        };
+        let (update, why) = auto_update(p.counts(), entries, precision);
+        p.update = update;
+        Ok((p, why))
+    }
+}
+
+/// What `update = "auto"` takes on a mesh of `counts` nodes with the table's entries
+/// counted (Some where the mesh is of [`AUTO_TABLE_NODES`]; Err: why it has no table), and
+/// why.
+fn auto_update(
+    counts: [usize; 3],
+    entries: Option<std::result::Result<usize, String>>,
+    precision: Precision,
+) -> (Update, Option<String>) {
+    let nodes: usize = counts.iter().product();
+    let mesh = format!("{} × {} × {}", counts[0], counts[1], counts[2]);
+    let classic = |why: String| {
+        let line = format!("update = \"classic\" ({why}; set electrostatics.update to choose)");
+        (Update::Classic, Some(line))
+    };
+    match entries {
+        _ if nodes < *AUTO_TABLE_NODES.start() => (Update::Classic, None),
+        _ if nodes > *AUTO_TABLE_NODES.end() => classic(format!(
+            "a mesh of {mesh} nodes: past {} nodes the table form's two buffers of V cost \
+             more than it gains",
+            AUTO_TABLE_NODES.end()
+        )),
+        None => (Update::Classic, None),
+        Some(Err(why)) => classic(format!("no stencil table: {why}")),
+        Some(Ok(n)) if !cuda_blocked::table_fits(n, precision) => classic(format!(
+            "{n} distinct stencils, more than a GPU's table holds in {precision}"
+        )),
+        Some(Ok(n)) => (
+            Update::Table,
+            Some(format!(
+                "update = \"table\" for this mesh of {mesh} nodes and {n} stencils: about 1.5× \
+                 faster per iteration than \"classic\" on a GPU, V the same to rounding, stops \
+                 at even iteration counts (set electrostatics.update to choose)"
+            )),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -935,6 +1018,51 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn auto_takes_the_table_form_on_large_meshes_whose_table_fits() {
+        use Precision::{F32, F64};
+        let cube = |n: usize| [n, n, n];
+        let fits = |n| Some(Ok(n));
+        for (counts, entries, precision, update, says) in [
+            // Small meshes (the examples, the 128³ Poisson case): classic, silently.
+            (cube(130), fits(200), F64, Update::Classic, false),
+            (
+                [(1 << 24) - 1, 1, 1],
+                fits(200),
+                F32,
+                Update::Classic,
+                false,
+            ),
+            (cube(256), fits(200), F32, Update::Table, true),
+            (cube(512), fits(136), F32, Update::Table, true),
+            (cube(512), fits(136), F64, Update::Table, true),
+            (cube(1024), fits(136), F32, Update::Table, true),
+            ([1025, 1024, 1024], fits(136), F32, Update::Classic, true),
+            // Tables a GPU's shared memory does not hold, or none at all.
+            (cube(512), fits(3000), F32, Update::Table, true),
+            (cube(512), fits(3000), F64, Update::Classic, true),
+            (cube(512), fits(20000), F32, Update::Classic, true),
+            (
+                cube(512),
+                Some(Err("too many".into())),
+                F32,
+                Update::Classic,
+                true,
+            ),
+        ] {
+            let (u, why) = auto_update(counts, entries.clone(), precision);
+            assert_eq!(u, update, "{counts:?} nodes, {entries:?}, {precision}");
+            assert_eq!(
+                why.is_some(),
+                says,
+                "{counts:?} nodes, {entries:?}, {precision}"
+            );
+        }
+        // The limits are the GPU engine's: f32 about 5700 stencils, f64 1560.
+        assert!(cuda_blocked::table_fits(5690, F32) && !cuda_blocked::table_fits(5700, F32));
+        assert!(cuda_blocked::table_fits(1560, F64) && !cuda_blocked::table_fits(1575, F64));
     }
 
     #[test]

@@ -70,25 +70,17 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
             p.omega
         ));
     }
-    // Measured 1.45–1.71× per iteration from 256³ to 512³ nodes in f32 on the H100
-    // (docs/PERFORMANCE.md); opt-in, since it rounds the weights once and stops at even
-    // counts.
-    let gpu = matches!(cx.placement.first(), crate::device::Device::Cuda(_));
-    if gpu
-        && p.update == super::Update::Classic
-        && T::PRECISION == Precision::F32
-        && p.points() >= 1 << 24
-    {
-        cx.notice(
-            "this mesh runs about 1.5× faster per iteration with electrostatics.update = \"table\" \
-             (the same solution to rounding; README, electrostatics)",
-        );
-    }
     run_case(cx, |restart| {
         let g = Geometry::build_planes(p, held_planes::<T>(p, cx)?)?;
+        let orig = p;
+        let (p, why) = p.resolve_update(&g, T::PRECISION)?;
+        if let Some(why) = why {
+            cx.notice(&why);
+        }
         Ok(ElectrostaticsCase {
+            engine: super::engine_placed::<T>(&p, &g, cx.placement, restart)?,
+            update_chosen: orig.update == super::Update::Auto,
             p,
-            engine: super::engine_placed::<T>(p, &g, cx.placement, restart)?,
             g,
             placement: cx.placement,
             charges: Vec::new(),
@@ -108,7 +100,13 @@ fn held_planes<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Opt
         return Ok(None);
     }
     let nz = p.counts()[2];
-    let mine = &super::slab_windows(nz, cx.placement, p.update)?[w.rank];
+    // An "auto" update is chosen from the geometry built here: hold the table form's
+    // wider halos, which either form's slab can use.
+    let table = match p.update {
+        super::Update::Auto => super::AUTO_TABLE_NODES.contains(&p.points()),
+        u => u == super::Update::Table,
+    };
+    let mine = &super::slab_windows(nz, cx.placement, table)?[w.rank];
     let mut held = vec![false; nz];
     for l in 0..mine.rows {
         held[mine.grid_row(l)] = true;
@@ -117,7 +115,10 @@ fn held_planes<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Opt
 }
 
 struct ElectrostaticsCase<'a, T: Real> {
-    p: &'a ElectrostaticsProblem,
+    /// With its update resolved (`ElectrostaticsProblem::resolve_update`).
+    p: ElectrostaticsProblem,
+    /// Whether the update was "auto" (the summary says which it took).
+    update_chosen: bool,
     engine: Box<dyn Engine<Real = T>>,
     g: Geometry,
     placement: &'a Placement,
@@ -150,7 +151,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                 .iter_mut()
                 .enumerate()
                 .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
-            let mut e = super::engine_placed::<T>(self.p, &g, self.placement, None)?;
+            let mut e = super::engine_placed::<T>(&self.p, &g, self.placement, None)?;
             let out = run::drive(
                 e.as_mut(),
                 self.p.max_iterations,
@@ -164,7 +165,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                     out.residuals.last().copied().unwrap_or(f64::NAN)
                 )));
             }
-            let q = gauss::charges(self.p, &g, &e.snapshot()?.data);
+            let q = gauss::charges(&self.p, &g, &e.snapshot()?.data);
             c.push(
                 electrodes
                     .iter()
@@ -216,6 +217,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         let mut results = serde_json::json!({
             "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
+            "update": self.p.update.word(), "update_chosen": self.update_chosen,
             "converged": o.status == run::Status::Converged,
             "relative_residual": o.residuals.last(),
             "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration (the stopping test)",
@@ -231,13 +233,13 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             s.results = Some(results);
             return Ok(());
         };
-        self.charges = gauss::charges(self.p, &self.g, &v.data);
+        self.charges = gauss::charges(&self.p, &self.g, &v.data);
         if self.p.capacitance {
             self.capacitance = Some(self.capacitance()?);
         }
         let g = &self.g;
         results["true_relative_residual"] =
-            serde_json::json!(cpu::true_residual(self.p, g, &v.data));
+            serde_json::json!(cpu::true_residual(&self.p, g, &v.data));
         results["true_relative_residual_meaning"] =
             serde_json::json!("‖b − Av‖/‖b‖ of the node equations at the interior free nodes");
         results["charges"] = serde_json::json!(charge_table(g, &self.charges));
@@ -258,7 +260,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         let g = &self.g;
         let coords = self.p.coords();
         let shape = self.p.shape();
-        let (e, mag) = gauss::field(self.p, &u.data);
+        let (e, mag) = gauss::field(&self.p, &u.data);
         let ids: Vec<T> = g.id_volt.iter().map(|&v| T::lit(v as f64)).collect();
         let eps: Vec<T> = g
             .id_epsr
@@ -292,7 +294,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         npy::write(&set.file("E.npy"), &e_shape, &e)?;
         png::write(
             &set.file("E_magnitude.png"),
-            &cpu::field_of(self.p, "E_magnitude", mag),
+            &cpu::field_of(&self.p, "E_magnitude", mag),
         )?;
         let q = &self.charges;
         let rows: Vec<Vec<f64>> = g

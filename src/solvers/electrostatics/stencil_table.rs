@@ -92,7 +92,7 @@ type KeyMap = HashMap<u128, u16, std::hash::BuildHasherDefault<KeyHasher>>;
 /// Pairs within a relative 1e-12 of one found before count as it (a uniform mesh's node
 /// coordinates differ in their last bits), so a uniform mesh has one and the table's
 /// weights use that one's values.
-fn axis_classes(nodes: &[f64]) -> (Vec<u32>, Vec<(f64, f64)>) {
+fn axis_classes(nodes: &[f64]) -> AxisClasses {
     let (rp, rm) = axis_coefficients(nodes);
     let near = |a: f64, b: f64| (a - b).abs() <= 1e-12 * a.abs().max(b.abs());
     let mut pairs: Vec<(f64, f64)> = Vec::new();
@@ -110,43 +110,36 @@ fn axis_classes(nodes: &[f64]) -> (Vec<u32>, Vec<(f64, f64)>) {
     (classes, pairs)
 }
 
-/// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: more
-/// distinct stencils than a 16-bit id indexes.
-pub fn build<T: Real>(
+/// An interior free node's stencil key: the class bytes of it and its six neighbours,
+/// then the axis classes of its i, j, k.
+type Key = u128;
+
+/// An axis's class per node index and its distinct (r+, r−) pairs (`axis_classes`).
+type AxisClasses = (Vec<u32>, Vec<(f64, f64)>);
+
+/// Each axis's classes and pairs (see `axis_classes`), and the keys of the free interior
+/// nodes of the planes `plane` admits, or why there are none to count.
+fn stencil_keys(
     p: &ElectrostaticsProblem,
     g: &Geometry,
-) -> std::result::Result<StencilTable<T>, String> {
+    plane: impl Fn(usize) -> bool + Sync,
+) -> std::result::Result<([AxisClasses; 3], BTreeSet<Key>), String> {
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
     let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
     if axes.iter().any(|(_, pairs)| pairs.len() >= 1 << 24) {
         return Err("too many distinct mesh spacings".into());
     }
-    // Key of interior node n = (i, j, k): the class bytes of it and its six neighbours,
-    // then the axis classes of i, j, k.
-    let key = |n: usize, i: usize, j: usize, k: usize| -> u128 {
-        let c = &g.id_epsr;
-        let mut bytes = 0u64;
-        for m in [n, n - 1, n + 1, n - nj, n + nj, n - nk, n + nk] {
-            bytes = bytes << 8 | c[m] as u64;
-        }
-        bytes as u128
-            | (axes[0].0[i] as u128) << 56
-            | (axes[1].0[j] as u128) << 80
-            | (axes[2].0[k] as u128) << 104
-    };
-    let free_interior = |n: usize| g.id_volt[n] == 0;
-    // Under mpirun a rank may hold only its slab's planes of the geometry (g.held).
-    let keys: BTreeSet<u128> = (1..nz.saturating_sub(1))
+    let keys: BTreeSet<Key> = (1..nz.saturating_sub(1))
         .into_par_iter()
-        .filter(|&k| g.holds(k))
+        .filter(|&k| plane(k))
         .map(|k| {
             let mut set = BTreeSet::new();
             for j in 1..ny - 1 {
                 for i in 1..nx - 1 {
                     let n = k * nk + j * nj + i;
-                    if free_interior(n) {
-                        set.insert(key(n, i, j, k));
+                    if g.id_volt[n] == 0 {
+                        set.insert(key_of(g, &axes, n, i, j, k));
                     }
                 }
             }
@@ -156,6 +149,65 @@ pub fn build<T: Real>(
             a.append(&mut b);
             a
         });
+    Ok((axes, keys))
+}
+
+fn key_of(g: &Geometry, axes: &[AxisClasses; 3], n: usize, i: usize, j: usize, k: usize) -> Key {
+    let [nx, ny, _] = g.counts;
+    let (nj, nk) = (nx, nx * ny);
+    let c = &g.id_epsr;
+    let mut bytes = 0u64;
+    for m in [n, n - 1, n + 1, n - nj, n + nj, n - nk, n + nk] {
+        bytes = bytes << 8 | c[m] as u64;
+    }
+    bytes as Key
+        | (axes[0].0[i] as Key) << 56
+        | (axes[1].0[j] as Key) << 80
+        | (axes[2].0[k] as Key) << 104
+}
+
+/// The number of entries the table of `p`'s mesh with the geometry `g` would have, or
+/// why it has none. Under mpirun with each rank holding its slab's planes of the
+/// geometry, the ranks' keys are gathered: every rank gets the whole mesh's count.
+pub fn count_entries(
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+) -> Result<std::result::Result<usize, String>> {
+    // Planes whose neighbours are held too: a rank's owned planes and the inner halo,
+    // whose union over the ranks is every plane.
+    let known = |k: usize| g.holds(k - 1) && g.holds(k) && g.holds(k + 1);
+    let keys = match stencil_keys(p, g, known) {
+        Ok((_, keys)) => keys,
+        Err(why) => return Ok(Err(why)),
+    };
+    let keys = match (&g.held, crate::parallel::world::World::current()) {
+        (Some(_), Some(w)) => {
+            use crate::parallel::world::{all_gather, from_bytes, to_bytes};
+            let mine: Vec<Key> = keys.into_iter().collect();
+            let lens = all_gather(&to_bytes(&[mine.len() as u64]), &vec![8; w.size])?;
+            let counts: Vec<usize> = from_bytes::<u64>(&lens)
+                .iter()
+                .map(|&n| n as usize * size_of::<Key>())
+                .collect();
+            let all = all_gather(&to_bytes(&mine), &counts)?;
+            from_bytes::<Key>(&all).into_iter().collect()
+        }
+        _ => keys,
+    };
+    Ok(Ok(FIRST_FREE as usize + keys.len()))
+}
+
+/// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: more
+/// distinct stencils than a 16-bit id indexes.
+pub fn build<T: Real>(
+    p: &ElectrostaticsProblem,
+    g: &Geometry,
+) -> std::result::Result<StencilTable<T>, String> {
+    let [nx, ny, nz] = g.counts;
+    let (nj, nk) = (nx, nx * ny);
+    // Under mpirun a rank may hold only its slab's planes of the geometry (g.held).
+    let (axes, keys) = stencil_keys(p, g, |k| g.holds(k))?;
+    let key = |n: usize, i: usize, j: usize, k: usize| key_of(g, &axes, n, i, j, k);
     let entries = FIRST_FREE as usize + keys.len();
     if entries > MAX_ENTRIES {
         return Err(format!(
@@ -305,7 +357,7 @@ pub fn refusal(p: &ElectrostaticsProblem, why: &str) -> Error {
             "table",
             format!("{why}; use update = \"classic\""),
         ),
-        Update::Classic => Error::invalid(
+        Update::Classic | Update::Auto => Error::invalid(
             "KEISAN_ES_KERNEL",
             "blocked",
             format!("the blocked kernel does not take this problem: {why}"),

@@ -983,8 +983,9 @@ fn auto_update(
             Update::Table,
             Some(format!(
                 "update = \"table\" for this mesh of {mesh} nodes and {n} stencils: about 1.5× \
-                 faster per iteration than \"classic\" on a GPU, V the same to rounding, stops \
-                 at even iteration counts (set electrostatics.update to choose)"
+                 faster per iteration than \"classic\" on a GPU (the same scheme, its weights \
+                 rounded once; a run stops at an even iteration count; set electrostatics.update \
+                 to choose)"
             )),
         ),
     }

@@ -508,7 +508,7 @@ pub fn run_case<C: Case>(
     let mut summary = Summary {
         solver: p.solver.name(),
         title: p.title.clone(),
-        device: cx.device.describe(),
+        device: cx.placement.describe(),
         precision: C::Real::PRECISION.to_string(),
         shape: case.shape(),
         iterations: outcome.steps,

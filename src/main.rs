@@ -63,8 +63,10 @@ struct DeviceArgs {
     /// slabs share the thread pool.
     #[arg(long, value_name = "N")]
     subdomains: Option<usize>,
-    /// How halo blocks travel between GPUs: auto = peer copies in one process, MPI
-    /// between ranks; nccl = NCCL (loaded at run time, one GPU per slab).
+    /// How halo blocks travel between GPUs: auto = peer copies in one process; between
+    /// ranks NCCL where every rank has a GPU of its own and NCCL loads, else MPI through
+    /// host memory; mpi = that MPI path between ranks always; nccl = NCCL (loaded at run
+    /// time, one GPU per slab).
     #[arg(long, value_enum, default_value_t = device::Halo::Auto)]
     halo: device::Halo,
 }

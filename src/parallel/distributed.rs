@@ -12,7 +12,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
+use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 
 use super::Window;
 use super::nccl::{self, Nccl};
@@ -246,6 +246,9 @@ pub struct Distributed<S: Subdomain> {
     per_row: Option<usize>,
     /// Iterative solvers on devices: the sums combine on the devices.
     totals: Option<DeviceTotals>,
+    /// Device slabs under mpirun with halos by MPI: a page-locked host block per
+    /// transfer this rank sends or receives, made at its first pass.
+    staging: Vec<Option<PinnedHostSlice<u8>>>,
 }
 
 impl<S: Subdomain> Distributed<S> {
@@ -428,6 +431,7 @@ impl<S: Subdomain> Distributed<S> {
             world,
             own_rows,
             field_of: Box::new(field_of),
+            staging: Vec::new(),
         })
     }
 
@@ -515,7 +519,8 @@ impl<S: Subdomain> Distributed<S> {
         }
         // Pull into the new field's halo rows, which no kernel of this pass touches.
         let bases: Vec<_> = self.parts.iter_mut().map(device_base).collect();
-        let (mut sends, mut receives, mut landing) = (Vec::new(), Vec::new(), Vec::new());
+        // Blocks to and from other ranks: (transfer, slab, device address, bytes).
+        let (mut sends, mut receives) = (Vec::new(), Vec::new());
         for (i, s) in sync.iter().enumerate() {
             s.copy.wait(&s.bands_done)?;
             s.ctx.bind_to_thread()?;
@@ -527,26 +532,12 @@ impl<S: Subdomain> Distributed<S> {
             let on = self.exchange_on;
             for (n, t) in self.transfers.iter().enumerate() {
                 let (from_here, to_here) = (local(t.src), local(t.dst));
+                let bytes = t.rows * bases[i].1;
                 if on && to_here == Some(i) && from_here.is_none() {
-                    receives.push((t.src, n as i32, t.rows * bases[i].1));
-                    landing.push((i, bases[i].0 + t.to as u64 * bases[i].1 as u64));
+                    receives.push((n, i, bases[i].0 + t.to as u64 * bases[i].1 as u64, bytes));
                 }
                 if on && from_here == Some(i) && to_here.is_none() {
-                    // Rows for another rank: out to the host once this pass's bands are
-                    // done (the copy stream waited for them); the interior keeps running.
-                    let at = bases[i].0 + t.from as u64 * bases[i].1 as u64;
-                    let mut rows = vec![0u8; t.rows * bases[i].1];
-                    // SAFETY: the range lies inside this slab's live buffer; the copy
-                    // stream is synchronised before `rows` is read.
-                    unsafe {
-                        cudarc::driver::result::memcpy_dtoh_async(
-                            &mut rows[..],
-                            at,
-                            s.copy.cu_stream(),
-                        )?;
-                    }
-                    s.copy.synchronize()?;
-                    sends.push((t.dst, n as i32, rows));
+                    sends.push((n, i, bases[i].0 + t.from as u64 * bases[i].1 as u64, bytes));
                 }
                 let (Some(src), true) = (from_here, to_here == Some(i)) else {
                     continue;
@@ -566,24 +557,82 @@ impl<S: Subdomain> Distributed<S> {
             nccl.exchange(&nccl_blocks(&self.transfers, ids, sync, &bases))?;
         }
         if !sends.is_empty() || !receives.is_empty() {
-            // Blocking on the host only: the devices go on with the interior meanwhile.
-            let got = world::exchange(&sends, &receives)?;
-            for ((i, to), bytes) in landing.into_iter().zip(got) {
-                let s = &sync[i];
-                s.ctx.bind_to_thread()?;
-                // SAFETY: the halo rows lie inside this slab's live buffer; the stream is
-                // synchronised before `bytes` is dropped.
-                unsafe {
-                    cudarc::driver::result::memcpy_htod_async(to, &bytes[..], s.copy.cu_stream())?;
-                }
-                s.copy.synchronize()?;
-            }
+            self.exchange_staged(&sends, &receives)?;
         }
+        let sync = self.sync.as_ref().expect("device slabs");
         for s in sync {
             s.pulled.record(&s.copy)?;
             if let Some(t) = &s.trace {
                 t.current().pulled.record(&s.copy)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Device slabs under mpirun: rows for other ranks out to page-locked host blocks
+    /// once this pass's bands are done (the copy streams waited for them), the MPI
+    /// exchange, the rows received in to the halos; the host blocks here while the
+    /// devices go on with the interior. Each block is (transfer, slab, device address,
+    /// bytes).
+    fn exchange_staged(
+        &mut self,
+        sends: &[(usize, usize, u64, usize)],
+        receives: &[(usize, usize, u64, usize)],
+    ) -> Result<()> {
+        let sync = self.sync.as_ref().expect("device slabs");
+        if self.staging.len() < self.transfers.len() {
+            self.staging.resize_with(self.transfers.len(), || None);
+        }
+        for &(n, i, _, bytes) in sends.iter().chain(receives) {
+            if self.staging[n].is_none() {
+                // SAFETY: every byte is written (by a copy or a receive) before it is read.
+                self.staging[n] =
+                    Some(unsafe { sync[i].ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }?);
+            }
+        }
+        for &(n, i, at, _) in sends {
+            let s = &sync[i];
+            s.ctx.bind_to_thread()?;
+            let block = self.staging[n]
+                .as_mut()
+                .expect("made above")
+                .as_mut_slice()?;
+            // SAFETY: the range lies inside this slab's live buffer; the copy stream is
+            // synchronised before the block is read.
+            unsafe {
+                cudarc::driver::result::memcpy_dtoh_async(block, at, s.copy.cu_stream())?;
+            }
+        }
+        for &(_, i, _, _) in sends {
+            sync[i].copy.synchronize()?;
+        }
+        // Each transfer's block once, sends and receives apart.
+        let mut blocks: Vec<Option<&mut PinnedHostSlice<u8>>> =
+            self.staging.iter_mut().map(Option::as_mut).collect();
+        let mut out = Vec::new();
+        for &(n, _, _, _) in sends {
+            let b = blocks[n].take().expect("made above").as_mut_slice()?;
+            out.push((self.transfers[n].dst, n as i32, &*b));
+        }
+        let mut into = Vec::new();
+        for &(n, _, _, _) in receives {
+            let b = blocks[n].take().expect("made above").as_mut_slice()?;
+            into.push((self.transfers[n].src, n as i32, b));
+        }
+        world::exchange_in_place(&out, &mut into)?;
+        drop((out, into));
+        for &(n, i, to, _) in receives {
+            let s = &sync[i];
+            s.ctx.bind_to_thread()?;
+            let block = self.staging[n].as_ref().expect("made above").as_slice()?;
+            // SAFETY: the halo rows lie inside this slab's live buffer; the stream is
+            // synchronised before the block is written again.
+            unsafe {
+                cudarc::driver::result::memcpy_htod_async(to, block, s.copy.cu_stream())?;
+            }
+        }
+        for &(_, i, _, _) in receives {
+            sync[i].copy.synchronize()?;
         }
         Ok(())
     }

@@ -80,6 +80,15 @@ pub fn exchange(sends: &[Send], receives: &[Receive]) -> Result<Vec<Vec<u8>>> {
     imp::exchange(sends, receives)
 }
 
+/// [`exchange`] from and into buffers the caller holds (page-locked ones, say): each
+/// receive's bytes land in its buffer, whose length is the block's.
+pub fn exchange_in_place(
+    sends: &[(usize, i32, &[u8])],
+    receives: &mut [(usize, i32, &mut [u8])],
+) -> Result<()> {
+    imp::exchange_in_place(sends, receives)
+}
+
 /// Every rank's `mine` (of `counts[r]` bytes on rank r), concatenated in rank order, on
 /// every rank.
 pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {
@@ -152,11 +161,24 @@ mod imp {
     }
 
     pub fn exchange(sends: &[Send], receives: &[Receive]) -> Result<Vec<Vec<u8>>> {
-        let world = comm();
         let mut got: Vec<Vec<u8>> = receives.iter().map(|r| vec![0u8; r.2]).collect();
+        let sends: Vec<(usize, i32, &[u8])> =
+            sends.iter().map(|(r, t, d)| (*r, *t, &d[..])).collect();
+        let mut into: Vec<(usize, i32, &mut [u8])> = (receives.iter().zip(got.iter_mut()))
+            .map(|((r, t, _), b)| (*r, *t, &mut b[..]))
+            .collect();
+        exchange_in_place(&sends, &mut into)?;
+        Ok(got)
+    }
+
+    pub fn exchange_in_place(
+        sends: &[(usize, i32, &[u8])],
+        receives: &mut [(usize, i32, &mut [u8])],
+    ) -> Result<()> {
+        let world = comm();
         mpi::request::scope(|scope| {
             let mut pending = Vec::new();
-            for ((rank, tag, _), buf) in receives.iter().zip(got.iter_mut()) {
+            for (rank, tag, buf) in receives.iter_mut() {
                 pending.push(
                     world
                         .process_at_rank(*rank as i32)
@@ -178,7 +200,7 @@ mod imp {
                 r.wait();
             }
         });
-        Ok(got)
+        Ok(())
     }
 
     /// Displacements, in order, of blocks of `counts` bytes.
@@ -252,6 +274,13 @@ mod imp {
     }
 
     pub fn exchange(_: &[Send], _: &[Receive]) -> Result<Vec<Vec<u8>>> {
+        Err(absent())
+    }
+
+    pub fn exchange_in_place(
+        _: &[(usize, i32, &[u8])],
+        _: &mut [(usize, i32, &mut [u8])],
+    ) -> Result<()> {
         Err(absent())
     }
 

@@ -679,6 +679,54 @@ impl<S: Subdomain> Distributed<S> {
             }
             return Ok(());
         };
+        if let (Some(nccl), Some(w), 1) = (&self.nccl, self.world, sync.len()) {
+            // Ranks joined by NCCL: every rank's sums of the pass straight into every
+            // rank's staged slots, on the compute streams, with no wait on the host.
+            let s = &sync[0];
+            let Partials::Device {
+                ring,
+                per_step,
+                step,
+            } = self.parts[0].partials()
+            else {
+                unreachable!("device slabs have device partials");
+            };
+            let (me, bytes) = (self.ids[0], per_step * 8);
+            let (base, _sync) = staged[0].device_ptr(&s.compute);
+            let mut blocks = Vec::new();
+            for k in step - steps..step {
+                let from = ring + ((k as usize % PARTIAL_STEPS) * bytes) as u64;
+                let slot = |slab: usize| {
+                    base + ((slab * STAGED_STEPS + k as usize % STAGED_STEPS) * bytes) as u64
+                };
+                // SAFETY: both ranges lie inside live buffers of this slab's device, and
+                // the stream orders the copy after the pass that wrote the ring.
+                unsafe {
+                    cudarc::driver::result::memcpy_dtod_async(
+                        slot(me),
+                        from,
+                        bytes,
+                        s.compute.cu_stream(),
+                    )?;
+                }
+                for peer in (0..w.size).filter(|&r| r != me) {
+                    for (at, send) in [(from, true), (slot(peer), false)] {
+                        blocks.push(nccl::Block {
+                            slab: 0,
+                            peer,
+                            at,
+                            bytes,
+                            send,
+                            stream: &s.compute,
+                        });
+                    }
+                }
+            }
+            nccl.exchange(&blocks)?;
+            drop(_sync);
+            let count = t.sources[0].len();
+            return self.parts[0].queue_record(&t.sources[0], count, STAGED_STEPS, &s.compute);
+        }
         // Through the host: the pass's sums of every local slab, then every rank's.
         let mut mine = Vec::new();
         let mut first = 0;

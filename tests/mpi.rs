@@ -720,3 +720,55 @@ fn gathers_in_rounds_give_the_same_files() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     same_files(d, "one", "rounds");
 }
+
+/// GPU ranks (two GPUs, skipped without): two ranks write one GPU's field bit for bit, by
+/// `--halo auto` (NCCL where it loads: halos and residual sums device to device) and by
+/// `--halo mpi` (page-locked host blocks), with the same residual history by either path
+/// (slabs add their sums per slab, so the history matches one GPU's to rounding only), for
+/// the electrostatics update of either form and Jacobi's iterations.
+#[test]
+fn gpu_ranks_write_one_gpus_files_by_nccl_and_by_mpi() {
+    if common::two_gpus_or_skip("GPU ranks by NCCL and MPI", None).is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let jacobi = "solver = \"jacobi\"\n[jacobi]\nn = 64\nm = 50\nmax_iterations = 30\n\
+                  tolerance = 0.0\n";
+    let es = ELECTROSTATICS.replace("capacitance = true\n", "");
+    let es_table = table_form(&es);
+    for (name, problem, field, history) in [
+        ("es", es.as_str(), "V.npy", "residuals.csv"),
+        ("es-table", es_table.as_str(), "V.npy", "residuals.csv"),
+        ("jacobi", jacobi, "u.npy", "residuals.csv"),
+    ] {
+        let file = format!("{name}.toml");
+        std::fs::write(d.join(&file), problem).unwrap();
+        let one = format!("{name}-one");
+        alone(d, &["run", &file, "-q", "--out", &one]);
+        let read = |run: &str, f: &str| std::fs::read(d.join(run).join(f)).unwrap();
+        for halo in ["auto", "mpi"] {
+            let out = format!("{name}-{halo}");
+            let o = mpirun(d, 2, &["run", &file, "--halo", halo, "--out", &out]);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert!(o.status.success(), "{name} --halo {halo}: {err}");
+            assert!(
+                read(&one, field) == read(&out, field),
+                "{name} --halo {halo}: {field} differs from one GPU's"
+            );
+            let s: serde_json::Value = serde_json::from_slice(&read(&out, "summary.json")).unwrap();
+            let device = s["device"].as_str().unwrap();
+            let by = match halo {
+                "mpi" => "halos by MPI",
+                _ if err.contains("the NCCL library was not found") => "halos by MPI",
+                _ => "halos by NCCL",
+            };
+            assert!(device.contains(by), "{name} --halo {halo}: {device}");
+            eprintln!("{name} on 2 GPU ranks, {device}: {field} one GPU's bytes");
+        }
+        assert!(
+            read(&format!("{name}-auto"), history) == read(&format!("{name}-mpi"), history),
+            "{name}: {history} differs between --halo auto and --halo mpi"
+        );
+    }
+}

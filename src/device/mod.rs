@@ -72,15 +72,19 @@ pub struct Placement {
     pub world: Option<World>,
     /// How halo blocks travel between GPUs (`--halo`).
     pub halo: Halo,
+    /// Under mpirun with `--halo auto`: every rank runs on a GPU of its own and loads
+    /// NCCL (the ranks voted), so a decomposed engine may take NCCL (`Distributed::on`).
+    pub nccl_ready: bool,
 }
 
 /// How decomposed runs move halo blocks between GPUs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Halo {
-    /// Peer copies between the GPUs of one process. Between MPI ranks, NCCL where every
-    /// rank runs on a GPU of its own and NCCL loads on every rank; else MPI, staged
-    /// through host memory.
+    /// Peer copies between the GPUs of one process. Between MPI ranks where every rank
+    /// runs on a GPU of its own and NCCL loads on every rank, NCCL for iterative solvers
+    /// (their residual sums then cross device to device too) and for halo blocks of
+    /// 1 MiB or more; else MPI, staged through host memory.
     #[default]
     Auto,
     /// Peer copies between the GPUs of one process; MPI between ranks, staged through
@@ -102,6 +106,7 @@ impl Placement {
             parts,
             world: None,
             halo: Halo::Auto,
+            nccl_ready: false,
         }
     }
 
@@ -109,16 +114,12 @@ impl Placement {
     /// each on a GPU of its own.
     pub fn with_halo(mut self, halo: Halo) -> Result<Self> {
         if halo == Halo::Auto && self.world.is_some_and(|w| w.size > 1) {
-            // MPI stages each halo through host memory, with the host waiting on the
-            // copies; NCCL moves it from device to device (NVLink within a node). 512³
-            // electrostatics slabs on two H200s took 4.9 ms an iteration by MPI against
-            // 0.31 ms by NCCL (docs/PERFORMANCE.md). Every rank must agree.
+            // Whether NCCL could join the ranks' GPUs; every rank must agree. Which runs
+            // take it is the engine's choice (`Distributed::on`).
             let mine = self.parts.iter().all(|d| matches!(d, Device::Cuda(_)))
                 && cuda::device_count().is_ok_and(|n| crate::parallel::world::local_size() <= n)
                 && crate::parallel::nccl_require().is_ok();
-            if crate::parallel::world::all(mine)? {
-                self.halo = Halo::Nccl;
-            }
+            self.nccl_ready = crate::parallel::world::all(mine)?;
             return Ok(self);
         }
         if halo == Halo::Nccl {
@@ -208,6 +209,9 @@ impl Placement {
         if let Some(w) = self.world {
             let nccl = match self.halo {
                 Halo::Nccl if w.size > 1 => ", halos by NCCL",
+                Halo::Auto if w.size > 1 && self.nccl_ready => {
+                    ", halos by NCCL for iterative solvers and blocks of 1 MiB or more, else MPI"
+                }
                 Halo::Mpi | Halo::Auto if w.size > 1 => ", halos by MPI",
                 _ => "",
             };
@@ -285,6 +289,7 @@ pub fn place(
             parts: vec![device],
             world: Some(world),
             halo: Halo::Auto,
+            nccl_ready: false,
         });
     }
     let Some(list) = devices else {

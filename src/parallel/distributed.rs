@@ -38,6 +38,10 @@ pub enum Rows<'a, T> {
 /// least this often: [`Engine::max_steps_between_diagnostics`]).
 pub const PARTIAL_STEPS: usize = 4096;
 
+/// Under mpirun with `--halo auto` (and NCCL ready): the halo block from which a
+/// time-stepping solver's halos go by NCCL rather than MPI.
+const NCCL_FROM_BYTES: usize = 1 << 20;
+
 /// Steps of sums a staged copy holds per slab: the most steps a pass takes with partial
 /// sums (a Jacobi slab's pair).
 const STAGED_STEPS: usize = 2;
@@ -380,8 +384,24 @@ impl<S: Subdomain> Distributed<S> {
                 }
             }
         }
-        let nccl = match (&sync, placement.halo) {
-            (Some(sync), Halo::Nccl) => Some(match world {
+        let by_nccl = match placement.halo {
+            Halo::Nccl => true,
+            Halo::Mpi => false,
+            // Measured on 2 H200s under mpirun (docs/PERFORMANCE.md): NCCL won by 2.6×
+            // for 3D heat's 1.6 MB planes and by 2.2× for electrostatics, and for Jacobi's
+            // small rows through its residual sums (no host wait a pass); MPI won by 3 %
+            // for advection's rows of 32 KiB.
+            Halo::Auto => {
+                let row = parts.first().map_or(0, |p| p.row_len()) * size_of::<S::Real>();
+                let largest = transfers.iter().map(|t| t.rows * row).max().unwrap_or(0);
+                let iterative = parts
+                    .first_mut()
+                    .is_some_and(|p| matches!(p.partials(), Partials::Device { .. }));
+                placement.nccl_ready && (iterative || largest >= NCCL_FROM_BYTES)
+            }
+        };
+        let nccl = match (&sync, by_nccl) {
+            (Some(sync), true) => Some(match world {
                 Some(w) => Nccl::across_ranks(w, &sync[0].ctx)?,
                 None => Nccl::in_process(&sync.iter().map(|s| s.ctx.clone()).collect::<Vec<_>>())?,
             }),

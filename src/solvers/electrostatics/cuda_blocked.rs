@@ -58,10 +58,15 @@ fn table_room(precision: Precision) -> usize {
     crate::device::cuda::MAX_DYNAMIC_SHARED - edge_bytes(precision, 4) - 1024
 }
 
-/// Whether a table of `entries` stencils fits the blocked kernel in `precision` (the same
-/// answer on any device: in f32 about 5700 entries, in f64 1500).
+/// The most table entries the blocked kernel takes in `precision` (the same on any device:
+/// in f32 about 5700, in f64 1500).
+pub fn most_entries(precision: Precision) -> usize {
+    table_room(precision) / (stencil_table::WEIGHTS * precision.bytes())
+}
+
+/// Whether a table of `entries` stencils fits the blocked kernel in `precision`.
 pub fn table_fits(entries: usize, precision: Precision) -> bool {
-    entries * stencil_table::WEIGHTS * precision.bytes() <= table_room(precision)
+    entries <= most_entries(precision)
 }
 
 /// Planes per block (even, at most 128): the fewest waves × (planes + 6), one block per

@@ -944,7 +944,11 @@ impl ElectrostaticsProblem {
         }
         let nodes = p.points();
         let entries = match AUTO_TABLE_NODES.contains(&nodes) {
-            true => Some(stencil_table::count_entries(self, g)?),
+            true => Some(stencil_table::count_entries(
+                self,
+                g,
+                cuda_blocked::most_entries(precision),
+            )?),
             false => None,
         };
         let (update, why) = auto_update(p.counts(), entries, precision);
@@ -977,7 +981,8 @@ fn auto_update(
         None => (Update::Classic, None),
         Some(Err(why)) => classic(format!("no stencil table: {why}")),
         Some(Ok(n)) if !cuda_blocked::table_fits(n, precision) => classic(format!(
-            "{n} distinct stencils, more than a GPU's table holds in {precision}"
+            "more than the {} distinct stencils a GPU's table holds in {precision}",
+            cuda_blocked::most_entries(precision)
         )),
         Some(Ok(n)) => (
             Update::Table,

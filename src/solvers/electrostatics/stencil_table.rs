@@ -118,11 +118,13 @@ type Key = u128;
 type AxisClasses = (Vec<u32>, Vec<(f64, f64)>);
 
 /// Each axis's classes and pairs (see `axis_classes`), and the keys of the free interior
-/// nodes of the planes `plane` admits, or why there are none to count.
+/// nodes of the planes `plane` admits, or why there are none to count. Past `most` keys
+/// it stops: then it gives `most` + 1 of them.
 fn stencil_keys(
     p: &ElectrostaticsProblem,
     g: &Geometry,
     plane: impl Fn(usize) -> bool + Sync,
+    most: usize,
 ) -> std::result::Result<([AxisClasses; 3], BTreeSet<Key>), String> {
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
@@ -140,6 +142,9 @@ fn stencil_keys(
                     let n = k * nk + j * nj + i;
                     if g.id_volt[n] == 0 {
                         set.insert(key_of(g, &axes, n, i, j, k));
+                        if set.len() > most {
+                            return set;
+                        }
                     }
                 }
             }
@@ -149,7 +154,7 @@ fn stencil_keys(
             a.append(&mut b);
             a
         });
-    Ok((axes, keys))
+    Ok((axes, keys.into_iter().take(most + 1).collect()))
 }
 
 fn key_of(g: &Geometry, axes: &[AxisClasses; 3], n: usize, i: usize, j: usize, k: usize) -> Key {
@@ -166,17 +171,21 @@ fn key_of(g: &Geometry, axes: &[AxisClasses; 3], n: usize, i: usize, j: usize, k
         | (axes[2].0[k] as Key) << 104
 }
 
-/// The number of entries the table of `p`'s mesh with the geometry `g` would have, or
-/// why it has none. Under mpirun with each rank holding its slab's planes of the
-/// geometry, the ranks' keys are gathered: every rank gets the whole mesh's count.
+/// The number of entries the table of `p`'s mesh with the geometry `g` would have, up to
+/// `most` (more: `most` + 1), or why it has none. It stops counting past `most`, so a
+/// mesh whose every node has a stencil of its own costs no more than one that fits.
+/// Under mpirun with each rank holding its slab's planes of the geometry, the ranks' keys
+/// are gathered: every rank gets the whole mesh's count.
 pub fn count_entries(
     p: &ElectrostaticsProblem,
     g: &Geometry,
+    most: usize,
 ) -> Result<std::result::Result<usize, String>> {
     // Planes whose neighbours are held too: a rank's owned planes and the inner halo,
     // whose union over the ranks is every plane.
     let known = |k: usize| g.holds(k - 1) && g.holds(k) && g.holds(k + 1);
-    let keys = match stencil_keys(p, g, known) {
+    let most_keys = most.saturating_sub(FIRST_FREE as usize);
+    let keys = match stencil_keys(p, g, known, most_keys) {
         Ok((_, keys)) => keys,
         Err(why) => return Ok(Err(why)),
     };
@@ -194,7 +203,7 @@ pub fn count_entries(
         }
         _ => keys,
     };
-    Ok(Ok(FIRST_FREE as usize + keys.len()))
+    Ok(Ok((FIRST_FREE as usize + keys.len()).min(most + 1)))
 }
 
 /// The stencil table of `p`'s mesh with the geometry `g`, or why there is none: more
@@ -206,7 +215,7 @@ pub fn build<T: Real>(
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
     // Under mpirun a rank may hold only its slab's planes of the geometry (g.held).
-    let (axes, keys) = stencil_keys(p, g, |k| g.holds(k))?;
+    let (axes, keys) = stencil_keys(p, g, |k| g.holds(k), MAX_ENTRIES)?;
     let key = |n: usize, i: usize, j: usize, k: usize| key_of(g, &axes, n, i, j, k);
     let entries = FIRST_FREE as usize + keys.len();
     if entries > MAX_ENTRIES {

@@ -1284,6 +1284,22 @@ impl<S: Subdomain> Engine for Distributed<S> {
             .unwrap_or(u64::MAX)
     }
 
+    /// The slabs, the first one's engine, and how halos travel.
+    fn describe(&self) -> Option<String> {
+        let halos = match (&self.nccl, self.world, &self.sync) {
+            (Some(_), _, _) => "halos by NCCL",
+            (None, Some(_), Some(_)) => "halos by MPI through page-locked host memory",
+            (None, Some(_), None) => "halos by MPI",
+            (None, None, Some(_)) => "halos by peer copies",
+            (None, None, None) => "halos copied on the host",
+        };
+        let slabs = self.own_rows.len();
+        Some(match self.parts.first().and_then(|p| p.describe()) {
+            Some(d) => format!("{slabs} slabs, each {d}; {halos}"),
+            None => format!("{slabs} slabs; {halos}"),
+        })
+    }
+
     fn steps_per_halo_exchange(&self) -> u64 {
         self.every
     }

@@ -89,6 +89,41 @@ pub fn exchange_in_place(
     imp::exchange_in_place(sends, receives)
 }
 
+/// Under mpirun, where this rank may run on fewer cores than its share of the node's
+/// (the node's online cores over its ranks): (its cores, that share). None elsewhere, or
+/// where the node's cores cannot be read (/sys, Linux).
+pub fn narrow_binding() -> Option<(usize, usize)> {
+    World::current()?;
+    let mine = std::thread::available_parallelism().ok()?.get();
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").ok()?;
+    let share = cpus_in(&online)? / local_size().max(1);
+    (mine < share).then_some((mine, share))
+}
+
+/// The CPUs of a kernel CPU list ("0-31", "0-3,8-11", "5").
+fn cpus_in(list: &str) -> Option<usize> {
+    list.trim()
+        .split(',')
+        .map(|r| match r.split_once('-') {
+            Some((a, b)) => (b.parse::<usize>().ok()? + 1).checked_sub(a.parse().ok()?),
+            None => r.parse::<usize>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_lists_count_their_cpus() {
+        assert_eq!(super::cpus_in("0-31\n"), Some(32));
+        assert_eq!(super::cpus_in("0-3,8-11"), Some(8));
+        assert_eq!(super::cpus_in("5"), Some(1));
+        assert_eq!(super::cpus_in("0,2-3"), Some(3));
+        assert_eq!(super::cpus_in("x"), None);
+        assert_eq!(super::cpus_in("3-1"), None);
+    }
+}
+
 /// Every rank's `mine` (of `counts[r]` bytes on rank r), concatenated in rank order, on
 /// every rank.
 pub fn all_gather(mine: &[u8], counts: &[usize]) -> Result<Vec<u8>> {

@@ -72,14 +72,14 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
     }
     run_case(cx, |restart| {
         let g = Geometry::build_planes(p, held_planes::<T>(p, cx)?)?;
-        let orig = p;
+        let update_chosen = p.update == super::Update::Auto;
         let (p, why) = p.resolve_update(&g, T::PRECISION)?;
         if let Some(why) = why {
             cx.notice(&why);
         }
         Ok(ElectrostaticsCase {
             engine: super::engine_placed::<T>(&p, &g, cx.placement, restart)?,
-            update_chosen: orig.update == super::Update::Auto,
+            update_chosen,
             p,
             g,
             placement: cx.placement,

@@ -215,16 +215,17 @@ pub fn build<T: Real>(
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
     // Under mpirun a rank may hold only its slab's planes of the geometry (g.held).
-    let (axes, keys) = stencil_keys(p, g, |k| g.holds(k), MAX_ENTRIES)?;
+    // The keys stop past what an id indexes, so the count is known only up to there.
+    let most = MAX_ENTRIES - FIRST_FREE as usize;
+    let (axes, keys) = stencil_keys(p, g, |k| g.holds(k), most)?;
     let key = |n: usize, i: usize, j: usize, k: usize| key_of(g, &axes, n, i, j, k);
-    let entries = FIRST_FREE as usize + keys.len();
-    if entries > MAX_ENTRIES {
+    if keys.len() > most {
         return Err(format!(
-            "{} distinct stencils (εr and mesh spacings around a node); a 16-bit id indexes {}",
-            keys.len(),
-            MAX_ENTRIES - FIRST_FREE as usize
+            "more than {most} distinct stencils (εr and mesh spacings around a node), the \
+             most a 16-bit id indexes"
         ));
     }
+    let entries = FIRST_FREE as usize + keys.len();
     let ids_of: KeyMap = keys
         .iter()
         .enumerate()

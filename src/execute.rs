@@ -89,11 +89,12 @@ pub fn execute_placed(
 }
 
 /// The residual of sweep `step` from a run's residual history (entry k is sweep k + 1),
-/// for an iterative solver's diagnostics row.
+/// for an iterative solver's diagnostics row; None where it was not measured.
 pub fn residual_at(step: u64, residuals: &[f64]) -> Option<f64> {
     step.checked_sub(1)
         .and_then(|k| residuals.get(k as usize))
         .copied()
+        .filter(|&r| run::is_measured(r))
 }
 
 /// What a solver hands the runner: its engine, and what it adds to the diagnostics and
@@ -514,7 +515,7 @@ pub fn run_case<C: Case>(
         iterations: outcome.steps,
         max_iterations: max,
         status: outcome.status,
-        final_residual: outcome.residuals.last().copied(),
+        final_residual: run::last_measured(&outcome.residuals),
         solution_error: None,
         time_per_iteration_s: outcome.seconds / outcome.steps.max(1) as f64,
         timings: Timings::default(),

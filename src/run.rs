@@ -38,6 +38,22 @@ impl Status {
     }
 }
 
+/// A residual history's entry for an iteration whose residual was not computed: an
+/// engine that tests convergence every k iterations may skip the sums in between (the
+/// electrostatics table form). Negative, so never a residual; outputs leave it out.
+pub const NOT_MEASURED: f64 = -1.0;
+
+/// Whether a history entry is a residual (not [`NOT_MEASURED`]; a non-finite residual is
+/// one).
+pub fn is_measured(r: f64) -> bool {
+    r >= 0.0 || r.is_nan()
+}
+
+/// The last residual a history holds, skipping iterations not measured.
+pub fn last_measured(history: &[f64]) -> Option<f64> {
+    history.iter().rev().copied().find(|&r| is_measured(r))
+}
+
 /// What an engine reports between chunks: cheap to get (a few scalars over the bus).
 #[derive(Debug, Clone)]
 pub struct Diagnostics {
@@ -118,18 +134,22 @@ impl Iterations {
         self.record_where(residual, tolerance, true);
     }
 
-    /// [`Iterations::record`], stopping only where `may_stop` (an engine whose runs stop
-    /// at some iteration counts only).
+    /// [`Iterations::record`], testing convergence only where `may_stop` (an engine whose
+    /// runs stop at some iteration counts only); a non-finite residual stops it anywhere.
     pub fn record_where(&mut self, residual: f64, tolerance: f64, may_stop: bool) {
         self.steps += 1;
         self.pending.push(residual);
-        if may_stop {
-            if !residual.is_finite() {
-                self.status = Status::NonFinite;
-            } else if residual <= tolerance {
-                self.status = Status::Converged;
-            }
+        if !residual.is_finite() {
+            self.status = Status::NonFinite;
+        } else if may_stop && residual <= tolerance {
+            self.status = Status::Converged;
         }
+    }
+
+    /// One iteration done whose residual was not computed ([`NOT_MEASURED`]).
+    pub fn skip(&mut self) {
+        self.steps += 1;
+        self.pending.push(NOT_MEASURED);
     }
 
     pub fn diagnostics(&mut self) -> Diagnostics {
@@ -392,7 +412,7 @@ impl Loop {
                 self.chunk = self.chunk.saturating_mul(2);
             }
             bar.set_position(self.steps);
-            if let Some(r) = self.residuals.last() {
+            if let Some(r) = last_measured(&self.residuals) {
                 bar.set_message(format!("residual {r:.3e}"));
             }
         }

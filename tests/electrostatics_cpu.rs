@@ -122,7 +122,8 @@ fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
 }
 
 /// The table form of the update (`update = "table"`: each stencil's weights made once) is
-/// exact on the same plates, and stops at an even iteration count.
+/// exact on the same plates, and stops at a multiple of its check interval (16 by
+/// default), whose residuals alone residuals.csv lists.
 #[test]
 fn the_table_form_is_exact_on_the_plates_too() {
     let dir = tempfile::tempdir().unwrap();
@@ -138,7 +139,67 @@ fn the_table_form_is_exact_on_the_plates_too() {
         serde_json::from_str(&std::fs::read_to_string(d.join("res/summary.json")).unwrap())
             .unwrap();
     let steps = s["steps"].as_u64().or(s["iterations"].as_u64()).unwrap();
-    assert_eq!(steps % 2, 0, "{s}");
+    assert_eq!(steps % 16, 0, "{s}");
+    assert_eq!(s["results"]["check_every"], 16, "{s}");
+    let csv = std::fs::read_to_string(d.join("res/residuals.csv")).unwrap();
+    let rows: Vec<u64> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    let want: Vec<u64> = (1..=steps / 16).map(|k| 16 * k).collect();
+    assert_eq!(rows, want, "{csv}");
+    let last: f64 = csv
+        .lines()
+        .last()
+        .unwrap()
+        .split(',')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        s["results"]["relative_residual"].as_f64(),
+        Some(last),
+        "{s}"
+    );
+}
+
+/// `check_every = k` in the classic update: the run tests convergence at multiples of k
+/// only, so it stops at the first multiple past the iteration whose residual met the
+/// tolerance, and still lists every iteration's residual.
+#[test]
+fn check_every_tests_convergence_at_its_multiples() {
+    let toml = example("electrostatics-plates.toml");
+    let solve = |every: Option<u64>| {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("p.toml"), &toml).unwrap();
+        let mut args = vec!["--out".to_string(), "res".into()];
+        args.extend(["--set".into(), "electrostatics.tolerance=1e-10".into()]);
+        if let Some(k) = every {
+            args.extend(["--set".into(), format!("electrostatics.check_every={k}")]);
+        }
+        let args: Vec<&str> = args.iter().map(|a| a.as_str()).collect();
+        let s = run(d, "p.toml", &args);
+        assert_eq!(s["status"], "converged", "{s}");
+        let csv = std::fs::read_to_string(d.join("res/residuals.csv")).unwrap();
+        let r: Vec<f64> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').nth(1).unwrap().parse().unwrap())
+            .collect();
+        (s["iterations"].as_u64().unwrap(), r)
+    };
+    let (n1, r1) = solve(None);
+    assert_eq!(r1.len() as u64, n1);
+    for k in [3u64, 8] {
+        let (n, r) = solve(Some(k));
+        assert_eq!(n, n1.div_ceil(k) * k, "every {k}: {n} against {n1}");
+        // The same iterations, so the same residuals up to where the default stopped.
+        assert_eq!(r.len() as u64, n);
+        assert_eq!(r[..n1 as usize], r1[..], "every {k}");
+    }
 }
 
 #[test]
@@ -252,6 +313,15 @@ const SPHERE: &str =
 fn bad_input_names_the_shape_and_field() {
     // The table form: not an unknown word.
     rejects("update = \"fast\"\n", &["update", "fast"]);
+    for k in ["0", "-3", "2000000"] {
+        rejects(
+            &format!("check_every = {k}\nvoltages = [1.0]\n{SPHERE}electrode = 1\n"),
+            &[
+                &format!("electrostatics.check_every = {k}"),
+                "convergence tests",
+            ],
+        );
+    }
     rejects(
         &format!("{SPHERE}electrode = 1\n"),
         &["electrostatics.shapes[0].electrode = 1", "voltages"],

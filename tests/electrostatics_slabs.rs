@@ -218,25 +218,40 @@ fn table(text: &str) -> String {
     )
 }
 
-/// The table form on slabs: the CPU's give its one engine's V, residuals and stopping
-/// iteration bit for bit; CUDA slabs (`gpu`) its V bits, the residuals to `tol` (the
-/// blocked kernel adds its sums in another order, and in f32 starts them in f32) and the
-/// same stopping iteration, an even one.
+/// The table form on slabs: the CPU's give its one engine's V, residuals (measured at
+/// the same iterations) and stopping iteration bit for bit; CUDA slabs (`gpu`) its V bits,
+/// the residuals to `tol` (the blocked kernel adds its sums in another order, and in f32
+/// starts them in f32) and the same stopping iteration, a multiple of the check interval
+/// (16 by default; `check_every = 5` is odd and counts twice: 10).
 fn table_slabs_equal_one_engine<T: Real>(
     text: &str,
     gpu: Option<&[(String, Placement)]>,
     tol: f64,
 ) {
-    let text = table(text);
+    for (every, interval) in [("", 16), ("check_every = 5\n", 10)] {
+        let text = table(text).replace("[electrostatics]\n", &format!("[electrostatics]\n{every}"));
+        table_slabs_at_interval::<T>(&text, gpu, tol, interval);
+    }
+}
+
+fn table_slabs_at_interval<T: Real>(
+    text: &str,
+    gpu: Option<&[(String, Placement)]>,
+    tol: f64,
+    interval: usize,
+) {
     let cpu = common::cpu();
-    let (_, r, _, _) = run::<T>(&problem(&text, 0.0), &common::on(&cpu, 1), None, 40);
-    // Crossed between iterations 30 and 31: the table form stops at 32.
-    let crossing = 0.5 * (r[29] + r[30]);
+    let (_, r, _, _) = run::<T>(&problem(text, 0.0), &common::on(&cpu, 1), None, 40);
+    for (k, x) in r.iter().enumerate() {
+        assert_eq!(keisan::run::is_measured(*x), (k + 1) % interval == 0, "{k}");
+    }
+    // Crossed between the tests at interval and 2·interval: it stops at the latter.
+    let crossing = 0.5 * (r[interval - 1] + r[2 * interval - 1]);
     for tolerance in [0.0, crossing] {
-        let p = problem(&text, tolerance);
+        let p = problem(text, tolerance);
         let one = run::<T>(&p, &common::on(&cpu, 1), None, 40);
         if tolerance > 0.0 {
-            assert_eq!((one.2, one.3), (32, Status::Converged));
+            assert_eq!((one.2, one.3), (2 * interval as u64, Status::Converged));
         }
         // Halos of four planes: 19 planes take at most 4 slabs.
         let cpu_slabs = [2, 3, 4].map(|n| (format!("{n} CPU slabs"), common::on(&cpu, n)));

@@ -9,8 +9,11 @@ use crate::error::Result;
 pub fn write_residuals(path: &Path, residuals: &[f64]) -> Result<()> {
     write_atomic(path, |w| {
         writeln!(w, "iteration,residual")?;
+        // Iterations whose residual was not computed have no row.
         for (k, r) in residuals.iter().enumerate() {
-            writeln!(w, "{},{:.17e}", k + 1, r)?;
+            if crate::run::is_measured(*r) {
+                writeln!(w, "{},{:.17e}", k + 1, r)?;
+            }
         }
         Ok(())
     })

@@ -130,6 +130,7 @@ pub fn problem_cells(cells: [usize; 3], iterations: u64) -> ElectrostaticsProble
         max_iterations: iterations,
         capacitance: false,
         update: super::Update::Classic,
+        check_every: None,
     }
 }
 

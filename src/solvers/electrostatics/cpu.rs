@@ -414,8 +414,9 @@ impl<T: Real> Subdomain for CpuElectrostatics<T> {
         if self.it.running() {
             // The study's order: the red sums, then the black ones.
             let (res, norm) = ((t[0] + t[2]).sqrt(), (t[1] + t[3]).sqrt());
-            self.it
-                .record(if norm > 0.0 { res / norm } else { res }, self.p.tolerance);
+            let test = self.p.tests_after(self.it.steps + 1);
+            let rel = if norm > 0.0 { res / norm } else { res };
+            self.it.record_where(rel, self.p.tolerance, test);
         }
     }
     fn running(&self) -> bool {

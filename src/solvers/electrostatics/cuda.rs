@@ -697,8 +697,9 @@ impl<T: Real> CudaElectrostatics<T> {
         Ok(())
     }
 
-    /// The scalars every sweep launch passes (kernel argument types).
-    fn scalars(&self) -> SweepScalars<T> {
+    /// The scalars every sweep launch passes (kernel argument types), for a launch that
+    /// ends after `done` iterations (the stop test's tolerance there).
+    fn scalars(&self, done: u64) -> SweepScalars<T> {
         let [nx, ny, nz] = self.p.counts().map(|c| c as i32);
         SweepScalars {
             nx,
@@ -707,14 +708,14 @@ impl<T: Real> CudaElectrostatics<T> {
             ph: self.layout.ph as i32,
             planes: self.planes as i32,
             omega: T::lit(self.p.omega),
-            tol: self.p.tolerance,
+            tol: self.p.tolerance_after(done),
             hist_len: HISTORY as u32,
         }
     }
 
     /// One colour's in-place sweep (per-colour kernel), in buffer 0.
     fn launch_sweep(&mut self, oe: i32, iteration: u64) -> Result<()> {
-        let k = self.scalars();
+        let k = self.scalars(iteration + 1);
         let s = &self.gpu.stream;
         let own = oe as usize;
         let (cc, cd) = codes(&self.code, self.class_bits, own);
@@ -756,7 +757,7 @@ impl<T: Real> CudaElectrostatics<T> {
 
     /// Both colours' interior in one pass, from buffer `iteration % 2` into the other.
     fn launch_fused(&mut self, iteration: u64) -> Result<()> {
-        let k = self.scalars();
+        let k = self.scalars(iteration + 1);
         let c = &self.coefficients;
         let [b0, b1] = &mut self.v;
         let (input, output) = if iteration.is_multiple_of(2) {
@@ -798,7 +799,12 @@ impl<T: Real> CudaElectrostatics<T> {
     /// Iterations `launched` .. `launched + steps` in one cooperative launch (es_persist),
     /// in buffer 0; it stops early where the stop flag is set.
     fn launch_persistent(&mut self, steps: u64) -> Result<()> {
-        let k = self.scalars();
+        // The kernel tests convergence every `every` iterations itself.
+        let k = SweepScalars {
+            tol: self.p.tolerance,
+            ..self.scalars(0)
+        };
+        let every = self.p.check_interval() as u32;
         let (tx, ty, tz) = (
             self.tiles.0 as i32,
             self.tiles.1 as i32,
@@ -824,7 +830,7 @@ impl<T: Real> CudaElectrostatics<T> {
         l.arg(&mut self.partials)
             .arg(&mut self.bar)
             .arg(&mut self.ctl);
-        l.arg(&mut self.hist).arg(&k.hist_len);
+        l.arg(&mut self.hist).arg(&k.hist_len).arg(&every);
         // SAFETY: as launch_sweep for both colours; partials hold 8 values per block of
         // the grid, bar 2 zeroed counters; the grid is at most what the device holds at
         // once, which the cooperative launch checks.

@@ -116,9 +116,10 @@ pub struct CudaBlocked<T: Real> {
     ring: CudaSlice<f64>,
     ctl: CudaSlice<u64>,
     hist: CudaSlice<f64>,
-    /// Passes of two iterations and of one.
-    two: Pass,
-    one: Pass,
+    /// Passes of two iterations and of one, [plain, with the residual sums of their
+    /// last iteration] (the sums only where the run measures it).
+    two: [Pass; 2],
+    one: [Pass; 2],
     /// A slab's book-keeping (es_record).
     record: Option<CudaFunction>,
     chunk: usize,
@@ -193,12 +194,13 @@ impl<T: Real> CudaBlocked<T> {
                 ),
             ));
         }
-        let pass = |levels: usize| -> Result<Pass> {
+        let pass = |levels: usize, sums: bool| -> Result<Pass> {
             let defines = [
                 ("ES_TB_T", levels.to_string()),
                 ("ES_TB_R", r.to_string()),
                 ("ES_TB_W", w.to_string()),
                 ("ES_TB_Q", (t.charge.is_some() as u8).to_string()),
+                ("ES_TB_SUMS", (sums as u8).to_string()),
             ];
             let function =
                 gpu.function(&super::cuda::KERNELS, T::PRECISION, &defines, "es_blocked")?;
@@ -212,7 +214,8 @@ impl<T: Real> CudaBlocked<T> {
                 shared: shared as u32,
             })
         };
-        let (two, one) = (pass(4)?, pass(2)?);
+        let two = [pass(4, false)?, pass(4, true)?];
+        let one = [pass(2, false)?, pass(2, true)?];
         let slab = window.rows != counts[2];
         let record = match slab {
             true => Some(gpu.function(&super::cuda::KERNELS, T::PRECISION, &[], "es_record")?),
@@ -220,7 +223,7 @@ impl<T: Real> CudaBlocked<T> {
         };
         // Block partials for the largest grid a call launches (every call's planes lie
         // among the owned ones).
-        let blocks = [&two, &one]
+        let blocks = [&two[1], &one[1]]
             .iter()
             .map(|p| (p.tiles.0 * p.tiles.1) as usize)
             .max()
@@ -257,7 +260,7 @@ impl<T: Real> CudaBlocked<T> {
             pitch,
             window,
             gpu,
-            p: p.clone(),
+            p: p.as_table(),
         })
     }
 
@@ -276,10 +279,13 @@ impl<T: Real> CudaBlocked<T> {
         scratch: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
+        // The sums where the run measures the pass's last iteration.
+        let done = self.launched + iterations;
+        let sums = self.p.measures_after(done) as usize;
         let pass = if iterations == 2 {
-            &self.two
+            &self.two[sums]
         } else {
-            &self.one
+            &self.one[sums]
         };
         let cfg = LaunchConfig {
             grid_dim: (
@@ -296,7 +302,7 @@ impl<T: Real> CudaBlocked<T> {
         let kbase = w.base as i32;
         let (zlo, zhi) = (kbase.max(0), (kbase + w.rows as i32).min(nz));
         let (zfirst, zend) = (planes.start as i32, planes.end as i32);
-        let (tol, iteration) = (self.p.tolerance, self.launched);
+        let (tol, iteration) = (self.p.tolerance_after(done), self.launched);
         let hist_len = HISTORY as u32;
         let out = 1 - self.input;
         let out_buf = out as i32;
@@ -326,7 +332,7 @@ impl<T: Real> CudaBlocked<T> {
         // each of the window's planes, ids as many 16-bit ids, the charge terms as many
         // values (or 1, unread), the table `entries` entries of 8 values, partials 4
         // values per block of the largest grid, ctl 3 counters, hist HISTORY values, slot
-        // (when not 0) two values in each of the pass's iterations' steps of the ring (a
+        // (when not 0) two values in the pass's last iteration's step of the ring (a
         // pass of two starts at an even step, so its second does not wrap); the pass reads planes
         // zlo..zhi (those the buffers hold, within the mesh) and writes `planes` (owned);
         // all live as long as the engine.
@@ -403,15 +409,16 @@ impl<T: Real> Engine for CudaBlocked<T> {
     }
 
     fn describe(&self) -> Option<String> {
-        let (b, t) = (self.two.block, self.two.tiles);
+        let (b, t) = (self.two[1].block, self.two[1].tiles);
         let chunks = self.window.own.len().div_ceil(self.chunk);
         Some(format!(
-            "blocked (two iterations a pass from a table of {} stencils; blocks of {}×{} threads, {} of them, {} planes each)",
+            "blocked (two iterations a pass from a table of {} stencils; blocks of {}×{} threads, {} of them, {} planes each; residual sums every {} iterations)",
             self.entries,
             b.0,
             b.1,
             t.0 as usize * t.1 as usize * chunks,
-            self.chunk
+            self.chunk,
+            self.p.check_interval()
         ))
     }
 
@@ -498,15 +505,16 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
         let record = self.record.as_ref().expect("a slab");
-        let slab = super::cuda_slab::RecordArgs {
-            per_step: PER_STEP,
-            tolerance: self.p.tolerance,
-            ctl: &self.ctl,
-            hist: &self.hist,
-            every: 2,
-        };
         // Every iteration queued since the last call, in order (a pass may take two).
         for k in self.recorded..self.launched {
+            let slab = super::cuda_slab::RecordArgs {
+                per_step: PER_STEP,
+                tolerance: self.p.tolerance,
+                ctl: &self.ctl,
+                hist: &self.hist,
+                every: self.p.check_interval() as u32,
+                measured: self.p.measures_after(k + 1),
+            };
             super::cuda_slab::queue_es_record(
                 record, stream, sources, count, ring_steps, k, &slab,
             )?;

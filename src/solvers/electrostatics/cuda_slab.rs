@@ -424,7 +424,8 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
             tolerance: self.p.tolerance,
             ctl: &self.ctl,
             hist: &self.hist,
-            every: 1,
+            every: self.p.check_interval() as u32,
+            measured: true,
         };
         queue_es_record(
             &self.record,
@@ -439,14 +440,15 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
 }
 
 /// What es_record reads of a slab besides the step: its ring's values per step, the
-/// tolerance, its ctl and history (HISTORY values), and the multiple of iteration counts
-/// where a solve may stop.
+/// tolerance, its ctl and history (HISTORY values), the multiple of iteration counts
+/// where a solve tests convergence, and whether the slabs computed the step's sums.
 pub(super) struct RecordArgs<'a> {
     pub per_step: usize,
     pub tolerance: f64,
     pub ctl: &'a CudaSlice<u64>,
     pub hist: &'a CudaSlice<f64>,
     pub every: u32,
+    pub measured: bool,
 }
 
 /// Queue es_record (`record`) of iteration `k` on `stream`: every slab's sums from the
@@ -461,14 +463,15 @@ pub(super) fn queue_es_record(
     slab: &RecordArgs,
 ) -> Result<()> {
     let (count, per_step, ring) = (count as i32, slab.per_step as i32, ring_steps as u32);
-    let hist_len = HISTORY as u32;
+    let (hist_len, measured) = (HISTORY as u32, slab.measured as i32);
     let mut l = stream.launch_builder(record);
     l.arg(sources).arg(&count).arg(&per_step).arg(&ring).arg(&k);
     l.arg(&slab.tolerance)
         .arg(slab.ctl)
         .arg(slab.hist)
         .arg(&hist_len)
-        .arg(&slab.every);
+        .arg(&slab.every)
+        .arg(&measured);
     // SAFETY: sources holds `count` addresses of rings of `ring` steps × per_step values;
     // ctl holds 2 counters and hist HISTORY values.
     unsafe { l.launch(LaunchConfig::for_num_elems(1)) }?;

@@ -372,9 +372,13 @@ __device__ __forceinline__ bool grid_residual_sums(double res2, double v2, doubl
     return grid_sums_last_block<2>(block, partials, ticket, total);
 }
 
+// A history entry for an iteration whose residual was not computed (run::NOT_MEASURED).
+#define ES_NOT_MEASURED (-1.0)
+
 // An iteration's verdict from its (res^2, V^2) sums: the relative residual sqrt(res2 / v2)
 // (sqrt(res2) where V is 0) into rel; 2 when it is not finite, 1 when it is <= tol,
-// else 0.
+// else 0. Where the run does not test convergence the host passes tol = -1, so that only
+// a non-finite residual stops it (ElectrostaticsProblem::tolerance_after).
 __device__ __forceinline__ int residual_verdict(double res2, double v2, double tol,
                                                 double& rel) {
     const double r = sqrt(res2), norm = sqrt(v2);
@@ -695,15 +699,21 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
 // added in slab order and, within a slab, in the order of its sweeps (so every slab
 // decides alike), each slab's `per_step` values of iteration k read from sources[s] +
 // (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record, but the
-// solve stops only at iteration counts that are multiples of `every` (the table form's
-// slabs: 2, as its one-device engine and its CPU engine).
+// solve tests convergence only at iteration counts that are multiples of `every` (the
+// problem's check interval, as on one device and on the CPU). `measured` = 0: the slabs
+// skipped this iteration's sums (the table form between its tests), so it records
+// ES_NOT_MEASURED and the count only.
 #if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_record)
 extern "C" __global__ void es_record(const u64* __restrict__ sources, int count, int per_step,
                                      unsigned ring, u64 k, double tol, u64* __restrict__ ctl,
                                      double* __restrict__ hist, unsigned hist_len,
-                                     unsigned every) {
+                                     unsigned every, int measured) {
     // ctl[1] is read by every thread before thread 0 may write it (after the barriers).
     if (blockIdx.x != 0 || ctl[1] != 0) return;
+    if (!measured) {
+        if (threadIdx.x == 0) record_iteration(ES_NOT_MEASURED, 0, k, ctl, hist, hist_len);
+        return;
+    }
     double res2 = 0.0, v2 = 0.0;
     add_slab_sums(sources, count, per_step, ring, k, [&](int c, double v) {
         if (c & 1)
@@ -713,8 +723,8 @@ extern "C" __global__ void es_record(const u64* __restrict__ sources, int count,
     });
     if (threadIdx.x != 0) return;
     double rel;
-    const int verdict = residual_verdict(res2, v2, tol, rel);
-    record_iteration(rel, (k + 1) % every == 0 ? verdict : 0, k, ctl, hist, hist_len);
+    const int verdict = residual_verdict(res2, v2, (k + 1) % every == 0 ? tol : -1.0, rel);
+    record_iteration(rel, verdict, k, ctl, hist, hist_len);
 }
 #endif
 
@@ -767,7 +777,7 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
            int ph, int planes, int tiles_x, int tiles_y, int tiles_z, int has_faces,
            real omega, double tol, u64 first, u64 last, double* __restrict__ partials,
            unsigned* bar, u64* __restrict__ ctl, double* __restrict__ hist,
-           unsigned hist_len) {
+           unsigned hist_len, unsigned every) {
     if (((volatile u64*)ctl)[1] != 0) return;
     __shared__ es_class cls[ES_TABLE];
     __shared__ es_z zt[(1 + ES_SUM_RANGE) * ES_ZCAP];
@@ -818,8 +828,10 @@ es_persist(real* v0, real* v1, const unsigned char* __restrict__ c0,
         }
         if (tid == 0) {
             double rel;
+            // Convergence tested every `every` iterations (the problem's check interval).
+            const double t = (it + 1) % every == 0 ? tol : -1.0;
             const int verdict =
-                residual_verdict(total[0] + total[2], total[1] + total[3], tol, rel);
+                residual_verdict(total[0] + total[2], total[1] + total[3], t, rel);
             if (blockIdx.x == 0) record_iteration(rel, verdict, it, ctl, hist, hist_len);
             stop = verdict;
         }
@@ -1342,13 +1354,17 @@ es_staged(ES_SWEEP_PARAMS) {
 // y neighbours across warps from shared memory (one barrier per plane). The colour a
 // level updates in row r of plane p − l is element (1 + r + p) & 1 of the pair at every
 // level, so taking planes in pairs makes it a constant. Tile-edge values go wrong a node
-// per level, which the halo absorbs. Each iteration's (res², V²) over its free interior
-// output nodes (ids from ES_TB_FIRST_FREE) go to the grid's sums; the last block records
-// the pass's iterations: ctl[0] = iterations done, ctl[1] = stop flag (set at even counts
-// only), ctl[2] = the buffer holding the state (out_buf). 29 instructions per update at 512³ f32
-// (docs/PERFORMANCE.md). On a slab (cuda_blocked.rs) the buffers hold the grid planes
-// zlo..zhi from plane kbase (others read as 0), a launch outputs the planes zfirst..zend,
-// and its sums go to `slot` for es_record, which decides.
+// per level, which the halo absorbs. With ES_TB_SUMS (the passes that end where the run
+// tests convergence, or at its last iteration), the (res², V²) of the pass's last
+// iteration over its free interior output nodes (ids from ES_TB_FIRST_FREE) go to the
+// grid's sums and the last block records them: ctl[0] = iterations done, ctl[1] = stop
+// flag (tol is -1 where the run does not test), ctl[2] = the buffer holding the state
+// (out_buf), the other iterations ES_NOT_MEASURED in the history. Without (the passes
+// between tests: 6 % faster in f32, 18 % in f64 at 512³), block 0 records the count and
+// the buffer only. 29 instructions per update at 512³ f32 (docs/PERFORMANCE.md). On a
+// slab (cuda_blocked.rs) the buffers hold the grid planes zlo..zhi from plane kbase
+// (others read as 0), a launch outputs the planes zfirst..zend, and its last iteration's
+// sums go to `slot` for es_record, which decides.
 #if defined(ES_TB_T) && (!defined(KEISAN_ONLY) || defined(KEISAN_WANT_es_blocked))
 #ifndef ES_TB_R
 #define ES_TB_R 4
@@ -1357,6 +1373,9 @@ es_staged(ES_SWEEP_PARAMS) {
 #define ES_TB_W 12
 #endif
 #define ES_TB_FIRST_FREE 7
+#ifndef ES_TB_SUMS
+#define ES_TB_SUMS 1
+#endif
 // ES_TB_Q = 1: a charge term per node in bq (the ids' layout) instead of the table's B.
 #ifndef ES_TB_Q
 #define ES_TB_Q 0
@@ -1402,9 +1421,7 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
     __syncthreads();
     // A thread's sums in `real` (a few hundred terms per pass; f64 ones took a quarter
     // of an f32 pass), then in f64 across the block and the grid.
-    real res2[IT], v2[IT];
-#pragma unroll
-    for (int i = 0; i < IT; ++i) res2[i] = v2[i] = (real)0;
+    real res2 = (real)0, v2 = (real)0;
     const int tile_x0 = (int)blockIdx.x * TXO - HX, tile_y0 = (int)blockIdx.y * TYO - T;
     const int gx = tile_x0 + lane * V, gy = tile_y0 + w * R;
     const long ms = (long)ny * px;
@@ -1492,10 +1509,12 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
                 }
                 res[r].v[e] = es_table_update(a, b, bn, c.v[e], xm, xp, ym, yp,
                                               below[l - 1][r].v[e], v[r].v[e]);
-                if (counted && (row_out >> r & 1) && id >= ES_TB_FIRST_FREE) {
+                // The pass's last iteration: its last two levels.
+                if (ES_TB_SUMS && l > T - 2 && counted && (row_out >> r & 1) &&
+                    id >= ES_TB_FIRST_FREE) {
                     const real d = res[r].v[e] - c.v[e], nv = res[r].v[e];
-                    res2[(l - 1) / 2] = fma(d, d, res2[(l - 1) / 2]);
-                    v2[(l - 1) / 2] = fma(nv, nv, v2[(l - 1) / 2]);
+                    res2 = fma(d, d, res2);
+                    v2 = fma(nv, nv, v2);
                 }
             }
 #pragma unroll
@@ -1529,36 +1548,36 @@ extern "C" __global__ void __launch_bounds__(32 * ES_TB_W, 1)
         if (p + 1 < pend) round(es_flag<true>{}, p + 1, k + 1);
     }
 
-    double block[2 * IT];
-#pragma unroll
-    for (int i = 0; i < IT; ++i) {
-        block[2 * i] = block_sum((double)res2[i]);
-        __syncthreads();
-        block[2 * i + 1] = block_sum((double)v2[i]);
-        __syncthreads();
-    }
-    double total[2 * IT];
-    if (!grid_sums_last_block<2 * IT>(block, partials, ticket, total)) return;
-    if (slot) {
-        // A slab's pass: es_record adds every slab's sums and decides; iteration i's
-        // (res², V²) at slot + i·slot_step.
-#pragma unroll
-        for (int i = 0; i < IT; ++i) {
-            slot[i * slot_step] = total[2 * i];
-            slot[i * slot_step + 1] = total[2 * i + 1];
+    if (!ES_TB_SUMS) {
+        // Passes queued after a stop returned at the start, as in the other form.
+        if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && tid == 0) {
+            if (!slot) {
+                for (int i = 0; i < IT; ++i) hist[(iteration + i) % hist_len] = ES_NOT_MEASURED;
+                ctl[0] = iteration + IT;
+            }
+            ctl[2] = (u64)out_buf;
         }
+        return;
+    }
+    double block[2];
+    block[0] = block_sum((double)res2);
+    __syncthreads();
+    block[1] = block_sum((double)v2);
+    __syncthreads();
+    double total[2];
+    if (!grid_sums_last_block<2>(block, partials, ticket, total)) return;
+    if (slot) {
+        // A slab's pass: es_record adds every slab's sums and decides; the sums of the
+        // pass's iteration i at slot + i·slot_step (the last one's only).
+        slot[(IT - 1) * slot_step] = total[0];
+        slot[(IT - 1) * slot_step + 1] = total[1];
         ctl[2] = (u64)out_buf;
         return;
     }
-    // A run stops at an even iteration count only, whatever the passes (the CPU engine of
-    // the table form, stencil_table.rs, stops at the same counts).
-    int flag = 0;
-    for (int i = 0; i < IT; ++i) {
-        double rel;
-        const int verdict = residual_verdict(total[2 * i], total[2 * i + 1], tol, rel);
-        hist[(iteration + i) % hist_len] = rel;
-        if ((iteration + i + 1) % 2 == 0) flag = verdict;
-    }
+    for (int i = 0; i < IT - 1; ++i) hist[(iteration + i) % hist_len] = ES_NOT_MEASURED;
+    double rel;
+    const int flag = residual_verdict(total[0], total[1], tol, rel);
+    hist[(iteration + IT - 1) % hist_len] = rel;
     ctl[2] = (u64)out_buf;
     ctl[0] = iteration + IT;
     if (flag) ctl[1] = flag;

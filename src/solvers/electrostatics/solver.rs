@@ -53,7 +53,7 @@ impl SolverProblem for ElectrostaticsProblem {
         true
     }
     fn restart_may_change(&self) -> &'static [&'static str] {
-        &["max_iterations", "tolerance", "capacitance"]
+        &["max_iterations", "tolerance", "capacitance", "check_every"]
     }
     fn execute(&self, cx: &Execution) -> Result<Summary> {
         match cx.problem.precision {
@@ -162,7 +162,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                     "the capacitance solve with electrode {j} at 1 V did not converge in {} \
                      iterations (residual {:.3e}); raise max_iterations",
                     out.steps,
-                    out.residuals.last().copied().unwrap_or(f64::NAN)
+                    run::last_measured(&out.residuals).unwrap_or(f64::NAN)
                 )));
             }
             let q = gauss::charges(&self.p, &g, &e.snapshot()?.data);
@@ -219,8 +219,9 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             "omega": self.p.omega, "omega_estimated": self.p.omega_auto,
             "update": self.p.update.word(), "update_chosen": self.update_chosen,
             "converged": o.status == run::Status::Converged,
-            "relative_residual": o.residuals.last(),
-            "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration (the stopping test)",
+            "relative_residual": run::last_measured(&o.residuals),
+            "relative_residual_meaning": "‖ΔV‖/‖V‖ of the last iteration measured (the stopping test)",
+            "check_every": self.p.check_interval(),
         });
         let Some(v) = u else {
             // V was written in pieces, too large to gather: no measures of the whole field.

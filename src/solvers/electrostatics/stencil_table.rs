@@ -577,7 +577,7 @@ impl<T: Real> CpuTable<T> {
         Self {
             v: padded,
             t: t.of_window(&window, counts[1]),
-            p: p.clone(),
+            p: p.as_table(),
             counts,
             it: Iterations::new(step, status),
             partial: vec![0.0; PER_PLANE * window.own.len()],
@@ -689,10 +689,17 @@ impl<T: Real> Subdomain for CpuTable<T> {
     fn record_total(&mut self, t: &[f64]) {
         if self.it.running() {
             // Red's sums, then black's, as the blocked kernel adds them.
+            // The iterations the GPU engine measures, with the same sums (which cost
+            // little here).
+            let done = self.it.steps + 1;
+            if !self.p.measures_after(done) {
+                self.it.skip();
+                return;
+            }
             let (res, norm) = ((t[0] + t[2]).sqrt(), (t[1] + t[3]).sqrt());
             let rel = if norm > 0.0 { res / norm } else { res };
-            let even = (self.it.steps + 1).is_multiple_of(2);
-            self.it.record_where(rel, self.p.tolerance, even);
+            self.it
+                .record_where(rel, self.p.tolerance, self.p.tests_after(done));
         }
     }
     fn running(&self) -> bool {
@@ -776,7 +783,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_engine_equals_the_reference_and_stops_at_even_counts() {
+    fn the_cpu_engine_equals_the_reference_and_tests_at_its_interval() {
         let (mut p, g) = problem(PLATES);
         let t = build::<f64>(&p, &g).unwrap();
         let mut v = pad(
@@ -796,15 +803,29 @@ mod tests {
                 .all(|(a, b)| a.to_bits() == b.to_bits())
         );
         assert_eq!(e.diagnostics().unwrap().new_residuals.len(), 9);
-        // To a tolerance: the count it stops at is even.
+        // To a tolerance: it stops at a multiple of the interval (an odd check_every
+        // counts twice), and measures only there.
         p.tolerance = 1e-6;
-        let mut e = CpuTable::<f64>::new(&p, &g, None).unwrap();
-        e.advance(100_000).unwrap();
-        let d = e.diagnostics().unwrap();
-        assert_eq!(d.status, Status::Converged);
-        assert_eq!(d.steps % 2, 0, "{}", d.steps);
-        let last = d.new_residuals[d.new_residuals.len() - 1];
-        assert!(last <= 1e-6 && d.new_residuals[d.new_residuals.len() - 3] > 1e-6);
+        for (every, interval) in [
+            (None, super::super::TABLE_CHECK_EVERY),
+            (Some(3), 6),
+            (Some(1), 2),
+        ] {
+            p.check_every = every;
+            assert_eq!(p.as_table().check_interval(), interval);
+            let mut e = CpuTable::<f64>::new(&p, &g, None).unwrap();
+            e.advance(100_000).unwrap();
+            let d = e.diagnostics().unwrap();
+            assert_eq!(d.status, Status::Converged);
+            assert_eq!(d.steps % interval, 0, "{}", d.steps);
+            let h = &d.new_residuals;
+            for (k, r) in h.iter().enumerate() {
+                assert_eq!(crate::run::is_measured(*r), (k as u64 + 1).is_multiple_of(interval));
+            }
+            let n = h.len();
+            let before = h[n - 1 - interval as usize];
+            assert!(h[n - 1] <= 1e-6 && before > 1e-6, "{} {before}", h[n - 1]);
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! CUDA engine of the blocked kernel (`SweepKernel::Blocked`, kernels.cu `es_blocked`):
 //! the update from a stencil table (stencil_table.rs) in passes of two red-black
 //! iterations through device memory, V in the natural layout (rows padded to an even
-//! pitch), two buffers. A pass reduces both its iterations' residuals and sets the
-//! device-side stop flag at an even count only; passes start at even counts (a pass of one
-//! realigns them), so a run stops where the table form's CPU engine does. Its V differs from the per-colour engines' in the
+//! pitch), two buffers. A pass that ends where the run tests convergence (every
+//! `check_interval`, an even count) or at its last iteration reduces that iteration's
+//! residual and sets the device-side stop flag; the passes between skip the sums (6 % of a
+//! pass in f32, 18 % in f64). Passes start at even counts (a pass of one realigns them), so
+//! a run stops where the table form's CPU engine does. Its V differs from the per-colour engines' in the
 //! last bits (the table's weights are rounded once); it equals [`stencil_table::iterate`]'s
 //! bit for bit.
 //!
@@ -13,8 +15,8 @@
 //! first output plane and end three above the last, computing there what the neighbours
 //! compute, so one exchange serves two iterations. The bands and the interior read one
 //! buffer and write the other, so they run side by side. V equals the one-device engine's
-//! bit for bit; each call's (res², V²) per iteration lands in a ring that es_record adds
-//! up over the slabs, stopping at even counts only, which end passes.
+//! bit for bit; each call's (res², V²) of a measured iteration lands in a ring that
+//! es_record adds up over the slabs, stopping at the tested counts only, which end passes.
 
 use std::ops::Range;
 use std::sync::Arc;

@@ -521,7 +521,8 @@ pub enum Update {
     /// decomposed too (slabs with halos of four planes: two iterations per exchange on
     /// GPUs). On a GPU at most about 5700 distinct stencils in f32, 1500 in f64 (the
     /// table sits in shared memory). V differs from the classic form's in the last bits;
-    /// a run stops at an even iteration count.
+    /// a run tests convergence at even counts only (by default every
+    /// [`TABLE_CHECK_EVERY`]).
     Table,
 }
 
@@ -1025,6 +1026,15 @@ impl ElectrostaticsProblem {
         };
         let (update, why) = auto_update(p.counts(), entries, precision);
         p.update = update;
+        let why = match p.is_table() {
+            true => why.map(|w| {
+                format!(
+                    "{w}; it tests convergence every {} iterations (electrostatics.check_every)",
+                    p.check_interval()
+                )
+            }),
+            false => why,
+        };
         Ok((p, why))
     }
 }
@@ -1061,8 +1071,7 @@ fn auto_update(
             Some(format!(
                 "update = \"table\" for this mesh of {mesh} nodes and {n} stencils: about 1.5× \
                  faster per iteration than \"classic\" on a GPU (the same scheme, its weights \
-                 rounded once; a run stops at an even iteration count; set electrostatics.update \
-                 to choose)"
+                 rounded once; set electrostatics.update to choose)"
             )),
         ),
     }

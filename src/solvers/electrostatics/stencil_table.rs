@@ -533,7 +533,8 @@ pub fn iterate<T: Real>(
 
 /// The CPU engine of the table form (`update = "table"`): the blocked kernel's arithmetic
 /// node for node (its V bit for bit), rayon over z-planes, and its stopping rule: a run
-/// stops at an even iteration count only. On a slab of a decomposed run (halos of four
+/// tests convergence at multiples of the problem's check interval (an even number) only,
+/// and its history holds the residuals the GPU engine measures. On a slab of a decomposed run (halos of four
 /// planes; it needs two) an iteration is red over the owned planes and one beyond each end, then
 /// black over the owned ones, as the classic CPU engine's; its per-plane sums, added in
 /// plane order over all slabs, give the one-slab engine's bit for bit.
@@ -820,7 +821,10 @@ mod tests {
             assert_eq!(d.steps % interval, 0, "{}", d.steps);
             let h = &d.new_residuals;
             for (k, r) in h.iter().enumerate() {
-                assert_eq!(crate::run::is_measured(*r), (k as u64 + 1).is_multiple_of(interval));
+                assert_eq!(
+                    crate::run::is_measured(*r),
+                    (k as u64 + 1).is_multiple_of(interval)
+                );
             }
             let n = h.len();
             let before = h[n - 1 - interval as usize];

@@ -87,6 +87,9 @@ pub trait Subdomain: Engine {
     fn bands_first(&self) -> bool {
         false
     }
+    /// Told once, before the first pass, that the halos travel by NCCL, whose kernels
+    /// share the multiprocessors with the slab's passes while they run.
+    fn halos_by_nccl(&mut self) {}
     /// Queue `steps` (1 or [`Subdomain::steps_per_exchange`]) for the owned grid rows
     /// `rows` only, reading the current field and writing the next; a device slab
     /// launches on `stream` when given, else on its device's stream.
@@ -407,6 +410,11 @@ impl<S: Subdomain> Distributed<S> {
             }),
             _ => None,
         };
+        if nccl.is_some() {
+            for p in &mut parts {
+                p.halos_by_nccl();
+            }
+        }
         if let (Some(n), Some(sync)) = (&nccl, &sync) {
             // NCCL connects two ranks at their first send and receive (long between
             // processes): here, outside the run's time, on halos that already hold their

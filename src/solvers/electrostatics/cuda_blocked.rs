@@ -124,6 +124,8 @@ pub struct CudaBlocked<T: Real> {
     one: [Pass; 2],
     /// A slab's book-keeping (es_record).
     record: Option<CudaFunction>,
+    /// Every pass takes the form with the sums (halos by NCCL: see `halos_by_nccl`).
+    sums_every_pass: bool,
     chunk: usize,
     /// The buffer the next pass reads.
     input: usize,
@@ -252,6 +254,7 @@ impl<T: Real> CudaBlocked<T> {
             two,
             one,
             record,
+            sums_every_pass: false,
             chunk,
             input: 0,
             launched: step,
@@ -281,9 +284,10 @@ impl<T: Real> CudaBlocked<T> {
         scratch: usize,
         stream: &Arc<CudaStream>,
     ) -> Result<()> {
-        // The sums where the run measures the pass's last iteration.
+        // The sums where the run measures the pass's last iteration (es_record takes
+        // only those iterations' sums, whichever form a pass took).
         let done = self.launched + iterations;
-        let sums = self.p.measures_after(done) as usize;
+        let sums = (self.sums_every_pass || self.p.measures_after(done)) as usize;
         let pass = if iterations == 2 {
             &self.two[sums]
         } else {
@@ -413,14 +417,18 @@ impl<T: Real> Engine for CudaBlocked<T> {
     fn describe(&self) -> Option<String> {
         let (b, t) = (self.two[1].block, self.two[1].tiles);
         let chunks = self.window.own.len().div_ceil(self.chunk);
+        let k = self.p.check_interval();
+        let sums = match self.sums_every_pass {
+            true => format!("residual sums every pass beside NCCL, tested every {k} iterations"),
+            false => format!("residual sums every {k} iterations"),
+        };
         Some(format!(
-            "blocked (two iterations a pass from a table of {} stencils; blocks of {}×{} threads, {} of them, {} planes each; residual sums every {} iterations)",
+            "blocked (two iterations a pass from a table of {} stencils; blocks of {}×{} threads, {} of them, {} planes each; {sums})",
             self.entries,
             b.0,
             b.1,
             t.0 as usize * t.1 as usize * chunks,
             self.chunk,
-            self.p.check_interval()
         ))
     }
 
@@ -445,6 +453,13 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
     }
     fn steps_per_exchange(&self) -> u64 {
         2
+    }
+    /// Beside NCCL's kernels the passes without the sums ran slower, not faster: 2 × H200,
+    /// 512³ f32 on two slabs, 327 µs an iteration against 277 µs with the sums in every
+    /// pass (the interior's end 607 against 512 µs into a pass; by peer copies 265
+    /// against 277 µs; docs/PERFORMANCE.md). So with NCCL every pass sums.
+    fn halos_by_nccl(&mut self) {
+        self.sums_every_pass = true;
     }
     /// Passes of two start at even counts (where a run may stop), as on one device.
     fn steps_next(&self, left: u64, every: u64) -> u64 {

@@ -93,7 +93,8 @@ fn nbody_force_variants_compile() {
 /// nodes, with ES_XOFF=1 as they compile it) and compiled once per colour (ES_COLOUR_T=1,
 /// the f32 large-mesh and persistent sweeps); the blocked kernel (compiled only with
 /// ES_TB_T, its levels per pass) in the shapes its engine uses (cuda_blocked.rs), also
-/// with a charge per node (ES_TB_Q).
+/// with a charge per node (ES_TB_Q) and without the residual sums (ES_TB_SUMS=0, the
+/// passes between convergence tests).
 #[test]
 fn electrostatics_variants_compile() {
     use keisan::solvers::electrostatics::cuda::KERNELS;
@@ -160,6 +161,29 @@ fn electrostatics_variants_compile() {
                 ("ES_TB_R", "2"),
                 ("ES_TB_W", "16"),
                 ("ES_TB_Q", "1"),
+            ],
+            "es_blocked",
+        ),
+        (
+            Precision::F32,
+            "8",
+            &[
+                ("ES_TB_T", "4"),
+                ("ES_TB_R", "4"),
+                ("ES_TB_W", "12"),
+                ("ES_TB_SUMS", "0"),
+            ],
+            "es_blocked",
+        ),
+        (
+            Precision::F64,
+            "8",
+            &[
+                ("ES_TB_T", "2"),
+                ("ES_TB_R", "2"),
+                ("ES_TB_W", "16"),
+                ("ES_TB_Q", "1"),
+                ("ES_TB_SUMS", "0"),
             ],
             "es_blocked",
         ),

@@ -689,7 +689,6 @@ impl<T: Real> Subdomain for CpuTable<T> {
     }
     fn record_total(&mut self, t: &[f64]) {
         if self.it.running() {
-            // Red's sums, then black's, as the blocked kernel adds them.
             // The iterations the GPU engine measures, with the same sums (which cost
             // little here).
             let done = self.it.steps + 1;
@@ -697,6 +696,7 @@ impl<T: Real> Subdomain for CpuTable<T> {
                 self.it.skip();
                 return;
             }
+            // Red's sums, then black's, as the blocked kernel adds them.
             let (res, norm) = ((t[0] + t[2]).sqrt(), (t[1] + t[3]).sqrt());
             let rel = if norm > 0.0 { res / norm } else { res };
             self.it

@@ -4,6 +4,26 @@ use crate::error::{Error, Result};
 
 /// A vector of `len` copies of `value`, or an out-of-memory error naming `what`.
 pub fn try_filled<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> {
+    let mut v = try_reserved(len, what)?;
+    v.resize(len, value);
+    Ok(v)
+}
+
+/// The vector of `value(n)` for n in 0..len, made by all threads (each page is written
+/// once, by the thread that computes it), or an out-of-memory error naming `what`.
+pub fn try_from_fn<T: Send>(
+    len: usize,
+    what: &str,
+    value: impl Fn(usize) -> T + Sync + Send,
+) -> Result<Vec<T>> {
+    use rayon::prelude::*;
+    let mut v = try_reserved(len, what)?;
+    v.par_extend((0..len).into_par_iter().map(value));
+    Ok(v)
+}
+
+/// An empty vector with room for `len` values, or an out-of-memory error naming `what`.
+fn try_reserved<T>(len: usize, what: &str) -> Result<Vec<T>> {
     let bytes = (len as u128) * std::mem::size_of::<T>() as u128;
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| {
@@ -12,7 +32,6 @@ pub fn try_filled<T: Clone>(len: usize, value: T, what: &str) -> Result<Vec<T>> 
             crate::units::bytes(bytes)
         ))
     })?;
-    v.resize(len, value);
     Ok(v)
 }
 

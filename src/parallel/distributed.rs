@@ -9,6 +9,7 @@
 //! kernels around it, so devices run side by side and never wait for the whole
 //! neighbour, only for its bands.
 
+use std::borrow::Cow;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -1358,6 +1359,17 @@ impl<S: Subdomain> Engine for Distributed<S> {
 
 /// The message tag of the rows pieces share (halo blocks use their transfer's index).
 const PIECE_TAG: i32 = 1 << 20;
+
+/// [`slab_of`] without a copy where the buffer's rows lie in order within the grid (a
+/// whole grid's window, any slab of a non-periodic one).
+pub fn slab_view<'a, T: Copy>(w: &Window, full: &'a [T], row_len: usize) -> Cow<'a, [T]> {
+    match usize::try_from(w.base) {
+        Ok(first) if first + w.rows <= w.n => {
+            Cow::Borrowed(&full[first * row_len..(first + w.rows) * row_len])
+        }
+        _ => Cow::Owned(slab_of(w, full, row_len)),
+    }
+}
 
 /// The buffer of `w` cut from the whole field `full` (rows of `row_len` values): its
 /// owned rows and its halo rows, wrapped where the grid is periodic.

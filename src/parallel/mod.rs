@@ -17,6 +17,7 @@ pub mod world;
 
 pub use distributed::{
     Distributed, PARTIAL_STEPS, Partials, Rows, Subdomain, advance_alone, row_totals, slab_of,
+    slab_view,
 };
 pub use nccl::{NOT_FOUND as NCCL_NOT_FOUND, require as nccl_require, version as nccl_version};
 pub use slabs::{Window, windows};

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use super::{ElectrostaticsProblem, Geometry};
 use crate::error::Result;
-use crate::memory::try_filled;
+use crate::memory::try_from_fn;
 use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
@@ -98,19 +98,20 @@ pub fn true_residual<T: Real>(p: &ElectrostaticsProblem, g: &Geometry, v: &[T]) 
 
 /// The potential with every electrode at its voltage and every free node at 0.
 pub fn initial_potential<T: Real>(g: &Geometry) -> Result<Vec<T>> {
+    let volt = |id: u8| T::lit(g.volts[id as usize]);
+    if g.held.is_none() {
+        return try_from_fn(g.id_volt.len(), "the potential", |n| volt(g.id_volt[n]));
+    }
+    // Zeroed memory is mapped lazily: only the planes written take pages.
     let plane = g.counts[0] * g.counts[1];
-    let mut v = match g.held {
-        // Zeroed memory is mapped lazily: only the planes written take pages.
-        Some(_) => vec![T::zero(); g.id_volt.len()],
-        None => try_filled(g.id_volt.len(), T::zero(), "the potential")?,
-    };
+    let mut v = vec![T::zero(); g.id_volt.len()];
     v.par_chunks_mut(plane)
         .zip(g.id_volt.par_chunks(plane))
         .enumerate()
         .filter(|(k, _)| g.holds(*k))
         .for_each(|(_, (v, ids))| {
             for (v, &id) in v.iter_mut().zip(ids) {
-                *v = T::lit(g.volts[id as usize]);
+                *v = volt(id);
             }
         });
     Ok(v)

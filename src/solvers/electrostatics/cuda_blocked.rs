@@ -234,16 +234,18 @@ impl<T: Real> CudaBlocked<T> {
             .unwrap_or(1)
             * window.own.len().div_ceil(chunk);
         let s = &gpu.stream;
-        let window_table = t.of_window(&window, ny);
+        let (ids, charge) = t.window_view(&window, ny);
         let scratch = (0..if slab { CALLS } else { 1 })
             .map(|_| Ok((s.alloc_zeros::<f64>(4 * blocks)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
+        // Both buffers start from the same V: one upload, then a device copy.
+        let first = s.clone_htod(&padded)?;
         Ok(Self {
-            v: [s.clone_htod(&padded)?, s.clone_htod(&padded)?],
-            ids: s.clone_htod(&window_table.ids)?,
-            table: s.clone_htod(&window_table.table)?,
-            charge: match &window_table.charge {
-                Some(b) => s.clone_htod(b)?,
+            v: [s.clone_dtod(&first)?, first],
+            ids: s.clone_htod(&*ids)?,
+            table: s.clone_htod(&t.table)?,
+            charge: match &charge {
+                Some(b) => s.clone_htod(&**b)?,
                 None => s.alloc_zeros::<T>(1)?,
             },
             entries: entries as i32,

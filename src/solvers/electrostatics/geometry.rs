@@ -446,19 +446,23 @@ impl Geometry {
             Charge::None => (0.0, None),
             Charge::Uniform { density } => (scale * density, None),
             Charge::Random { amplitude, seed } => {
-                let mut q = match held {
-                    Some(_) => vec![0.0; points],
-                    None => crate::memory::try_filled(points, 0.0, "the charge density")?,
+                let at = |n: usize| scale * amplitude * unit_random(*seed, n as u64);
+                let q = match held {
+                    None => crate::memory::try_from_fn(points, "the charge density", at)?,
+                    Some(_) => {
+                        // Zeroed memory is mapped lazily: only the planes held take pages.
+                        let mut q = vec![0.0; points];
+                        q.par_chunks_mut(plane)
+                            .enumerate()
+                            .filter(|(k, _)| holds(*k))
+                            .for_each(|(k, q)| {
+                                for (i, q) in q.iter_mut().enumerate() {
+                                    *q = at(k * plane + i);
+                                }
+                            });
+                        q
+                    }
                 };
-                q.par_chunks_mut(nx * ny)
-                    .enumerate()
-                    .filter(|(k, _)| holds(*k))
-                    .for_each(|(k, q)| {
-                        for (i, q) in q.iter_mut().enumerate() {
-                            let n = (k * nx * ny + i) as u64;
-                            *q = scale * amplitude * unit_random(*seed, n);
-                        }
-                    });
                 (0.0, Some(q))
             }
             Charge::File { path } => {

@@ -20,11 +20,12 @@
 use super::cpu::{self, PER_PLANE, Shared, axis_coefficients};
 use super::{ElectrostaticsProblem, Geometry, Update};
 use crate::error::{Error, Result};
-use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of};
+use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of, slab_view};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 use cudarc::driver::CudaStream;
 use rayon::prelude::*;
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
@@ -62,6 +63,20 @@ impl<T: Copy> StencilTable<T> {
             pitch: self.pitch,
             charge: self.charge.as_ref().map(|c| slab_of(window, c, plane)),
         }
+    }
+
+    /// The ids and charge terms of the planes `window`'s buffer holds, borrowed where
+    /// they lie in order in the mesh's (a device engine uploads them as they are).
+    pub fn window_view(
+        &self,
+        window: &Window,
+        ny: usize,
+    ) -> (Cow<'_, [u16]>, Option<Cow<'_, [T]>>) {
+        let plane = self.pitch * ny;
+        (
+            slab_view(window, &self.ids, plane),
+            self.charge.as_ref().map(|c| slab_view(window, c, plane)),
+        )
     }
 }
 
@@ -137,13 +152,19 @@ fn stencil_keys(
         .filter(|&k| plane(k))
         .map(|k| {
             let mut set = BTreeSet::new();
+            // Neighbouring nodes mostly share a key: insert only a change (set-up time).
+            let mut last = None;
             for j in 1..ny - 1 {
                 for i in 1..nx - 1 {
                     let n = k * nk + j * nj + i;
                     if g.id_volt[n] == 0 {
-                        set.insert(key_of(g, &axes, n, i, j, k));
-                        if set.len() > most {
-                            return set;
+                        let key = key_of(g, &axes, n, i, j, k);
+                        if last != Some(key) {
+                            last = Some(key);
+                            set.insert(key);
+                            if set.len() > most {
+                                return set;
+                            }
                         }
                     }
                 }
@@ -270,6 +291,8 @@ pub fn build<T: Real>(
         .enumerate()
         .filter(|(k, _)| g.holds(*k))
         .for_each(|(k, plane)| {
+            // The last key looked up and its id: neighbours mostly share it.
+            let mut last: Option<(Key, u16)> = None;
             for j in 0..ny {
                 for i in 0..nx {
                     let n = k * nk + j * nj + i;
@@ -289,7 +312,15 @@ pub fn build<T: Real>(
                     } else if k == nz - 1 {
                         5
                     } else {
-                        ids_of[&key(n, i, j, k)]
+                        let key = key(n, i, j, k);
+                        match last {
+                            Some((was, id)) if was == key => id,
+                            _ => {
+                                let id = ids_of[&key];
+                                last = Some((key, id));
+                                id
+                            }
+                        }
                     };
                 }
             }
@@ -323,27 +354,36 @@ pub fn build<T: Real>(
 
 /// `v` (`counts`, x fastest, unpadded) in the table's padded layout, and back.
 pub fn pad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
-    let nx = counts[0];
-    let mut out = vec![T::zero(); pitch * counts[1] * counts[2]];
-    for (row, src) in out.chunks_mut(pitch).zip(v.chunks(nx)) {
-        // −0 held values become +0, as the table's update of a held node makes them.
-        for (o, &s) in row.iter_mut().zip(src) {
-            *o = s + T::zero();
-        }
-    }
+    pad_window(v, counts, &Window::whole(counts[2], false), pitch)
+}
+
+/// The planes `window`'s buffer holds of `v` (`counts`, unpadded), padded: a plane per
+/// thread, straight from `v` (set-up time on large meshes).
+pub fn pad_window<T: Real>(v: &[T], counts: [usize; 3], window: &Window, pitch: usize) -> Vec<T> {
+    let [nx, ny, _] = counts;
+    let mut out = vec![T::zero(); pitch * ny * window.rows];
+    out.par_chunks_mut(pitch * ny)
+        .enumerate()
+        .for_each(|(l, plane)| {
+            let k = window.grid_row(l);
+            let src = &v[k * nx * ny..(k + 1) * nx * ny];
+            for (row, src) in plane.chunks_mut(pitch).zip(src.chunks(nx)) {
+                // −0 held values become +0, as the table's update of a held node makes them.
+                for (o, &s) in row.iter_mut().zip(src) {
+                    *o = s + T::zero();
+                }
+            }
+        });
     out
 }
 
-/// The planes `window`'s buffer holds of `v` (`counts`, unpadded), padded.
-pub fn pad_window<T: Real>(v: &[T], counts: [usize; 3], window: &Window, pitch: usize) -> Vec<T> {
-    let [nx, ny, _] = counts;
-    pad(&slab_of(window, v, nx * ny), [nx, ny, window.rows], pitch)
-}
-
 pub fn unpad<T: Real>(v: &[T], counts: [usize; 3], pitch: usize) -> Vec<T> {
-    v.chunks(pitch)
-        .flat_map(|row| row[..counts[0]].iter().copied())
-        .collect()
+    let nx = counts[0];
+    let mut out = vec![T::zero(); v.len() / pitch * nx];
+    out.par_chunks_mut(nx)
+        .zip(v.par_chunks(pitch))
+        .for_each(|(o, row)| o.copy_from_slice(&row[..nx]));
+    out
 }
 
 /// The update of one node from its table entry `w`, its charge term `b` (the entry's B, or

@@ -98,6 +98,54 @@ struct Pass {
     shared: u32,
 }
 
+/// What the blocked kernel's passes of one mesh have in common.
+struct PassSpec {
+    /// A charge term per node (`ES_TB_Q`).
+    charge: bool,
+    entries: usize,
+    /// Values per row (padded) and rows per plane.
+    pitch: usize,
+    ny: usize,
+}
+
+impl PassSpec {
+    /// Tiles in x and y of a pass of `levels` (4: two iterations; 2: one).
+    fn tiles(&self, precision: Precision, levels: usize) -> (usize, usize) {
+        tiles(precision, levels, self.pitch, self.ny)
+    }
+
+    /// The pass of `levels`, with or without its last iteration's residual sums.
+    fn pass<T: Real>(&self, gpu: &Gpu, levels: usize, sums: bool) -> Result<Pass> {
+        let (r, w) = shape(T::PRECISION);
+        let defines = [
+            ("ES_TB_T", levels.to_string()),
+            ("ES_TB_R", r.to_string()),
+            ("ES_TB_W", w.to_string()),
+            ("ES_TB_Q", (self.charge as u8).to_string()),
+            ("ES_TB_SUMS", (sums as u8).to_string()),
+        ];
+        let function = gpu.function(&super::cuda::KERNELS, T::PRECISION, &defines, "es_blocked")?;
+        let shared = edge_bytes(T::PRECISION, levels)
+            + self.entries * stencil_table::WEIGHTS * size_of::<T>();
+        allow_shared(&function, shared)?;
+        let (tx, ty) = self.tiles(T::PRECISION, levels);
+        Ok(Pass {
+            function,
+            tiles: (tx as u32, ty as u32),
+            block: (32, w as u32, 1),
+            shared: shared as u32,
+        })
+    }
+}
+
+/// Tiles in x and y of a pass of `levels` over planes of `ny` rows of `pitch` values: a
+/// tile's output shrinks by the levels' halo on each side.
+fn tiles(precision: Precision, levels: usize, pitch: usize, ny: usize) -> (usize, usize) {
+    let (r, w) = shape(precision);
+    let (txo, tyo) = (64 - 2 * levels.div_ceil(2) * 2, w * r - 2 * levels);
+    (pitch.div_ceil(txo), ny.div_ceil(tyo))
+}
+
 pub struct CudaBlocked<T: Real> {
     gpu: Arc<Gpu>,
     p: ElectrostaticsProblem,
@@ -119,9 +167,11 @@ pub struct CudaBlocked<T: Real> {
     ctl: CudaSlice<u64>,
     hist: CudaSlice<f64>,
     /// Passes of two iterations and of one, [plain, with the residual sums of their
-    /// last iteration] (the sums only where the run measures it).
+    /// last iteration] (the sums only where the run measures it). Passes of one only
+    /// realign a run at an odd count, so they are loaded when first launched.
     two: [Pass; 2],
-    one: [Pass; 2],
+    one: [Option<Pass>; 2],
+    spec: PassSpec,
     /// A slab's book-keeping (es_record).
     record: Option<CudaFunction>,
     /// Every pass takes the form with the sums (halos by NCCL: see `halos_by_nccl`).
@@ -170,14 +220,8 @@ impl<T: Real> CudaBlocked<T> {
             "the blocked kernel's two buffers of V and the ids",
         )?;
         let padded = stencil_table::pad_window(v, counts, &window, pitch);
-        let (r, w) = shape(T::PRECISION);
         let size = std::mem::size_of::<T>();
-        let edges = |levels: usize| edge_bytes(T::PRECISION, levels);
-        let tiles = |t: usize| {
-            let (txo, tyo) = (64 - 2 * t.div_ceil(2) * 2, w * r - 2 * t);
-            (pitch.div_ceil(txo), ny.div_ceil(tyo))
-        };
-        let (tx, ty) = tiles(4);
+        let (tx, ty) = tiles(T::PRECISION, 4, pitch, ny);
         let chunk = match crate::tuning::knob("KEISAN_ES_CHUNK", "an even number of planes", |v| {
             v.parse::<usize>().ok().filter(|&c| c >= 2 && c % 2 == 0)
         })? {
@@ -198,28 +242,16 @@ impl<T: Real> CudaBlocked<T> {
                 ),
             ));
         }
-        let pass = |levels: usize, sums: bool| -> Result<Pass> {
-            let defines = [
-                ("ES_TB_T", levels.to_string()),
-                ("ES_TB_R", r.to_string()),
-                ("ES_TB_W", w.to_string()),
-                ("ES_TB_Q", (t.charge.is_some() as u8).to_string()),
-                ("ES_TB_SUMS", (sums as u8).to_string()),
-            ];
-            let function =
-                gpu.function(&super::cuda::KERNELS, T::PRECISION, &defines, "es_blocked")?;
-            let shared = edges(levels) + entries * stencil_table::WEIGHTS * size;
-            allow_shared(&function, shared)?;
-            let (tx, ty) = tiles(levels);
-            Ok(Pass {
-                function,
-                tiles: (tx as u32, ty as u32),
-                block: (32, w as u32, 1),
-                shared: shared as u32,
-            })
+        let spec = PassSpec {
+            charge: t.charge.is_some(),
+            entries,
+            pitch,
+            ny,
         };
-        let two = [pass(4, false)?, pass(4, true)?];
-        let one = [pass(2, false)?, pass(2, true)?];
+        let two = [
+            spec.pass::<T>(&gpu, 4, false)?,
+            spec.pass::<T>(&gpu, 4, true)?,
+        ];
         let slab = window.rows != counts[2];
         let record = match slab {
             true => Some(gpu.function(&super::cuda::KERNELS, T::PRECISION, &[], "es_record")?),
@@ -227,9 +259,12 @@ impl<T: Real> CudaBlocked<T> {
         };
         // Block partials for the largest grid a call launches (every call's planes lie
         // among the owned ones).
-        let blocks = [&two[1], &one[1]]
-            .iter()
-            .map(|p| (p.tiles.0 * p.tiles.1) as usize)
+        let blocks = [4, 2]
+            .map(|levels| {
+                let (tx, ty) = spec.tiles(T::PRECISION, levels);
+                tx * ty
+            })
+            .into_iter()
             .max()
             .unwrap_or(1)
             * window.own.len().div_ceil(chunk);
@@ -254,7 +289,8 @@ impl<T: Real> CudaBlocked<T> {
             ctl: s.clone_htod(&[step, status.device_flag(), 0])?,
             hist: s.alloc_zeros::<f64>(HISTORY)?,
             two,
-            one,
+            one: [None, None],
+            spec,
             record,
             sums_every_pass: false,
             chunk,
@@ -290,10 +326,12 @@ impl<T: Real> CudaBlocked<T> {
         // only those iterations' sums, whichever form a pass took).
         let done = self.launched + iterations;
         let sums = (self.sums_every_pass || self.p.measures_after(done)) as usize;
-        let pass = if iterations == 2 {
-            &self.two[sums]
-        } else {
-            &self.one[sums]
+        if iterations == 1 && self.one[sums].is_none() {
+            self.one[sums] = Some(self.spec.pass::<T>(&self.gpu, 2, sums == 1)?);
+        }
+        let pass = match &self.one[sums] {
+            Some(one) if iterations == 1 => one,
+            _ => &self.two[sums],
         };
         let cfg = LaunchConfig {
             grid_dim: (

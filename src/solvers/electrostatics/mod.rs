@@ -537,16 +537,16 @@ impl Update {
     }
 }
 
-/// The node counts for which `update = "auto"` takes the table form: from 2²⁴ nodes
-/// (256³), where it measured 1.45–1.71× faster per iteration than the classic kernels on
-/// the H100 in f32 and 1.4× in f64 at 512³ (1.6–1.7× at 256³ since its passes between
-/// tests skip the sums); at 128³ the two are level, and the grounded Poisson case (130³,
-/// f64, a charge per node) solved faster classic. From 161³ to 255³ it is 1.2–1.8× faster
-/// per iteration too, but its set-up (the table, two buffers of V, the charge terms) took
-/// longer than it saved on runs of a few hundred iterations (docs/PERFORMANCE.md), so the
-/// line stays here. Up to 2³⁰ nodes: past that the table form's two buffers of V are the
-/// larger cost.
-pub const AUTO_TABLE_NODES: std::ops::RangeInclusive<usize> = 1 << 24..=1 << 30;
+/// The node counts for which `update = "auto"` takes the table form: from 2²² nodes
+/// (about 161³). Since its passes between convergence tests skip the residual sums it
+/// measured 1.24–1.84× the best classic kernel's speed per iteration on the H100 from 161³
+/// to 512³ nodes, in f32 and f64, and since its set-up became cheaper than the classic
+/// engine's (one upload of V, no host copies of the ids) it is faster end to end there
+/// too: set-up, solve, check and download of runs to solution at 162³–192³ on an H200.
+/// At 128³ it is 1.2× per iteration in f32 but 0.76× in f64, and the runs to solution
+/// there were level or classic (docs/PERFORMANCE.md). Up to 2³⁰ nodes: past that the
+/// table form's two buffers of V are the larger cost.
+pub const AUTO_TABLE_NODES: std::ops::RangeInclusive<usize> = 1 << 22..=1 << 30;
 
 /// The `[electrostatics]` table as written.
 #[derive(Debug, Clone, Deserialize)]
@@ -1073,7 +1073,7 @@ fn auto_update(
         Some(Ok(n)) => (
             Update::Table,
             Some(format!(
-                "update = \"table\" for this mesh of {mesh} nodes and {n} stencils: about 1.6× \
+                "update = \"table\" for this mesh of {mesh} nodes and {n} stencils: 1.2–1.8× \
                  faster per iteration than \"classic\" on an H100 (the same scheme, its weights \
                  rounded once; set electrostatics.update to choose)"
             )),
@@ -1120,12 +1120,15 @@ mod tests {
             // Small meshes (the examples, the 128³ Poisson case): classic, silently.
             (cube(130), fits(200), F64, Update::Classic, false),
             (
-                [(1 << 24) - 1, 1, 1],
+                [(1 << 22) - 1, 1, 1],
                 fits(200),
                 F32,
                 Update::Classic,
                 false,
             ),
+            (cube(161), fits(200), F64, Update::Classic, false),
+            ([1 << 22, 1, 1], fits(200), F32, Update::Table, true),
+            (cube(162), fits(200), F64, Update::Table, true),
             (cube(256), fits(200), F32, Update::Table, true),
             (cube(512), fits(136), F32, Update::Table, true),
             (cube(512), fits(136), F64, Update::Table, true),

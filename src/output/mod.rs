@@ -21,6 +21,21 @@ use crate::precision::Real;
 use crate::run::{Field, Piece};
 pub use atomic::write_atomic;
 
+/// One file's writing, to run beside others ([`in_parallel`]).
+pub type Job<'a> = Box<dyn FnOnce() -> Result<()> + Send + 'a>;
+
+/// Write several files at once, one per thread: a large run's files (hundreds of MB
+/// each at 512³) otherwise take turns through one thread's conversion and page-cache
+/// copy. The first failure, in the jobs' order.
+pub fn in_parallel(jobs: Vec<Job<'_>>) -> Result<()> {
+    use rayon::prelude::*;
+    jobs.into_par_iter()
+        .map(|job| job())
+        .collect::<Vec<_>>()
+        .into_iter()
+        .collect()
+}
+
 /// An output folder that exists and is writable.
 #[derive(Debug, Clone)]
 pub struct OutputDir {
@@ -225,19 +240,22 @@ impl<'a> OutputSet<'a> {
     }
 
     /// Write a field as `<stem>.npy`, plus `<stem>.vti` and a picture `<stem>.png` (the
-    /// field, or its middle z-plane) when it is 2D or 3D.
+    /// field, or its middle z-plane) when it is 2D or 3D, the files side by side.
     pub fn field<T: Real>(&mut self, stem: &str, u: &Field<T>) -> Result<()> {
-        npy::write(&self.file(&format!("{stem}.npy")), &u.shape, &u.data)?;
+        let npy_file = self.file(&format!("{stem}.npy"));
+        let mut jobs: Vec<Job> = vec![Box::new(move || npy::write(&npy_file, &u.shape, &u.data))];
         if u.shape.len() >= 2 && u.is_grid() {
-            let name = format!("{stem}.{}", vtk_extension(u));
-            match &u.coords {
-                Some(c) => {
-                    vtr::write(&self.file(&name), c, &[vtr::Array::scalar(u.name, &u.data)])?
-                }
-                None => vti::write(&self.file(&name), u)?,
-            }
+            let file = self.file(&format!("{stem}.{}", vtk_extension(u)));
+            jobs.push(Box::new(move || match &u.coords {
+                Some(c) => vtr::write(&file, c, &[vtr::Array::scalar(u.name, &u.data)]),
+                None => vti::write(&file, u),
+            }));
         }
-        self.picture(stem, u)
+        if png::applies(u) {
+            let file = self.file(&format!("{stem}.png"));
+            jobs.push(Box::new(move || png::write(&file, u)));
+        }
+        in_parallel(jobs)
     }
 
     /// `<stem>.png`: the field, or its middle z-plane, when it is 2D or 3D.

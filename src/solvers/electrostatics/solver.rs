@@ -5,12 +5,13 @@ use super::{ElectrostaticsConfig, ElectrostaticsProblem, Geometry, bench, cpu, g
 use crate::device::{Device, Placement, cuda::KernelSource};
 use crate::error::Result;
 use crate::execute::{Case, Execution, run_case};
-use crate::output::{OutputSet, csv, npy, png, vtr};
+use crate::output::{self, OutputSet, csv, npy, png, vtr};
 use crate::precision::{Precision, Real};
 use crate::problem::Source;
 use crate::run::{self, Engine, Field, LoopOutcome};
 use crate::solver::{Report, Solver, SolverProblem};
 use crate::summary::Summary;
+use rayon::prelude::*;
 
 pub struct Electrostatics;
 pub static ELECTROSTATICS: Electrostatics = Electrostatics;
@@ -262,41 +263,50 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         let coords = self.p.coords();
         let shape = self.p.shape();
         let (e, mag) = gauss::field(&self.p, &u.data);
-        let ids: Vec<T> = g.id_volt.iter().map(|&v| T::lit(v as f64)).collect();
+        let magnitude = cpu::field_of(&self.p, "E_magnitude", mag);
+        let ids: Vec<T> = g.id_volt.par_iter().map(|&v| T::lit(v as f64)).collect();
         let eps: Vec<T> = g
             .id_epsr
-            .iter()
+            .par_iter()
             .map(|&d| T::lit(g.epsr[d as usize]))
             .collect();
-        vtr::write(
-            &set.file("E.vtr"),
-            &coords,
-            &[
-                vtr::Array {
-                    name: "E",
-                    components: 3,
-                    data: &e,
-                },
-                vtr::Array::scalar("E_magnitude", &mag),
-            ],
-        )?;
-        vtr::write(
-            &set.file("geometry.vtr"),
-            &coords,
-            &[
-                vtr::Array::scalar("electrode_id", &ids),
-                vtr::Array::scalar("epsilon_r", &eps),
-            ],
-        )?;
-        npy::write_any(&set.file("electrode_id.npy"), &shape, &g.id_volt)?;
-        npy::write_any(&set.file("dielectric_id.npy"), &shape, &g.id_epsr)?;
         let mut e_shape = shape.clone();
         e_shape.push(3);
-        npy::write(&set.file("E.npy"), &e_shape, &e)?;
-        png::write(
-            &set.file("E_magnitude.png"),
-            &cpu::field_of(&self.p, "E_magnitude", mag),
-        )?;
+        let [e_vtr, geometry_vtr, volt_npy, epsr_npy, e_npy, mag_png] = [
+            "E.vtr",
+            "geometry.vtr",
+            "electrode_id.npy",
+            "dielectric_id.npy",
+            "E.npy",
+            "E_magnitude.png",
+        ]
+        .map(|name| set.file(name));
+        let (coords, shape, e, ids, eps) = (&coords, &shape, &e, &ids, &eps);
+        let magnitude = &magnitude;
+        output::in_parallel(vec![
+            Box::new(move || {
+                let arrays = [
+                    vtr::Array {
+                        name: "E",
+                        components: 3,
+                        data: e,
+                    },
+                    vtr::Array::scalar("E_magnitude", &magnitude.data),
+                ];
+                vtr::write(&e_vtr, coords, &arrays)
+            }),
+            Box::new(move || {
+                let arrays = [
+                    vtr::Array::scalar("electrode_id", ids),
+                    vtr::Array::scalar("epsilon_r", eps),
+                ];
+                vtr::write(&geometry_vtr, coords, &arrays)
+            }),
+            Box::new(move || npy::write_any(&volt_npy, shape, &g.id_volt)),
+            Box::new(move || npy::write_any(&epsr_npy, shape, &g.id_epsr)),
+            Box::new(move || npy::write(&e_npy, &e_shape, e)),
+            Box::new(move || png::write(&mag_png, magnitude)),
+        ])?;
         let q = &self.charges;
         let rows: Vec<Vec<f64>> = g
             .electrodes()

@@ -151,26 +151,49 @@ impl Classes {
     }
 
     fn of_ids(g: &Geometry, id_volt: &[u8], id_epsr: &[u8]) -> Result<Self> {
+        let key = |v: u8, e: u8| 2 * e as usize + (v != 0) as usize;
+        // Classes are numbered in the order the nodes first show them: each plane's
+        // first showings, in plane order (a plane per thread: set-up time on large meshes).
+        let plane = (g.counts[0] * g.counts[1]).max(1);
+        let firsts: Vec<Vec<usize>> = id_volt
+            .par_chunks(plane)
+            .zip(id_epsr.par_chunks(plane))
+            .map(|(volt, eps)| {
+                let mut seen = [false; 2 * 256];
+                let mut keys = Vec::new();
+                for (&v, &e) in volt.iter().zip(eps) {
+                    let k = key(v, e);
+                    if !seen[k] {
+                        seen[k] = true;
+                        keys.push(k);
+                    }
+                }
+                keys
+            })
+            .collect();
         let mut index = vec![u16::MAX; 2 * 256];
         let (mut eps, mut fixed) = (Vec::new(), Vec::new());
-        let mut code = vec![0u8; id_volt.len()];
-        for ((c, &v), &e) in code.iter_mut().zip(id_volt).zip(id_epsr) {
-            let key = 2 * e as usize + (v != 0) as usize;
-            if index[key] == u16::MAX {
-                if eps.len() == 256 {
-                    return Err(Error::invalid(
-                        "electrostatics.permittivities",
-                        g.epsr.len() - 1,
-                        "the CUDA engine holds at most 256 (dielectric, electrode or free) \
-                         combinations; use fewer dielectrics or the CPU",
-                    ));
-                }
-                index[key] = eps.len() as u16;
-                eps.push(g.epsr[e as usize]);
-                fixed.push((v != 0) as u8);
+        for k in firsts.into_iter().flatten() {
+            if index[k] != u16::MAX {
+                continue;
             }
-            *c = index[key] as u8;
+            if eps.len() == 256 {
+                return Err(Error::invalid(
+                    "electrostatics.permittivities",
+                    g.epsr.len() - 1,
+                    "the CUDA engine holds at most 256 (dielectric, electrode or free) \
+                     combinations; use fewer dielectrics or the CPU",
+                ));
+            }
+            index[k] = eps.len() as u16;
+            eps.push(g.epsr[k / 2]);
+            fixed.push((k % 2) as u8);
         }
+        let code: Vec<u8> = id_volt
+            .par_iter()
+            .zip(id_epsr)
+            .map(|(&v, &e)| index[key(v, e)] as u8)
+            .collect();
         let present = eps.len();
         eps.resize(256, 1.0);
         fixed.resize(256, 1);
@@ -1075,6 +1098,75 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Classes are numbered in the order the nodes first show them, node by node, as a
+    /// serial scan numbers them, though each plane is scanned by its own thread: here a
+    /// mesh whose later planes show new classes first and whose first plane shows them in
+    /// an order of its own.
+    #[test]
+    fn classes_are_numbered_in_node_order() {
+        let text = r#"
+            solver = "electrostatics"
+            [electrostatics]
+            x = { range = [0.0, 1.0], cells = 12 }
+            y = { range = [0.0, 1.0], cells = 9 }
+            z = { range = [0.0, 1.0], cells = 14 }
+            voltages = [1.0, -1.0]
+            permittivities = [4.0, 2.5, 7.0]
+            max_iterations = 10
+            [electrostatics.faces]
+            x_min = 0.0
+            [[electrostatics.shapes]]
+            kind = "box"
+            min = [0.5, 0.0, 0.0]
+            max = [1.0, 0.3, 0.2]
+            dielectric = 3
+            [[electrostatics.shapes]]
+            kind = "box"
+            min = [0.0, 0.0, 0.4]
+            max = [1.0, 1.0, 0.7]
+            dielectric = 1
+            [[electrostatics.shapes]]
+            kind = "sphere"
+            center = [0.5, 0.5, 0.8]
+            radius = 0.15
+            electrode = 2
+            [[electrostatics.shapes]]
+            kind = "box"
+            min = [0.2, 0.6, 0.85]
+            max = [0.4, 0.9, 1.0]
+            dielectric = 2
+            [[electrostatics.shapes]]
+            kind = "box"
+            min = [0.1, 0.1, 0.5]
+            max = [0.3, 0.3, 0.6]
+            electrode = 1
+        "#;
+        let p = crate::problem::parse(text, "test", None, &Default::default())
+            .unwrap()
+            .spec_as::<super::super::ElectrostaticsProblem>()
+            .unwrap()
+            .clone();
+        let g = Geometry::build(&p).unwrap();
+        // The serial numbering.
+        let mut index = vec![u16::MAX; 512];
+        let (mut eps, mut fixed, mut code) = (Vec::new(), Vec::new(), Vec::new());
+        for (&v, &e) in g.id_volt.iter().zip(&g.id_epsr) {
+            let k = 2 * e as usize + (v != 0) as usize;
+            if index[k] == u16::MAX {
+                index[k] = eps.len() as u16;
+                eps.push(g.epsr[e as usize]);
+                fixed.push((v != 0) as u8);
+            }
+            code.push(index[k] as u8);
+        }
+        let c = Classes::of(&g).unwrap();
+        assert!(c.present >= 6, "{}", c.present);
+        assert_eq!(c.present, eps.len());
+        assert_eq!(c.code, code);
+        assert_eq!(&c.eps[..c.present], &eps[..]);
+        assert_eq!(&c.fixed[..c.present], &fixed[..]);
+    }
 
     #[test]
     fn the_colour_split_puts_each_node_in_its_colour_and_merges_back() {

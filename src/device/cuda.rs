@@ -6,8 +6,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaStream, CudaView, LaunchConfig, PinnedHostSlice,
+};
 use cudarc::nvrtc::Ptx;
+use rayon::prelude::*;
 
 use crate::error::{Error, Result};
 use crate::precision::Precision;
@@ -384,6 +387,9 @@ type ModuleKey = (&'static str, Precision, Vec<(String, String)>);
 
 /// One CUDA device in use: its context, the stream all of keisan's work goes to, and
 /// the modules compiled for it so far.
+/// Bytes of each of the two page-locked buffers of a large [`Gpu::download`].
+pub const STAGE_BYTES: usize = 32 << 20;
+
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
@@ -557,6 +563,60 @@ impl Gpu {
             ptr,
             ctx: self.ctx.clone(),
         })
+    }
+
+    /// `src` on the host. Arrays past [`STAGE_BYTES`] come through two page-locked
+    /// buffers in turn, all threads moving one chunk out while the next comes in: the
+    /// driver's copies into pageable memory ran at about 1.3 GB/s on the H200 hosts (a
+    /// 512³ f32 field in 0.4 s).
+    pub fn download<T>(&self, src: &CudaView<'_, T>) -> Result<Vec<T>>
+    where
+        T: cudarc::driver::DeviceRepr
+            + cudarc::driver::ValidAsZeroBits
+            + Copy
+            + Default
+            + Send
+            + Sync,
+    {
+        let n = src.len();
+        let per = (STAGE_BYTES / size_of::<T>().max(1)).max(1);
+        if n == 0 {
+            return Ok(Vec::new());
+        }
+        if n <= per {
+            return Ok(self.stream.clone_dtoh(src)?);
+        }
+        // SAFETY: page-locked buffers of plain values, each read only after the event
+        // that follows its copy.
+        let alloc = || unsafe { self.ctx.alloc_pinned_with_flags::<T>(per, 0) };
+        let mut stage = [alloc()?, alloc()?];
+        let mut out = vec![T::default(); n];
+        // Every copy fills a whole buffer (the driver copies the buffer's length): the
+        // last one ends at n and overlaps the one before, and only its new part moves on.
+        let chunks: Vec<std::ops::Range<usize>> =
+            (0..n).step_by(per).map(|a| a..(a + per).min(n)).collect();
+        let window = |c: &std::ops::Range<usize>| (c.end - per)..c.end;
+        // The copy of chunk c into its buffer, and an event after it: keisan turns
+        // cudarc's event tracking off, so the buffers' own events are never recorded.
+        let copy = |c: &std::ops::Range<usize>, buf: &mut PinnedHostSlice<T>| {
+            self.stream.memcpy_dtoh(&src.slice(window(c)), buf)?;
+            Ok::<_, Error>(self.stream.record_event(None)?)
+        };
+        let mut done = [Some(copy(&chunks[0], &mut stage[0])?), None];
+        for (c, chunk) in chunks.iter().enumerate() {
+            if let Some(next) = chunks.get(c + 1) {
+                done[(c + 1) % 2] = Some(copy(next, &mut stage[(c + 1) % 2])?);
+            }
+            if let Some(event) = done[c % 2].take() {
+                event.synchronize()?;
+            }
+            let from = &stage[c % 2].as_slice()?[per - chunk.len()..];
+            out[chunk.clone()]
+                .par_chunks_mut(1 << 16)
+                .zip(from.par_chunks(1 << 16))
+                .for_each(|(o, i)| o.copy_from_slice(i));
+        }
+        Ok(out)
     }
 
     /// Entries `from..to` of a device ring of values (slot k % len), e.g. the residual

@@ -1102,7 +1102,7 @@ fn read_rows<S: Subdomain>(p: &mut S, from: usize, rows: usize) -> Result<Vec<S:
         Rows::Host(b) => b[from * n..(from + rows) * n].to_vec(),
         Rows::Device { gpu, buf, offset } => {
             let at = offset + from * n;
-            gpu.stream.clone_dtoh(&buf.slice(at..at + rows * n))?
+            gpu.download(&buf.slice(at..at + rows * n))?
         }
     })
 }

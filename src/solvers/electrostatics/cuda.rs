@@ -1064,8 +1064,8 @@ impl<T: Real> Engine for CudaElectrostatics<T> {
 
     fn snapshot(&mut self) -> Result<Field<T>> {
         let v = &self.v[self.current()?];
-        let a = self.gpu.stream.clone_dtoh(&v[0])?;
-        let b = self.gpu.stream.clone_dtoh(&v[1])?;
+        let a = self.gpu.download(&v[0].as_view())?;
+        let b = self.gpu.download(&v[1].as_view())?;
         Ok(cpu::field_of(&self.p, "V", self.layout.merge([&a, &b])))
     }
 

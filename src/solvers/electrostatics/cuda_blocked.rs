@@ -446,7 +446,7 @@ impl<T: Real> Engine for CudaBlocked<T> {
         let data = match self.is_slab() {
             true => self.owned()?,
             false => stencil_table::unpad(
-                &self.gpu.stream.clone_dtoh(&self.v[self.current()?])?,
+                &self.gpu.download(&self.v[self.current()?].as_view())?,
                 self.counts,
                 self.pitch,
             ),
@@ -542,8 +542,7 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         let v = &self.v[self.current()?];
         let planes = self
             .gpu
-            .stream
-            .clone_dtoh(&v.slice(own.start * plane..own.end * plane))?;
+            .download(&v.slice(own.start * plane..own.end * plane))?;
         Ok(stencil_table::unpad(&planes, self.counts, self.pitch))
     }
     fn partials(&mut self) -> Partials {

@@ -401,8 +401,7 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
         let (row, shift) = (self.row_len(), self.layout.shift);
         let planes = self
             .gpu
-            .stream
-            .clone_dtoh(&self.v.slice(shift + own.start * row..shift + own.end * row))?;
+            .download(&self.v.slice(shift + own.start * row..shift + own.end * row))?;
         Ok(self.layout.deinterleave(&planes, self.window.own.start & 1))
     }
     fn partials(&mut self) -> Partials {

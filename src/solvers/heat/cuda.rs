@@ -180,7 +180,7 @@ impl<T: Real> Engine for CudaHeat<T> {
 
     fn snapshot(&mut self) -> Result<Field<T>> {
         self.state()?;
-        let data = self.gpu.stream.clone_dtoh(&self.buf[self.cur])?;
+        let data = self.gpu.download(&self.buf[self.cur].as_view())?;
         Ok(super::field_of(&self.p, data))
     }
 }

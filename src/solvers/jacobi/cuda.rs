@@ -278,7 +278,7 @@ impl<T: Real> Engine for CudaJacobi<T> {
 
     fn snapshot(&mut self) -> Result<Field<T>> {
         self.resolve()?;
-        let data = self.gpu.stream.clone_dtoh(&self.buf[self.head])?;
+        let data = self.gpu.download(&self.buf[self.head].as_view())?;
         Ok(super::cpu::field_of(&self.problem, data))
     }
 

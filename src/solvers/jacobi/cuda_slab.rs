@@ -328,10 +328,8 @@ impl<T: Real> Subdomain for CudaJacobiSlab<T> {
         self.settle()?;
         let own = self.window.own_in_buffer();
         let n = self.problem.n;
-        Ok(self
-            .gpu
-            .stream
-            .clone_dtoh(&self.buf[self.cur].slice(own.start * n..own.end * n))?)
+        self.gpu
+            .download(&self.buf[self.cur].slice(own.start * n..own.end * n))
     }
     fn partials(&mut self) -> Partials {
         Partials::Device {

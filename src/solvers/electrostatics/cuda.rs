@@ -1114,40 +1114,16 @@ mod tests {
             voltages = [1.0, -1.0]
             permittivities = [4.0, 2.5, 7.0]
             max_iterations = 10
-            [electrostatics.faces]
-            x_min = 0.0
-            [[electrostatics.shapes]]
-            kind = "box"
-            min = [0.5, 0.0, 0.0]
-            max = [1.0, 0.3, 0.2]
-            dielectric = 3
-            [[electrostatics.shapes]]
-            kind = "box"
-            min = [0.0, 0.0, 0.4]
-            max = [1.0, 1.0, 0.7]
-            dielectric = 1
-            [[electrostatics.shapes]]
-            kind = "sphere"
-            center = [0.5, 0.5, 0.8]
-            radius = 0.15
-            electrode = 2
-            [[electrostatics.shapes]]
-            kind = "box"
-            min = [0.2, 0.6, 0.85]
-            max = [0.4, 0.9, 1.0]
-            dielectric = 2
-            [[electrostatics.shapes]]
-            kind = "box"
-            min = [0.1, 0.1, 0.5]
-            max = [0.3, 0.3, 0.6]
-            electrode = 1
+            shapes = [
+                { kind = "box", min = [0.5, 0.0, 0.0], max = [1.0, 0.3, 0.2], dielectric = 3 },
+                { kind = "box", min = [0.0, 0.0, 0.4], max = [1.0, 1.0, 0.7], dielectric = 1 },
+                { kind = "sphere", center = [0.5, 0.5, 0.8], radius = 0.15, electrode = 2 },
+                { kind = "box", min = [0.2, 0.6, 0.85], max = [0.4, 0.9, 1.0], dielectric = 2 },
+                { kind = "box", min = [0.1, 0.1, 0.5], max = [0.3, 0.3, 0.6], electrode = 1 },
+            ]
+            faces = { x_min = 0.0 }
         "#;
-        let p = crate::problem::parse(text, "test", None, &Default::default())
-            .unwrap()
-            .spec_as::<super::super::ElectrostaticsProblem>()
-            .unwrap()
-            .clone();
-        let g = Geometry::build(&p).unwrap();
+        let (_, g) = super::super::problem_of(text);
         // The serial numbering.
         let mut index = vec![u16::MAX; 512];
         let (mut eps, mut fixed, mut code) = (Vec::new(), Vec::new(), Vec::new());

@@ -1081,6 +1081,18 @@ fn auto_update(
     }
 }
 
+/// A problem file's text as a problem and its geometry (the unit tests' problems).
+#[cfg(test)]
+pub(crate) fn problem_of(text: &str) -> (ElectrostaticsProblem, Geometry) {
+    let p = crate::problem::parse(text, "test", None, &Default::default())
+        .unwrap()
+        .spec_as::<ElectrostaticsProblem>()
+        .unwrap()
+        .clone();
+    let g = Geometry::build(&p).unwrap();
+    (p, g)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

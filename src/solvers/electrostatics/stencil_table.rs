@@ -754,15 +754,7 @@ mod tests {
     use crate::run::Engine;
     use crate::solvers::electrostatics::cpu::CpuElectrostatics;
 
-    fn problem(text: &str) -> (ElectrostaticsProblem, Geometry) {
-        let p = crate::problem::parse(text, "test", None, &Default::default())
-            .unwrap()
-            .spec_as::<ElectrostaticsProblem>()
-            .unwrap()
-            .clone();
-        let g = Geometry::build(&p).unwrap();
-        (p, g)
-    }
+    use crate::solvers::electrostatics::problem_of as problem;
 
     const PLATES: &str = r#"
         solver = "electrostatics"

@@ -565,10 +565,9 @@ impl<T: Real> Subdomain for CudaBlocked<T> {
         for k in self.recorded..self.launched {
             let slab = super::cuda_slab::RecordArgs {
                 per_step: PER_STEP,
-                tolerance: self.p.tolerance,
+                tolerance: self.p.tolerance_after(k + 1),
                 ctl: &self.ctl,
                 hist: &self.hist,
-                every: self.p.check_interval() as u32,
                 measured: self.p.measures_after(k + 1),
             };
             super::cuda_slab::queue_es_record(

@@ -420,10 +420,9 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
     ) -> Result<()> {
         let slab = RecordArgs {
             per_step: PER_STEP,
-            tolerance: self.p.tolerance,
+            tolerance: self.p.tolerance_after(self.launched),
             ctl: &self.ctl,
             hist: &self.hist,
-            every: self.p.check_interval() as u32,
             measured: true,
         };
         queue_es_record(
@@ -439,14 +438,14 @@ impl<T: Real> Subdomain for CudaElectrostaticsSlab<T> {
 }
 
 /// What es_record reads of a slab besides the step: its ring's values per step, the
-/// tolerance, its ctl and history (HISTORY values), the multiple of iteration counts
-/// where a solve tests convergence, and whether the slabs computed the step's sums.
+/// tolerance the step is tested against (`ElectrostaticsProblem::tolerance_after`: −1
+/// where the run does not test), its ctl and history (HISTORY values), and whether the
+/// slabs computed the step's sums.
 pub(super) struct RecordArgs<'a> {
     pub per_step: usize,
     pub tolerance: f64,
     pub ctl: &'a CudaSlice<u64>,
     pub hist: &'a CudaSlice<f64>,
-    pub every: u32,
     pub measured: bool,
 }
 
@@ -469,7 +468,6 @@ pub(super) fn queue_es_record(
         .arg(slab.ctl)
         .arg(slab.hist)
         .arg(&hist_len)
-        .arg(&slab.every)
         .arg(&measured);
     // SAFETY: sources holds `count` addresses of rings of `ring` steps × per_step values;
     // ctl holds 2 counters and hist HISTORY values.

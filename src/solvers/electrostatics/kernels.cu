@@ -698,8 +698,8 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
 // The book-keeping of iteration k on one slab of a decomposed run: every slab's sums
 // added in slab order and, within a slab, in the order of its sweeps (so every slab
 // decides alike), each slab's `per_step` values of iteration k read from sources[s] +
-// (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record, but the
-// solve tests convergence only at iteration counts that are multiples of `every` (the
+// (k mod ring)·per_step, laid out (res², V²) per sweep; then as sweep_record against
+// `tol`, which the host gives as −1 where the run does not test (between multiples of the
 // problem's check interval, as on one device and on the CPU). `measured` = 0: the slabs
 // skipped this iteration's sums (the table form between its tests), so it records
 // ES_NOT_MEASURED and the count only.
@@ -707,7 +707,7 @@ extern "C" __global__ void es_faces(real* vc, real* vc2,
 extern "C" __global__ void es_record(const u64* __restrict__ sources, int count, int per_step,
                                      unsigned ring, u64 k, double tol, u64* __restrict__ ctl,
                                      double* __restrict__ hist, unsigned hist_len,
-                                     unsigned every, int measured) {
+                                     int measured) {
     // ctl[1] is read by every thread before thread 0 may write it (after the barriers).
     if (blockIdx.x != 0 || ctl[1] != 0) return;
     if (!measured) {
@@ -723,7 +723,7 @@ extern "C" __global__ void es_record(const u64* __restrict__ sources, int count,
     });
     if (threadIdx.x != 0) return;
     double rel;
-    const int verdict = residual_verdict(res2, v2, (k + 1) % every == 0 ? tol : -1.0, rel);
+    const int verdict = residual_verdict(res2, v2, tol, rel);
     record_iteration(rel, verdict, k, ctl, hist, hist_len);
 }
 #endif

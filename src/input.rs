@@ -150,31 +150,33 @@ macro_rules! stored {
 stored!(u8, f32, f64);
 
 impl Opened {
-    /// Values `first..first + count` of the file as `S` (its stored type), in blocks,
-    /// each handed to `put` in order.
+    /// The values of each run `(first, count)` of the file as `S` (its stored type), runs
+    /// in order and each in blocks, handed to `put` in order: one open file and one
+    /// buffer for all the runs (a rank's rows may be thousands).
     fn read<S: Stored>(
         &self,
         path: &Path,
-        first: usize,
-        count: usize,
+        runs: impl IntoIterator<Item = (usize, usize)>,
         mut put: impl FnMut(S),
     ) -> std::io::Result<()> {
         debug_assert_eq!(S::BYTES, self.value_bytes);
         let mut file = File::open(path)?;
-        file.seek(SeekFrom::Start(
-            self.data_offset + (first * S::BYTES) as u64,
-        ))?;
         let per_block = ((1 << 20) / S::BYTES).max(1);
         let mut bytes = vec![0u8; per_block * S::BYTES];
-        let mut left = count;
-        while left > 0 {
-            let n = left.min(per_block);
-            let block = &mut bytes[..n * S::BYTES];
-            file.read_exact(block)?;
-            block
-                .chunks_exact(S::BYTES)
-                .for_each(|b| put(S::decode(b, self.big_endian)));
-            left -= n;
+        for (first, count) in runs {
+            file.seek(SeekFrom::Start(
+                self.data_offset + (first * S::BYTES) as u64,
+            ))?;
+            let mut left = count;
+            while left > 0 {
+                let n = left.min(per_block);
+                let block = &mut bytes[..n * S::BYTES];
+                file.read_exact(block)?;
+                block
+                    .chunks_exact(S::BYTES)
+                    .for_each(|b| put(S::decode(b, self.big_endian)));
+                left -= n;
+            }
         }
         Ok(())
     }
@@ -196,8 +198,8 @@ pub fn fill_floats<T: crate::precision::Real>(
         }
     };
     match f.value_bytes {
-        4 => f.read::<f32>(path, 0, n, |x| put(x as f64)),
-        _ => f.read::<f64>(path, 0, n, put),
+        4 => f.read::<f32>(path, [(0, n)], |x| put(x as f64)),
+        _ => f.read::<f64>(path, [(0, n)], put),
     }
     .map_err(|e| why(&e))
 }
@@ -214,10 +216,9 @@ pub fn read_rows<S: Stored>(
 ) -> Result<Vec<S>> {
     let why = |e: &dyn std::fmt::Display| Error::invalid(field, path.display(), e.to_string());
     let mut out = Vec::with_capacity(rows.len() * row_len);
-    for &j in rows {
-        f.read::<S>(path, j * row_len, row_len, |x| out.push(x))
-            .map_err(|e| why(&e))?;
-    }
+    let runs = rows.iter().map(|&j| (j * row_len, row_len));
+    f.read::<S>(path, runs, |x| out.push(x))
+        .map_err(|e| why(&e))?;
     Ok(out)
 }
 
@@ -243,7 +244,7 @@ pub fn read_bytes(field: &str, path: &Path, shape: &[usize], grid: &str) -> Resu
     let f = open(field, path, shape, grid, Kind::Byte)?;
     let n = shape.iter().product();
     let mut out = Vec::with_capacity(n);
-    f.read::<u8>(path, 0, n, |x| out.push(x))
+    f.read::<u8>(path, [(0, n)], |x| out.push(x))
         .map_err(|e| Error::invalid(field, path.display(), e.to_string()))?;
     Ok(out)
 }

@@ -385,11 +385,11 @@ pub fn peer_access(a: &CudaContext, b: &CudaContext) -> Result<bool> {
 
 type ModuleKey = (&'static str, Precision, Vec<(String, String)>);
 
-/// One CUDA device in use: its context, the stream all of keisan's work goes to, and
-/// the modules compiled for it so far.
 /// Bytes of each of the two page-locked buffers of a large [`Gpu::download`].
 pub const STAGE_BYTES: usize = 32 << 20;
 
+/// One CUDA device in use: its context, the stream all of keisan's work goes to, and
+/// the modules compiled for it so far.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,

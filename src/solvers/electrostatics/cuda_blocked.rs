@@ -326,12 +326,12 @@ impl<T: Real> CudaBlocked<T> {
         // only those iterations' sums, whichever form a pass took).
         let done = self.launched + iterations;
         let sums = (self.sums_every_pass || self.p.measures_after(done)) as usize;
-        if iterations == 1 && self.one[sums].is_none() {
-            self.one[sums] = Some(self.spec.pass::<T>(&self.gpu, 2, sums == 1)?);
-        }
-        let pass = match &self.one[sums] {
-            Some(one) if iterations == 1 => one,
-            _ => &self.two[sums],
+        let pass = match iterations {
+            2 => &self.two[sums],
+            _ => match &mut self.one[sums] {
+                Some(one) => &*one,
+                empty => empty.insert(self.spec.pass::<T>(&self.gpu, 2, sums == 1)?),
+            },
         };
         let cfg = LaunchConfig {
             grid_dim: (

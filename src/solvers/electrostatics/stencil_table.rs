@@ -20,7 +20,7 @@
 use super::cpu::{self, PER_PLANE, Shared, axis_coefficients};
 use super::{ElectrostaticsProblem, Geometry, Update};
 use crate::error::{Error, Result};
-use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_of, slab_view};
+use crate::parallel::{Partials, Rows, Subdomain, Window, row_totals, slab_view};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Iterations, Restart, Status};
 use cudarc::driver::CudaStream;
@@ -56,12 +56,12 @@ impl<T: Copy> StencilTable<T> {
     /// The table with the ids and charge terms of the planes `window`'s buffer holds
     /// (`ny` rows a plane).
     pub fn of_window(&self, window: &Window, ny: usize) -> Self {
-        let plane = self.pitch * ny;
+        let (ids, charge) = self.window_view(window, ny);
         Self {
-            ids: slab_of(window, &self.ids, plane),
+            ids: ids.into_owned(),
             table: self.table.clone(),
             pitch: self.pitch,
-            charge: self.charge.as_ref().map(|c| slab_of(window, c, plane)),
+            charge: charge.map(Cow::into_owned),
         }
     }
 

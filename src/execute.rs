@@ -432,6 +432,7 @@ pub fn run_case<C: Case>(
     stop_if_signalled(crate::signals::agreed()?, lp.steps, None)?;
 
     let max = p.spec.max_steps();
+    let time_dependent = p.spec.dt().is_some();
     let layout = choose_layout::<C::Real>(p, &case.shape())?;
     if layout.pieces && !layout.gather {
         cx.notice(
@@ -514,7 +515,11 @@ pub fn run_case<C: Case>(
         shape: case.shape(),
         iterations: outcome.steps,
         max_iterations: max,
-        status: outcome.status,
+        status: match (time_dependent, outcome.status) {
+            (true, run::Status::Running) => run::Status::Completed,
+            (_, status) => status,
+        },
+        time_dependent,
         final_residual: run::last_measured(&outcome.residuals),
         solution_error: None,
         time_per_iteration_s: outcome.seconds / outcome.steps.max(1) as f64,

@@ -16,6 +16,9 @@ pub enum Status {
     Running,
     Converged,
     NonFinite,
+    /// A time-dependent run took all its steps (in summaries only: the run loop and the
+    /// engines know it as [`Status::Running`] at the step limit).
+    Completed,
 }
 
 impl Status {
@@ -23,7 +26,7 @@ impl Status {
     /// 2 non-finite.
     pub fn device_flag(self) -> u64 {
         match self {
-            Status::Running => 0,
+            Status::Running | Status::Completed => 0,
             Status::Converged => 1,
             Status::NonFinite => 2,
         }

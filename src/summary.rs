@@ -33,9 +33,16 @@ pub struct Summary {
     pub precision: String,
     /// Points per axis, slowest axis first (NumPy shape).
     pub shape: Vec<usize>,
+    /// Iterations, or steps of a time-dependent solver (the same count in the JSON).
     pub iterations: u64,
     pub max_iterations: u64,
+    /// A time-dependent run that took all its steps is `completed`; an iterative one
+    /// that stopped at its limit, `iteration_limit`.
     pub status: Status,
+    /// Whether the solver steps in time (heat, advection, N-body) rather than
+    /// iterating to convergence: the human summary says "steps".
+    #[serde(skip)]
+    pub time_dependent: bool,
     /// Residual norm of the last iteration (iterative solvers).
     pub final_residual: Option<f64>,
     pub solution_error: Option<f64>,
@@ -66,11 +73,12 @@ impl Summary {
         let mut s = String::new();
         let shape: Vec<String> = self.shape.iter().map(|x| x.to_string()).collect();
         s += &format!("{} — {} on {}\n", self.title, self.solver, self.device);
-        s += &format!(
-            "  grid          {} ({})\n",
-            shape.join(" × "),
-            self.precision
-        );
+        // N-body's shape is its state array's (particles × position, velocity, mass).
+        let (what, size) = match self.solver {
+            "nbody" => ("particles", shape[0].clone()),
+            _ => ("grid", shape.join(" × ")),
+        };
+        s += &format!("  {what:<14}{size} ({})\n", self.precision);
         if let Some(k) = self.restarted_at_step {
             s += &format!("  restarted     from the checkpoint at step {k}\n");
         }
@@ -78,9 +86,14 @@ impl Summary {
             Status::Converged => "converged",
             Status::Running => "iteration limit reached",
             Status::NonFinite => "stopped: non-finite value",
+            Status::Completed => "done",
+        };
+        let (steps, per) = match self.time_dependent {
+            true => ("steps", "step"),
+            false => ("iterations", "iteration"),
         };
         s += &format!(
-            "  iterations    {} of {} ({how})\n",
+            "  {steps:<14}{} of {} ({how})\n",
             self.iterations, self.max_iterations
         );
         if let Some(r) = self.final_residual {
@@ -106,7 +119,7 @@ impl Summary {
         }
         let t = &self.timings;
         s += &format!(
-            "  time          solve {} ({} per iteration); setup {}, check {}, download {}, write {}\n",
+            "  time          solve {} ({} per {per}); setup {}, check {}, download {}, write {}\n",
             seconds(t.solve_s),
             seconds(self.time_per_iteration_s),
             seconds(t.setup_s),
@@ -157,6 +170,7 @@ mod tests {
             iterations: 1,
             max_iterations: 1,
             status: Status::Running,
+            time_dependent: false,
             final_residual: None,
             solution_error: None,
             time_per_iteration_s: 0.0,
@@ -179,5 +193,25 @@ mod tests {
             "{text}"
         );
         assert!(!summary(None).human().contains("kernel"));
+    }
+
+    #[test]
+    fn a_time_dependent_run_counts_steps_and_says_done() {
+        let mut s = summary(None);
+        assert!(
+            s.human()
+                .contains("  iterations    1 of 1 (iteration limit reached)\n")
+        );
+        s.time_dependent = true;
+        s.status = Status::Completed;
+        let text = s.human();
+        assert!(text.contains("  steps         1 of 1 (done)\n"), "{text}");
+        assert!(text.contains(" per step)"), "{text}");
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["status"], "completed");
+        assert!(json.get("time_dependent").is_none());
+        s.solver = "nbody";
+        s.shape = vec![256, 7];
+        assert!(s.human().contains("  particles     256 (f32)\n"));
     }
 }

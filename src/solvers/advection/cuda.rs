@@ -11,7 +11,7 @@ use super::AdvectionProblem;
 use super::presets::{Displacement, displacement_rows};
 use crate::device::cuda::{Gpu, KernelSource, TensorMap, tensor_map_2d};
 use crate::error::{Error, Result};
-use crate::parallel::{Rows, Subdomain, Window, slab_of};
+use crate::parallel::{Rows, Subdomain, Window, slab_view};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 use crate::tuning;
@@ -500,7 +500,7 @@ impl<T: Real> CudaAdvection<T> {
         let (du, dv) = if arrays {
             let rows: Vec<usize> = (0..window.rows).map(|l| window.grid_row(l)).collect();
             let (du, dv) = displacement_rows::<T>(p, &rows)?;
-            (s.clone_htod(&du)?, s.clone_htod(&dv)?)
+            (gpu.upload(&du)?, gpu.upload(&dv)?)
         } else {
             (s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?)
         };
@@ -510,9 +510,12 @@ impl<T: Real> CudaAdvection<T> {
             _ => None,
         };
         let (pad, after) = (pad::<T>(), pad_after::<T>());
-        let mut padded = vec![T::zero(); pad + buffer + after];
-        padded[pad..pad + buffer].copy_from_slice(&slab_of(&window, full, p.nx));
-        let (f, g) = (s.clone_htod(&padded)?, s.clone_htod(&padded)?);
+        // The padding zero, the buffer's rows uploaded as they lie where they can be, and
+        // g a device copy of f.
+        let mut f = s.alloc_zeros::<T>(pad + buffer + after)?;
+        let rows = slab_view(&window, full, p.nx);
+        gpu.upload_into(&rows, &mut f.slice_mut(pad..pad + buffer))?;
+        let g = s.clone_dtod(&f)?;
         let (mut step, mut pass) = (step, pass);
         for launch in std::iter::once(&mut step).chain(pass.as_mut()) {
             launch.bind(s, [&f, &g, &du, &dv], p.nx, window.rows, pad)?;

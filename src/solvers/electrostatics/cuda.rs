@@ -602,7 +602,7 @@ impl<T: Real> CudaElectrostatics<T> {
         let flag = status.device_flag();
         let upload = |parts: &[Vec<T>; 2]| -> Result<[CudaSlice<T>; 2]> {
             let [a, b] = parts;
-            Ok([s.clone_htod(a)?, s.clone_htod(b)?])
+            Ok([gpu.upload(a)?, gpu.upload(b)?])
         };
         let (qnode, has_qnode) = match qnode {
             Some(q) => (upload(&layout.split(&q))?, 1),
@@ -611,17 +611,18 @@ impl<T: Real> CudaElectrostatics<T> {
         // 4-bit codes: one array for both colours in code[0] (see `codes`).
         let [c0, c1] = layout.split(&classes.code);
         let code = match class_bits {
-            4 => [s.clone_htod(&paired(&c0, &c1))?, s.alloc_zeros::<u8>(1)?],
-            _ => [s.clone_htod(&c0)?, s.clone_htod(&c1)?],
+            4 => [gpu.upload(&paired(&c0, &c1))?, s.alloc_zeros::<u8>(1)?],
+            _ => [gpu.upload(&c0)?, gpu.upload(&c1)?],
         };
         // Held nodes are written by no launch, so both buffers start from the same V; the
         // state after `step` iterations lives in buffer step % 2.
         let parts = layout.split(&v0);
+        let first = upload(&parts)?;
         let second = match buffers {
-            2 => upload(&parts)?,
+            2 => [s.clone_dtod(&first[0])?, s.clone_dtod(&first[1])?],
             _ => [s.alloc_zeros::<T>(1)?, s.alloc_zeros::<T>(1)?],
         };
-        let v = [upload(&parts)?, second];
+        let v = [first, second];
         Ok(Self {
             v,
             code,

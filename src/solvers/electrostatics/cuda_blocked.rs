@@ -274,13 +274,13 @@ impl<T: Real> CudaBlocked<T> {
             .map(|_| Ok((s.alloc_zeros::<f64>(4 * blocks)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
         // Both buffers start from the same V: one upload, then a device copy.
-        let first = s.clone_htod(&padded)?;
+        let first = gpu.upload(&padded)?;
         Ok(Self {
             v: [s.clone_dtod(&first)?, first],
-            ids: s.clone_htod(&*ids)?,
+            ids: gpu.upload(&ids)?,
             table: s.clone_htod(&t.table)?,
             charge: match &charge {
-                Some(b) => s.clone_htod(&**b)?,
+                Some(b) => gpu.upload(b)?,
                 None => s.alloc_zeros::<T>(1)?,
             },
             entries: entries as i32,

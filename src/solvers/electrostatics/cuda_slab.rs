@@ -159,7 +159,7 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             .clamp(1, MAX_PLANES);
         let s = &gpu.stream;
         let qnode = match &qnode {
-            Some(q) => s.clone_htod(&layout.interleave(q, parity))?,
+            Some(q) => gpu.upload(&layout.interleave(q, parity))?,
             None => s.alloc_zeros::<T>(1)?,
         };
         let mut code = layout.interleave(&classes.code, parity);
@@ -180,8 +180,8 @@ impl<T: Real> CudaElectrostaticsSlab<T> {
             .map(|_| Ok((s.alloc_zeros::<f64>(2 * most)?, s.alloc_zeros::<u32>(1)?)))
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            v: s.clone_htod(&layout.interleave(&slab_of(&window, v, plane), parity))?,
-            code: s.clone_htod(&code)?,
+            v: gpu.upload(&layout.interleave(&slab_of(&window, v, plane), parity))?,
+            code: gpu.upload(&code)?,
             qnode,
             classes: s.clone_htod(&table)?,
             class_bits,

@@ -55,8 +55,8 @@ impl<T: Real> CudaHeat<T> {
             n => Some(TemporalBlock::new(&gpu, p, n)?),
         };
         let s = &gpu.stream;
-        let b0 = s.clone_htod(&u0)?;
-        let b1 = s.clone_htod(&u0)?;
+        let b0 = gpu.upload(&u0)?;
+        let b1 = s.clone_dtod(&b0)?;
         let bad = s.clone_htod(&[NONE])?;
         Ok(Self {
             gpu,

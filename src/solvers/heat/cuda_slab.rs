@@ -16,7 +16,7 @@ use super::pyramid::Region;
 use super::step_kernel::{BoxKernels, KERNELS, NONE, Span, TemporalBlock, default_levels};
 use crate::device::cuda::Gpu;
 use crate::error::{Error, Result};
-use crate::parallel::{Rows, Subdomain, Window, slab_of};
+use crate::parallel::{Rows, Subdomain, Window, slab_view};
 use crate::precision::Real;
 use crate::run::{Diagnostics, Engine, Field, Status};
 
@@ -69,15 +69,16 @@ impl<T: Real> CudaHeatSlab<T> {
         full: &[T],
         step0: u64,
     ) -> Result<Self> {
-        let u = slab_of(&window, full, super::layer_len(p));
+        let u = slab_view(&window, full, super::layer_len(p));
         let halo = (window.rows - window.own.len()) * super::layer_len(p);
         gpu.ensure_fits(
             ((2 * u.len() + halo) * std::mem::size_of::<T>()) as u128,
             "a heat slab (two time layers and a copy of its halo)",
         )?;
         let s = &gpu.stream;
+        let first = gpu.upload(&u)?;
         Ok(Self {
-            buf: [s.clone_htod(&u)?, s.clone_htod(&u)?],
+            buf: [s.clone_dtod(&first)?, first],
             bad: s.clone_htod(&[NONE])?,
             kernels: BoxKernels::new(&gpu, p)?,
             blocked: Self::blocked(&gpu, p)?,

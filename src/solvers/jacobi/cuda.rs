@@ -156,9 +156,9 @@ impl<T: Real> CudaJacobi<T> {
                 unsafe { l.launch(gpu.stride_config(cells, 256)) }?;
             }
             Fields::Given { f: hf, u0 } => {
-                s.memcpy_htod(&hf, &mut f)?;
-                s.memcpy_htod(&u0, &mut b0)?;
-                s.memcpy_htod(&u0, &mut b1)?;
+                gpu.upload_into(&hf, &mut f.as_view_mut())?;
+                gpu.upload_into(&u0, &mut b0.as_view_mut())?;
+                s.memcpy_dtod(&b0, &mut b1)?;
             }
         }
         Ok(Self {

@@ -234,15 +234,23 @@ fn is_boundary(p: &HeatProblem, idx: usize) -> bool {
     (3 - p.dims..3).any(|a| ijk[a] == 0 || ijk[a] == p.shape[a] - 1)
 }
 
+/// The sine preset's factor on axis `a` at index `i` along it.
+fn sine_factor(p: &HeatProblem, k: &[f64; 3], a: usize, i: usize) -> f64 {
+    let x = i as f64 * p.spacing[a];
+    let len = (p.shape[a] - 1) as f64 * p.spacing[a];
+    (k[a] * std::f64::consts::PI * x / len).sin()
+}
+
 pub fn value(p: &HeatProblem, idx: usize) -> f64 {
     let (x, len) = coords(p, idx);
     let active = 3 - p.dims..3;
     match &p.initial {
         Initial::Sine { modes, amplitude } => {
             let k = sine_modes(p, modes);
+            let ijk = ijk(p, idx);
             amplitude
                 * active
-                    .map(|a| (k[a] * std::f64::consts::PI * x[a] / len[a]).sin())
+                    .map(|a| sine_factor(p, &k, a, ijk[a]))
                     .product::<f64>()
         }
         Initial::Gaussian { width, amplitude } => {
@@ -277,42 +285,130 @@ pub fn layers<T: Real>(p: &HeatProblem, rows: &[usize]) -> Result<Vec<T>> {
         "this rank's heat layers",
     )?;
     let mut u = vec![T::zero(); p.cells()];
+    let sine = SineField::of(p);
+    let at = |i| sine.as_ref().map_or_else(|| value(p, i), |s| s.at(i));
     for &r in rows {
         u[r * layer..(r + 1) * layer]
             .par_iter_mut()
             .enumerate()
-            .for_each(|(k, v)| *v = T::lit(value(p, r * layer + k)));
+            .for_each(|(k, v)| *v = T::lit(at(r * layer + k)));
     }
     Ok(u)
 }
 
 /// The initial field, row-major.
 pub fn field<T: Real>(p: &HeatProblem) -> Result<Vec<T>> {
-    use rayon::prelude::*;
     // One time layer: the out-of-core engine keeps only this one on the host.
     crate::memory::ensure_host_fits(p.field_bytes(T::PRECISION) / 2, "the heat grid")?;
     if let Initial::File { path } = &p.initial {
         return read_npy(p, path);
     }
-    let mut u = try_filled(p.cells(), T::zero(), "the heat initial field")?;
-    u.par_iter_mut()
-        .enumerate()
-        .for_each(|(i, v)| *v = T::lit(value(p, i)));
-    Ok(u)
+    let what = "the heat initial field";
+    if let Some(sine) = SineField::of(p) {
+        return crate::memory::try_from_fn(p.cells(), what, |i| T::lit(sine.at(i)));
+    }
+    crate::memory::try_from_fn(p.cells(), what, |i| T::lit(value(p, i)))
+}
+
+/// The sine preset point by point from a table of each axis's factors, multiplied as
+/// [`value`] multiplies them: its bits without three sines a point (a 640³ field took
+/// 1.6 s on 16 threads).
+pub struct SineField<'a> {
+    p: &'a HeatProblem,
+    factors: [Vec<f64>; 3],
+    amplitude: f64,
+}
+
+impl<'a> SineField<'a> {
+    /// None unless the initial field is the sine preset.
+    pub fn of(p: &'a HeatProblem) -> Option<Self> {
+        let Initial::Sine { modes, amplitude } = &p.initial else {
+            return None;
+        };
+        let k = sine_modes(p, modes);
+        Some(Self {
+            p,
+            factors: std::array::from_fn(|a| {
+                (0..p.shape[a]).map(|i| sine_factor(p, &k, a, i)).collect()
+            }),
+            amplitude: *amplitude,
+        })
+    }
+
+    /// [`value`] at point `idx`.
+    pub fn at(&self, idx: usize) -> f64 {
+        let ijk = ijk(self.p, idx);
+        let active = 3 - self.p.dims..3;
+        self.amplitude * active.map(|a| self.factors[a][ijk[a]]).product::<f64>()
+    }
 }
 
 impl HeatProblem {
     /// The exact solution of the continuous problem at time t, where one is known
     /// (the sine preset); None otherwise.
     pub fn exact(&self, idx: usize, t: f64) -> Option<f64> {
+        Some(value(self, idx) * self.decay(t)?)
+    }
+
+    /// The factor by which the sine preset's field has decayed at time t (the exact
+    /// solution is the initial field times it); None for other presets.
+    pub fn decay(&self, t: f64) -> Option<f64> {
         let Initial::Sine { modes, .. } = &self.initial else {
             return None;
         };
         let k = sine_modes(self, modes);
-        let (_, len) = coords(self, idx);
+        let (_, len) = coords(self, 0);
         let rate: f64 = (3 - self.dims..3)
             .map(|a| (k[a] * std::f64::consts::PI / len[a]).powi(2))
             .sum();
-        Some(value(self, idx) * (-self.diffusivity * rate * t).exp())
+        Some((-self.diffusivity * rate * t).exp())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bulk sine field (a table of factors per axis) has `value`'s bits at every
+    /// point, in one, two and three dimensions on uneven grids.
+    #[test]
+    fn the_sine_field_in_bulk_equals_value_point_by_point() {
+        for (shape, spacing, modes) in [
+            ("[37]", "[0.3]", "[2]"),
+            ("[19, 23]", "[0.1, 0.07]", "[1, 3]"),
+            ("[11, 13, 17]", "[1.0, 0.5, 0.25]", "[3, 1, 2]"),
+        ] {
+            let text = format!(
+                "solver = \"heat\"\n[heat]\nshape = {shape}\nspacing = {spacing}\ndt = 1e-6\n\
+                 steps = 1\ninitial = {{ preset = \"sine\", modes = {modes}, amplitude = 1.7 }}\n"
+            );
+            let p = crate::problem::parse(&text, "test", None, &Default::default())
+                .unwrap()
+                .spec_as::<HeatProblem>()
+                .unwrap()
+                .clone();
+            let bulk = field::<f64>(&p).unwrap();
+            assert_eq!(bulk.len(), p.cells());
+            for (i, v) in bulk.iter().enumerate() {
+                assert_eq!(v.to_bits(), value(&p, i).to_bits(), "{shape} at {i}");
+            }
+            assert!(
+                bulk.iter().any(|v| v.abs() > 1.0),
+                "{shape}: a field, not zeros"
+            );
+            let (sine, decay) = (SineField::of(&p).unwrap(), p.decay(0.3).unwrap());
+            assert!(decay < 1.0);
+            for i in 0..p.cells() {
+                let exact = p.exact(i, 0.3).unwrap();
+                assert_eq!(exact.to_bits(), (sine.at(i) * decay).to_bits());
+            }
+            let axis = super::super::slab_axis(p.dims);
+            let some: Vec<usize> = (0..p.shape[axis]).step_by(2).collect();
+            let layers = layers::<f64>(&p, &some).unwrap();
+            let layer = super::super::layer_len(&p);
+            for &r in &some {
+                assert!(layers[r * layer..(r + 1) * layer] == bulk[r * layer..(r + 1) * layer]);
+            }
+        }
     }
 }

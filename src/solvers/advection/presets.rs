@@ -535,10 +535,35 @@ pub fn initial_field<T: Real>(p: &AdvectionProblem) -> Result<Vec<T>> {
         .collect())
 }
 
+/// The exact field where it is known, cell by cell (row-major index) or whole.
+pub enum Exact<'a> {
+    Cells(Box<dyn Fn(usize) -> f64 + Sync + 'a>),
+    Field(Vec<f64>),
+}
+
+impl Exact<'_> {
+    /// The exact value of cell `n`.
+    pub fn at(&self, n: usize) -> f64 {
+        match self {
+            Exact::Cells(f) => f(n),
+            Exact::Field(v) => v[n],
+        }
+    }
+}
+
 /// The exact field at time t where it is known: a uniform translation on a periodic
 /// domain, a rotation (any time; for a file, whole turns), the swirl at whole periods.
 /// Cells the contest boundary holds keep their initial values.
 pub fn exact(p: &AdvectionProblem, t: f64) -> Result<Option<Vec<f64>>> {
+    Ok(exact_cells(p, t)?.map(|e| match e {
+        Exact::Field(v) => v,
+        e => (0..p.cells()).into_par_iter().map(|n| e.at(n)).collect(),
+    }))
+}
+
+/// [`exact`] cell by cell: a preset's value is computed where it is asked for, without
+/// a field of them (only an initial field from a file is read whole).
+pub fn exact_cells(p: &AdvectionProblem, t: f64) -> Result<Option<Exact<'_>>> {
     let whole = |period: f64| {
         let turns = t / period;
         (turns - turns.round()).abs() < 1e-9
@@ -552,8 +577,15 @@ pub fn exact(p: &AdvectionProblem, t: f64) -> Result<Option<Vec<f64>>> {
         Velocity::Swirl { period } => whole(*period),
         Velocity::File { .. } => false,
     };
+    let at = |n: usize| ((n % p.nx) as f64 * p.dx, (n / p.nx) as f64 * p.dy);
     if identity {
-        return initial_field::<f64>(p).map(Some);
+        return Ok(Some(match &p.initial {
+            Initial::File { .. } => Exact::Field(initial_field::<f64>(p)?),
+            _ => Exact::Cells(Box::new(move |n| {
+                let (x, y) = at(n);
+                p.initial.value(p, x, y)
+            })),
+        }));
     }
     if matches!(p.initial, Initial::File { .. }) {
         return Ok(None);
@@ -573,20 +605,14 @@ pub fn exact(p: &AdvectionProblem, t: f64) -> Result<Option<Vec<f64>>> {
         }
         _ => return Ok(None),
     };
-    // A preset here (files returned above): held cells take its value where they are,
-    // without building the whole initial field for them.
-    Ok(Some(
-        (0..p.cells())
-            .into_par_iter()
-            .map(|n| {
-                let (x, y) = ((n % p.nx) as f64 * p.dx, (n / p.nx) as f64 * p.dy);
-                let (x, y) = if p.updated(n % p.nx, n / p.nx) {
-                    departure(x, y)
-                } else {
-                    (x, y)
-                };
-                p.initial.value(p, x, y)
-            })
-            .collect(),
-    ))
+    // A preset here (files returned above): held cells take its value where they are.
+    Ok(Some(Exact::Cells(Box::new(move |n| {
+        let (x, y) = at(n);
+        let (x, y) = if p.updated(n % p.nx, n / p.nx) {
+            departure(x, y)
+        } else {
+            (x, y)
+        };
+        p.initial.value(p, x, y)
+    }))))
 }

@@ -538,10 +538,20 @@ impl Geometry {
 
     /// Electrode ids that mark at least one node.
     pub fn electrodes(&self) -> Vec<u8> {
-        let mut seen = vec![false; self.volts.len()];
-        for &v in &self.id_volt {
-            seen[v as usize] = true;
-        }
+        // By all threads, a plane each: a serial scan took about 50 ms at 512³, and a
+        // run's outputs ask several times.
+        let plane = self.counts[0] * self.counts[1];
+        let seen = self
+            .id_volt
+            .par_chunks(plane.max(1))
+            .map(|ids| {
+                let mut seen = [false; 256];
+                for &v in ids {
+                    seen[v as usize] = true;
+                }
+                seen
+            })
+            .reduce(|| [false; 256], |a, b| std::array::from_fn(|k| a[k] | b[k]));
         (1..self.volts.len() as u8)
             .filter(|&k| seen[k as usize])
             .collect()

@@ -619,17 +619,21 @@ impl Gpu {
             Ok::<_, Error>(self.stream.record_event(None)?)
         };
         let chunks = stage_chunks(n, per);
-        let mut done = [Some(copy(&chunks[0], &mut stage[0])?), None];
-        for (c, chunk) in chunks.iter().enumerate() {
-            if let Some(next) = chunks.get(c + 1) {
-                done[(c + 1) % 2] = Some(copy(next, &mut stage[(c + 1) % 2])?);
+        let mut copies = || {
+            let mut done = [Some(copy(&chunks[0], &mut stage[0])?), None];
+            for (c, chunk) in chunks.iter().enumerate() {
+                if let Some(next) = chunks.get(c + 1) {
+                    done[(c + 1) % 2] = Some(copy(next, &mut stage[(c + 1) % 2])?);
+                }
+                if let Some(event) = done[c % 2].take() {
+                    event.synchronize()?;
+                }
+                let from = &stage[c % 2].as_slice()?[per - chunk.len()..];
+                par_copy(&mut out[chunk.clone()], from);
             }
-            if let Some(event) = done[c % 2].take() {
-                event.synchronize()?;
-            }
-            let from = &stage[c % 2].as_slice()?[per - chunk.len()..];
-            par_copy(&mut out[chunk.clone()], from);
-        }
+            Ok(())
+        };
+        self.drained(copies())?;
         Ok(out)
     }
 
@@ -655,23 +659,35 @@ impl Gpu {
             return Ok(());
         }
         let mut stage = self.stage::<T>(per)?;
-        let mut done: [Option<cudarc::driver::CudaEvent>; 2] = [None, None];
-        for (c, chunk) in stage_chunks(n, per).iter().enumerate() {
-            let window = stage_window(chunk, per);
-            // The copy out of this buffer two chunks ago must be over before it is filled.
-            if let Some(event) = done[c % 2].take() {
+        let mut copies = || {
+            let mut done: [Option<cudarc::driver::CudaEvent>; 2] = [None, None];
+            for (c, chunk) in stage_chunks(n, per).iter().enumerate() {
+                let window = stage_window(chunk, per);
+                // The copy out of this buffer two chunks ago must be over before it is
+                // filled again.
+                if let Some(event) = done[c % 2].take() {
+                    event.synchronize()?;
+                }
+                par_copy(stage[c % 2].as_mut_slice()?, &src[window.clone()]);
+                self.stream
+                    .memcpy_htod(&stage[c % 2], &mut dst.slice_mut(window))?;
+                done[c % 2] = Some(self.stream.record_event(None)?);
+            }
+            for event in done.into_iter().flatten() {
                 event.synchronize()?;
             }
-            par_copy(stage[c % 2].as_mut_slice()?, &src[window.clone()]);
-            self.stream
-                .memcpy_htod(&stage[c % 2], &mut dst.slice_mut(window))?;
-            done[c % 2] = Some(self.stream.record_event(None)?);
+            Ok(())
+        };
+        self.drained(copies())
+    }
+
+    /// `result`, after the stream's work is over if it is an error: the staged copies'
+    /// page-locked buffers are freed on return, and no copy may still be using them.
+    fn drained<R>(&self, result: Result<R>) -> Result<R> {
+        if result.is_err() {
+            let _ = self.stream.synchronize();
         }
-        // The buffers are freed on return: their copies must be over.
-        for event in done.into_iter().flatten() {
-            event.synchronize()?;
-        }
-        Ok(())
+        result
     }
 
     /// Two page-locked buffers of `per` values for the staged copies.

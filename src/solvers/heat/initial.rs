@@ -347,7 +347,10 @@ impl HeatProblem {
     /// The exact solution of the continuous problem at time t, where one is known
     /// (the sine preset); None otherwise.
     pub fn exact(&self, idx: usize, t: f64) -> Option<f64> {
-        Some(value(self, idx) * self.decay(t)?)
+        // The decay first: it says whether there is an exact solution (value() has none
+        // for a file).
+        let decay = self.decay(t)?;
+        Some(value(self, idx) * decay)
     }
 
     /// The factor by which the sine preset's field has decayed at time t (the exact

@@ -276,7 +276,8 @@ impl Body {
                 radius,
                 range,
             } => {
-                let across: Vec<usize> = (0..3).filter(|&a| a != axis).collect();
+                // The two axes across, in order (no allocation: this runs per node).
+                let across = [(axis == 0) as usize, 2 - (axis == 2) as usize];
                 let d2 = (p[across[0]] - center[0]).powi(2) + (p[across[1]] - center[1]).powi(2);
                 let t = REL * (range[1] - range[0]).abs().max(p[axis].abs());
                 d2 <= radius * radius * (1.0 + REL)

@@ -833,10 +833,10 @@ impl<S: Subdomain> Distributed<S> {
 
     /// The whole field's owned rows in slab order, on every process.
     fn gather(&mut self) -> Result<Vec<S::Real>> {
-        let mut mine = Vec::new();
-        for p in &mut self.parts {
-            mine.extend(p.owned()?);
-        }
+        let pieces = (self.parts.iter_mut())
+            .map(|p| p.owned())
+            .collect::<Result<Vec<_>>>()?;
+        let mine = concatenated(pieces);
         if self.world.is_none() {
             return Ok(mine);
         }
@@ -1093,6 +1093,26 @@ impl<S: Subdomain> Distributed<S> {
             }
         }
     }
+}
+
+/// The pieces one after another: the one piece itself, else one allocation filled by all
+/// threads (extending a vector piece by piece copied each piece once more on one thread
+/// as it grew: two slabs of contest 5 came to the host in 0.48 s against 0.05 s for one).
+fn concatenated<T: crate::precision::Real>(mut pieces: Vec<Vec<T>>) -> Vec<T> {
+    use rayon::prelude::*;
+    if pieces.len() == 1 {
+        return pieces.pop().expect("one piece");
+    }
+    let mut out = vec![T::zero(); pieces.iter().map(Vec::len).sum()];
+    let mut rest = &mut out[..];
+    for piece in &pieces {
+        let (head, tail) = rest.split_at_mut(piece.len());
+        head.par_chunks_mut(1 << 16)
+            .zip(piece.par_chunks(1 << 16))
+            .for_each(|(o, i)| o.copy_from_slice(i));
+        rest = tail;
+    }
+    out
 }
 
 /// Rows `from..from + rows` of a slab's buffer, on the host.

@@ -22,6 +22,15 @@ pub fn try_from_fn<T: Send>(
     Ok(v)
 }
 
+/// `to` = `from` (of the same length), by all threads: large host copies (a staged
+/// transfer's buffers, slabs' pieces of a field) otherwise run at one core's speed.
+pub fn par_copy<T: Copy + Send + Sync>(to: &mut [T], from: &[T]) {
+    use rayon::prelude::*;
+    to.par_chunks_mut(1 << 16)
+        .zip(from.par_chunks(1 << 16))
+        .for_each(|(o, i)| o.copy_from_slice(i));
+}
+
 /// An empty vector with room for `len` values, or an out-of-memory error naming `what`.
 fn try_reserved<T>(len: usize, what: &str) -> Result<Vec<T>> {
     let bytes = (len as u128) * std::mem::size_of::<T>() as u128;

@@ -11,9 +11,9 @@ use cudarc::driver::{
     LaunchConfig, PinnedHostSlice,
 };
 use cudarc::nvrtc::Ptx;
-use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::memory::par_copy;
 use crate::precision::Precision;
 
 /// A `.cu` file embedded in the binary. `common.cuh` is prepended before compiling.
@@ -386,7 +386,8 @@ pub fn peer_access(a: &CudaContext, b: &CudaContext) -> Result<bool> {
 
 type ModuleKey = (&'static str, Precision, Vec<(String, String)>);
 
-/// Bytes of each of the two page-locked buffers of a large [`Gpu::download`].
+/// Bytes of each of the two page-locked buffers of a large [`Gpu::download`] or
+/// [`Gpu::upload`].
 pub const STAGE_BYTES: usize = 32 << 20;
 
 /// One CUDA device in use: its context, the stream all of keisan's work goes to, and
@@ -450,11 +451,9 @@ fn stage_window(chunk: &std::ops::Range<usize>, per: usize) -> std::ops::Range<u
     (chunk.end - per)..chunk.end
 }
 
-/// `to` = `from`, by all threads.
-fn par_copy<T: Copy + Send + Sync>(to: &mut [T], from: &[T]) {
-    to.par_chunks_mut(1 << 16)
-        .zip(from.par_chunks(1 << 16))
-        .for_each(|(o, i)| o.copy_from_slice(i));
+/// Values of `T` in each of a staged copy's page-locked buffers.
+fn stage_len<T>() -> usize {
+    (STAGE_BYTES / size_of::<T>().max(1)).max(1)
 }
 
 impl Gpu {
@@ -601,8 +600,7 @@ impl Gpu {
     /// driver's copies into pageable memory ran at about 1.3 GB/s on the H200 hosts (a
     /// 512³ f32 field in 0.4 s).
     pub fn download<T: Staged>(&self, src: &CudaView<'_, T>) -> Result<Vec<T>> {
-        let n = src.len();
-        let per = (STAGE_BYTES / size_of::<T>().max(1)).max(1);
+        let (n, per) = (src.len(), stage_len::<T>());
         if n == 0 {
             return Ok(Vec::new());
         }
@@ -641,9 +639,6 @@ impl Gpu {
     /// buffers in turn, all threads filling one while the other's copy runs: the
     /// driver's copies from pageable memory ran at about 5 GB/s on the H200 hosts.
     pub fn upload<T: Staged>(&self, src: &[T]) -> Result<CudaSlice<T>> {
-        if src.len() <= STAGE_BYTES / size_of::<T>().max(1) {
-            return Ok(self.stream.clone_htod(src)?);
-        }
         // SAFETY: every value is written below before any kernel can read it.
         let mut dst = unsafe { self.stream.alloc::<T>(src.len()) }?;
         self.upload_into(src, &mut dst.as_view_mut())?;
@@ -652,8 +647,7 @@ impl Gpu {
 
     /// `src` into the front of `dst` (at least as long), as [`Gpu::upload`] copies it.
     pub fn upload_into<T: Staged>(&self, src: &[T], dst: &mut CudaViewMut<'_, T>) -> Result<()> {
-        let n = src.len();
-        let per = (STAGE_BYTES / size_of::<T>().max(1)).max(1);
+        let (n, per) = (src.len(), stage_len::<T>());
         if n <= per {
             self.stream.memcpy_htod(src, &mut dst.slice_mut(0..n))?;
             return Ok(());

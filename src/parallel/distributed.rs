@@ -1099,7 +1099,6 @@ impl<S: Subdomain> Distributed<S> {
 /// threads (extending a vector piece by piece copied each piece once more on one thread
 /// as it grew: two slabs of contest 5 came to the host in 0.48 s against 0.05 s for one).
 fn concatenated<T: crate::precision::Real>(mut pieces: Vec<Vec<T>>) -> Vec<T> {
-    use rayon::prelude::*;
     if pieces.len() == 1 {
         return pieces.pop().expect("one piece");
     }
@@ -1107,9 +1106,7 @@ fn concatenated<T: crate::precision::Real>(mut pieces: Vec<Vec<T>>) -> Vec<T> {
     let mut rest = &mut out[..];
     for piece in &pieces {
         let (head, tail) = rest.split_at_mut(piece.len());
-        head.par_chunks_mut(1 << 16)
-            .zip(piece.par_chunks(1 << 16))
-            .for_each(|(o, i)| o.copy_from_slice(i));
+        crate::memory::par_copy(head, piece);
         rest = tail;
     }
     out

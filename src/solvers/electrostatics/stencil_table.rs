@@ -236,15 +236,83 @@ pub fn build<T: Real>(
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
     // Under mpirun a rank may hold only its slab's planes of the geometry (g.held).
-    // The keys stop past what an id indexes, so the count is known only up to there.
     let most = MAX_ENTRIES - FIRST_FREE as usize;
-    let (axes, keys) = stencil_keys(p, g, |k| g.holds(k), most)?;
-    let key = |n: usize, i: usize, j: usize, k: usize| key_of(g, &axes, n, i, j, k);
-    if keys.len() > most {
-        return Err(format!(
+    let too_many = || {
+        format!(
             "more than {most} distinct stencils (εr and mesh spacings around a node), the \
              most a 16-bit id indexes"
-        ));
+        )
+    };
+    let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
+    if axes.iter().any(|(_, pairs)| pairs.len() >= 1 << 24) {
+        return Err("too many distinct mesh spacings".into());
+    }
+    // One scan of the keys (each costs seven neighbour loads): every plane's ids, its
+    // free interior nodes numbered by their key's first sight in the plane (from
+    // FIRST_FREE), and those keys; then the planes' numbers become the table's ids, which
+    // follow the keys' order over the whole mesh.
+    let pitch = nx + (nx & 1);
+    let mut ids = vec![0u16; pitch * ny * nz];
+    let plane_keys: Vec<Option<Vec<Key>>> = ids
+        .par_chunks_mut(pitch * ny)
+        .enumerate()
+        .map(|(k, plane)| {
+            let mut keys: Vec<Key> = Vec::new();
+            if !g.holds(k) {
+                return Some(keys);
+            }
+            let mut seen = KeyMap::default();
+            // The last key looked up and its number: neighbours mostly share it.
+            let mut last: Option<(Key, u16)> = None;
+            for j in 0..ny {
+                for i in 0..nx {
+                    let n = k * nk + j * nj + i;
+                    if g.id_volt[n] != 0 {
+                        continue;
+                    }
+                    plane[j * pitch + i] = if i == 0 {
+                        2 // copy from x + 1
+                    } else if i == nx - 1 {
+                        1
+                    } else if j == 0 {
+                        4
+                    } else if j == ny - 1 {
+                        3
+                    } else if k == 0 {
+                        6
+                    } else if k == nz - 1 {
+                        5
+                    } else {
+                        let key = key_of(g, &axes, n, i, j, k);
+                        match last {
+                            Some((was, id)) if was == key => id,
+                            _ => {
+                                let id = match seen.get(&key) {
+                                    Some(&id) => id,
+                                    None if keys.len() == most => return None,
+                                    None => {
+                                        keys.push(key);
+                                        let id = FIRST_FREE + (keys.len() - 1) as u16;
+                                        seen.insert(key, id);
+                                        id
+                                    }
+                                };
+                                last = Some((key, id));
+                                id
+                            }
+                        }
+                    };
+                }
+            }
+            Some(keys)
+        })
+        .collect();
+    let Some(plane_keys) = plane_keys.into_iter().collect::<Option<Vec<_>>>() else {
+        return Err(too_many());
+    };
+    let keys: BTreeSet<Key> = plane_keys.iter().flatten().copied().collect();
+    if keys.len() > most {
+        return Err(too_many());
     }
     let entries = FIRST_FREE as usize + keys.len();
     let ids_of: KeyMap = keys
@@ -252,6 +320,15 @@ pub fn build<T: Real>(
         .enumerate()
         .map(|(r, &key)| (key, FIRST_FREE + r as u16))
         .collect();
+    ids.par_chunks_mut(pitch * ny)
+        .zip(&plane_keys)
+        .filter(|(_, keys)| !keys.is_empty())
+        .for_each(|(plane, keys)| {
+            let id: Vec<u16> = keys.iter().map(|key| ids_of[key]).collect();
+            for v in plane.iter_mut().filter(|v| **v >= FIRST_FREE) {
+                *v = id[(*v - FIRST_FREE) as usize];
+            }
+        });
 
     let mut table = vec![T::zero(); WEIGHTS * entries];
     table[WEIGHTS - 1] = T::one(); // held: O = 1
@@ -285,46 +362,6 @@ pub fn build<T: Real>(
         t[7] = T::lit(1.0 - omega);
     }
 
-    let pitch = nx + (nx & 1);
-    let mut ids = vec![0u16; pitch * ny * nz];
-    ids.par_chunks_mut(pitch * ny)
-        .enumerate()
-        .filter(|(k, _)| g.holds(*k))
-        .for_each(|(k, plane)| {
-            // The last key looked up and its id: neighbours mostly share it.
-            let mut last: Option<(Key, u16)> = None;
-            for j in 0..ny {
-                for i in 0..nx {
-                    let n = k * nk + j * nj + i;
-                    if g.id_volt[n] != 0 {
-                        continue;
-                    }
-                    plane[j * pitch + i] = if i == 0 {
-                        2 // copy from x + 1
-                    } else if i == nx - 1 {
-                        1
-                    } else if j == 0 {
-                        4
-                    } else if j == ny - 1 {
-                        3
-                    } else if k == 0 {
-                        6
-                    } else if k == nz - 1 {
-                        5
-                    } else {
-                        let key = key(n, i, j, k);
-                        match last {
-                            Some((was, id)) if was == key => id,
-                            _ => {
-                                let id = ids_of[&key];
-                                last = Some((key, id));
-                                id
-                            }
-                        }
-                    };
-                }
-            }
-        });
     // The same formula as the table's B, with the node's charge.
     let charge = g.q_node.as_ref().map(|q| {
         let mut b = vec![T::zero(); ids.len()];

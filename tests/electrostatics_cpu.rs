@@ -119,6 +119,20 @@ fn parallel_plates_with_a_dielectric_slab_are_exact_on_a_nonuniform_mesh() {
     ] {
         assert!(d.join("res").join(f).exists(), "{f}");
     }
+    // The geometry's first array is the electrode ids, a byte per node as in the .npy.
+    let vtr = std::fs::read(d.join("res/geometry.vtr")).unwrap();
+    let head = String::from_utf8_lossy(&vtr[..600]);
+    assert!(
+        head.contains("type=\"UInt8\" Name=\"electrode_id\""),
+        "{head}"
+    );
+    let mark = b"<AppendedData encoding=\"raw\">\n_";
+    let at = vtr.windows(mark.len()).position(|w| w == mark).unwrap() + mark.len();
+    let n = u64::from_le_bytes(vtr[at..at + 8].try_into().unwrap()) as usize;
+    let npy = std::fs::read(d.join("res/electrode_id.npy")).unwrap();
+    let header = u16::from_le_bytes([npy[8], npy[9]]) as usize;
+    assert_eq!(&vtr[at + 8..at + 8 + n], &npy[10 + header..]);
+    assert!(npy[10 + header..].iter().any(|&id| id != 0));
 }
 
 /// The table form of the update (`update = "table"`: each stencil's weights made once) is

@@ -264,7 +264,6 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         let shape = self.p.shape();
         let (e, mag) = gauss::field(&self.p, &u.data);
         let magnitude = cpu::field_of(&self.p, "E_magnitude", mag);
-        let ids: Vec<T> = g.id_volt.par_iter().map(|&v| T::lit(v as f64)).collect();
         let eps: Vec<T> = g
             .id_epsr
             .par_iter()
@@ -281,23 +280,19 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             "E_magnitude.png",
         ]
         .map(|name| set.file(name));
-        let (coords, shape, e, ids, eps) = (&coords, &shape, &e, &ids, &eps);
+        let (coords, shape, e, eps) = (&coords, &shape, &e, &eps);
         let magnitude = &magnitude;
         output::in_parallel(vec![
             Box::new(move || {
                 let arrays = [
-                    vtr::Array {
-                        name: "E",
-                        components: 3,
-                        data: e,
-                    },
+                    vtr::Array::reals("E", 3, e),
                     vtr::Array::scalar("E_magnitude", &magnitude.data),
                 ];
                 vtr::write(&e_vtr, coords, &arrays)
             }),
             Box::new(move || {
                 let arrays = [
-                    vtr::Array::scalar("electrode_id", ids),
+                    vtr::Array::bytes("electrode_id", &g.id_volt),
                     vtr::Array::scalar("epsilon_r", eps),
                 ];
                 vtr::write(&geometry_vtr, coords, &arrays)

@@ -589,8 +589,6 @@ impl Geometry {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     /// Shapes of every kind on a nonuniform mesh, some with faces on node coordinates,
     /// overlapping, and fixed box faces: the ids equal the rule applied node by node
     /// (every shape in order, then the faces in order), which is what the bounded scans

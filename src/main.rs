@@ -106,7 +106,8 @@ struct RunArgs {
     quiet: bool,
 }
 
-/// Beside each solver's own `keisan bench` arguments.
+// Beside each solver's own `keisan bench` arguments (a plain comment: a doc comment
+// would become the description of any bench subcommand that sets none).
 #[derive(Args)]
 struct BenchCommon {
     #[command(flatten)]
@@ -116,7 +117,7 @@ struct BenchCommon {
     json: bool,
 }
 
-/// Beside each solver's own `keisan model` arguments.
+// Beside each solver's own `keisan model` arguments (a plain comment, as above).
 #[derive(Args)]
 struct ModelCommon {
     /// Problem file (TOML) of this solver.

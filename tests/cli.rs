@@ -119,6 +119,38 @@ fn info_lists_threads_and_explains_missing_cuda() {
     assert!(s["cuda_devices"].is_array());
 }
 
+/// `keisan bench --help` and `keisan model --help` say what each solver's case measures:
+/// a line of its own per solver (a doc comment on the shared arguments once gave every
+/// solver the same words).
+#[test]
+fn bench_and_model_help_describe_each_solver() {
+    for (cmd, solvers) in [
+        (
+            "bench",
+            &["jacobi", "heat", "electrostatics", "advection", "nbody"][..],
+        ),
+        ("model", &["heat", "nbody"][..]),
+    ] {
+        let o = keisan(&[cmd, "--help"]);
+        assert!(o.status.success());
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        let lines: Vec<&str> = solvers
+            .iter()
+            .map(|s| {
+                let line = text
+                    .lines()
+                    .find(|l| l.trim_start().starts_with(&format!("{s} ")))
+                    .unwrap_or_else(|| panic!("{cmd}: no line for {s}\n{text}"));
+                line.trim_start()[s.len()..].trim()
+            })
+            .collect();
+        for (k, a) in lines.iter().enumerate() {
+            assert!(a.len() > 20, "{cmd} {}: {a:?}", solvers[k]);
+            assert!(!lines[..k].contains(a), "{cmd}: {a:?} twice\n{text}");
+        }
+    }
+}
+
 #[test]
 fn bench_reports_the_fraction_of_the_measured_ceiling() {
     let o = keisan(&[

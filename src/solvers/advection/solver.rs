@@ -36,7 +36,10 @@ impl Solver for Advection {
         Ok(Box::new(cfg.validate(src.precision)?))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
-        <bench::AdvectionBenchArgs as clap::Args>::augment_args(cmd)
+        <bench::AdvectionBenchArgs as clap::Args>::augment_args(cmd).about(
+            "The GPU Challenge 2010 problems (contest 5 by default): passes against the copy \
+             bandwidth measured in the same run, beside the study's times",
+        )
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(&Placement::single(device.clone()), args)

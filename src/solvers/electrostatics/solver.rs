@@ -33,7 +33,11 @@ impl Solver for Electrostatics {
         ))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
-        <bench::ElectrostaticsBenchArgs as clap::Args>::augment_args(cmd)
+        <bench::ElectrostaticsBenchArgs as clap::Args>::augment_args(cmd).about(
+            "Red-black SOR on a 512³ cube (a dielectric sphere between two plate electrodes), \
+             every kernel, against the copy bandwidth measured in the same run; --poisson: \
+             time to solution",
+        )
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(device, args)

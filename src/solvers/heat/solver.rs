@@ -35,7 +35,10 @@ impl Solver for Heat {
         Ok(Box::new(p))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
-        <bench::HeatBenchArgs as clap::Args>::augment_args(cmd)
+        <bench::HeatBenchArgs as clap::Args>::augment_args(cmd).about(
+            "In-core passes against the copy-bandwidth floor, and out-of-core pyramid passes \
+             under a device-memory budget",
+        )
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(device, args)
@@ -47,7 +50,11 @@ impl Solver for Heat {
         }
     }
     fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
-        Some(<bench::HeatModelArgs as clap::Args>::augment_args(cmd))
+        Some(
+            <bench::HeatModelArgs as clap::Args>::augment_args(cmd).about(
+                "The out-of-core cost model: predicted against measured time for each pyramid height",
+            ),
+        )
     }
     fn model(
         &self,

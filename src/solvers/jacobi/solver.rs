@@ -29,7 +29,10 @@ impl Solver for Jacobi {
         Ok(Box::new(cfg.validate(src.precision)?))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
-        <bench::JacobiBenchArgs as clap::Args>::augment_args(cmd)
+        <bench::JacobiBenchArgs as clap::Args>::augment_args(cmd).about(
+            "Sweeps of the seed case (Helmholtz, 5120 × 5000) against the copy bandwidth \
+             measured in the same run",
+        )
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         bench::run(device, args)

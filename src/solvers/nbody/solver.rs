@@ -38,15 +38,21 @@ impl Solver for Nbody {
         Ok(Box::new(cfg.validate()?))
     }
     fn bench_args(&self, cmd: clap::Command) -> clap::Command {
-        <super::bench::NbodyBenchArgs as clap::Args>::augment_args(cmd)
+        <super::bench::NbodyBenchArgs as clap::Args>::augment_args(cmd).about(
+            "The force evaluation over a range of N against the arithmetic ceiling measured \
+             in the same run, beside the CUDA sample's kernel",
+        )
     }
     fn bench(&self, device: &Device, args: &clap::ArgMatches) -> Result<Report> {
         super::bench::run(device, args)
     }
     fn model_args(&self, cmd: clap::Command) -> Option<clap::Command> {
-        Some(<super::model::NbodyModelArgs as clap::Args>::augment_args(
-            cmd,
-        ))
+        Some(
+            <super::model::NbodyModelArgs as clap::Args>::augment_args(cmd).about(
+                "The study's cycle model fitted on this GPU, against measured step times over \
+                 N and device counts, extrapolated to 256 GPUs",
+            ),
+        )
     }
     fn model(
         &self,

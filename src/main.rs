@@ -39,8 +39,10 @@ enum Command {
     Run(Box<RunArgs>),
     /// CPU threads and CUDA devices; --probe measures copy bandwidth and FMA rate.
     Info {
+        /// Measure each device's copy bandwidth and FMA rate (the ceilings benches divide by).
         #[arg(long)]
         probe: bool,
+        /// Print the report as JSON on stdout.
         #[arg(long)]
         json: bool,
     },
@@ -122,8 +124,10 @@ struct BenchCommon {
 struct ModelCommon {
     /// Problem file (TOML) of this solver.
     problem: PathBuf,
+    /// Override a problem-file value, as `keisan run --set` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// Floating-point precision, where the solver allows a choice.
     #[arg(long, value_enum)]
     precision: Option<Precision>,
     /// Device memory for an out-of-core run, e.g. 8GiB (overrides the problem file).
@@ -131,6 +135,7 @@ struct ModelCommon {
     device_memory: Option<String>,
     #[command(flatten)]
     dev: DeviceArgs,
+    /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
 }

@@ -31,10 +31,13 @@ pub struct AdvectionBenchArgs {
     /// Every contest problem, in a table beside the study's times.
     #[arg(long)]
     all: bool,
+    /// Cells in x of a grid of your own (with --ny and --steps).
     #[arg(long)]
     nx: Option<usize>,
+    /// Cells in y of a grid of your own.
     #[arg(long)]
     ny: Option<usize>,
+    /// Time steps (default: the contest problem's).
     #[arg(long)]
     steps: Option<u64>,
     /// Where the kernel gets the velocity: "arrays" (the contest's: du, dv per cell, read
@@ -45,8 +48,10 @@ pub struct AdvectionBenchArgs {
     /// precision; 1: one launch per step).
     #[arg(long)]
     steps_per_pass: Option<usize>,
+    /// Timed runs of each case; the report gives their median.
     #[arg(long, default_value_t = 3)]
     repetitions: usize,
+    /// The precision of the field (the contest's is f32).
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
 }

@@ -21,8 +21,10 @@ pub struct ElectrostaticsBenchArgs {
     /// slabs (--devices); 10 on the CPU).
     #[arg(long)]
     pub(super) iterations: Option<u64>,
+    /// Timed runs of each case; the report gives their median.
     #[arg(long, default_value_t = 3)]
     pub(super) repetitions: usize,
+    /// The precision of the potential.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     pub(super) precision: Precision,
     /// Time to solution instead: a grounded box with a random charge density

@@ -20,6 +20,7 @@ use crate::solvers::heat::{
 
 #[derive(clap::Args, Debug)]
 pub struct HeatBenchArgs {
+    /// The precision of the field.
     #[arg(long, value_enum, default_value_t = Precision::F32)]
     precision: Precision,
     /// In-core 3D grid, ZxYxX (empty to skip).
@@ -28,20 +29,26 @@ pub struct HeatBenchArgs {
     /// In-core 2D grid, YxX (empty to skip).
     #[arg(long, default_value = "16384x16384")]
     size_2d: String,
+    /// Time steps per timed run of the in-core cases.
     #[arg(long, default_value_t = 100)]
     steps: u64,
+    /// Timed runs of each case; the report gives their median.
     #[arg(long, default_value_t = 5)]
     repetitions: usize,
     /// Out-of-core 3D grid, ZxYxX.
     #[arg(long, default_value = "1024x1024x1024")]
     ooc_size: String,
+    /// Time steps of the out-of-core pyramid case.
     #[arg(long, default_value_t = 64)]
     ooc_steps: u64,
     /// Device budget = grid bytes / this.
     #[arg(long, default_value_t = 8)]
     budget_divisor: u64,
+    /// Time steps of the trivial out-of-core baseline (the whole grid through the device
+    /// every step: slow, so few).
     #[arg(long, default_value_t = 2)]
     trivial_steps: u64,
+    /// Time the in-core cases only.
     #[arg(long)]
     skip_out_of_core: bool,
     /// Steps per pass of the temporal-blocked in-core cases (default: the engine's).

@@ -17,10 +17,13 @@ pub struct JacobiBenchArgs {
     /// Grid points in x and y, NxM (the same limits as a problem's jacobi.n, jacobi.m).
     #[arg(long, default_value = "5120x5000")]
     size: String,
+    /// Jacobi iterations per timed run.
     #[arg(long, default_value_t = 100)]
     iterations: u64,
+    /// Timed runs of each case; the report gives their median.
     #[arg(long, default_value_t = 7)]
     repetitions: usize,
+    /// The precision of the field (the seed study's is f64).
     #[arg(long, value_enum, default_value_t = Precision::F64)]
     precision: Precision,
 }

@@ -34,6 +34,7 @@ pub struct NbodyBenchArgs {
     /// 2048,8192 on the CPU].
     #[arg(long)]
     n: Option<String>,
+    /// Timed force evaluations at each N; the report gives their median.
     #[arg(long, default_value_t = 5)]
     repetitions: usize,
     /// Sum each particle's f32 terms in f64.

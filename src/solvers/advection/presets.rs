@@ -535,18 +535,19 @@ pub fn initial_field<T: Real>(p: &AdvectionProblem) -> Result<Vec<T>> {
         .collect())
 }
 
-/// The exact field where it is known, cell by cell (row-major index) or whole.
+/// The exact field where it is known, cell by cell (column i, row j: no index divided
+/// per cell) or whole (rows of `nx`).
 pub enum Exact<'a> {
-    Cells(Box<dyn Fn(usize) -> f64 + Sync + 'a>),
-    Field(Vec<f64>),
+    Cells(Box<dyn Fn(usize, usize) -> f64 + Sync + 'a>),
+    Field { values: Vec<f64>, nx: usize },
 }
 
 impl Exact<'_> {
-    /// The exact value of cell `n`.
-    pub fn at(&self, n: usize) -> f64 {
+    /// The exact value of cell (i, j).
+    pub fn at(&self, i: usize, j: usize) -> f64 {
         match self {
-            Exact::Cells(f) => f(n),
-            Exact::Field(v) => v[n],
+            Exact::Cells(f) => f(i, j),
+            Exact::Field { values, nx } => values[j * nx + i],
         }
     }
 }
@@ -556,8 +557,11 @@ impl Exact<'_> {
 /// Cells the contest boundary holds keep their initial values.
 pub fn exact(p: &AdvectionProblem, t: f64) -> Result<Option<Vec<f64>>> {
     Ok(exact_cells(p, t)?.map(|e| match e {
-        Exact::Field(v) => v,
-        e => (0..p.cells()).into_par_iter().map(|n| e.at(n)).collect(),
+        Exact::Field { values, .. } => values,
+        e => (0..p.cells())
+            .into_par_iter()
+            .map(|n| e.at(n % p.nx, n / p.nx))
+            .collect(),
     }))
 }
 
@@ -577,12 +581,15 @@ pub fn exact_cells(p: &AdvectionProblem, t: f64) -> Result<Option<Exact<'_>>> {
         Velocity::Swirl { period } => whole(*period),
         Velocity::File { .. } => false,
     };
-    let at = |n: usize| ((n % p.nx) as f64 * p.dx, (n / p.nx) as f64 * p.dy);
+    let at = |i: usize, j: usize| (i as f64 * p.dx, j as f64 * p.dy);
     if identity {
         return Ok(Some(match &p.initial {
-            Initial::File { .. } => Exact::Field(initial_field::<f64>(p)?),
-            _ => Exact::Cells(Box::new(move |n| {
-                let (x, y) = at(n);
+            Initial::File { .. } => Exact::Field {
+                values: initial_field::<f64>(p)?,
+                nx: p.nx,
+            },
+            _ => Exact::Cells(Box::new(move |i, j| {
+                let (x, y) = at(i, j);
                 p.initial.value(p, x, y)
             })),
         }));
@@ -606,9 +613,9 @@ pub fn exact_cells(p: &AdvectionProblem, t: f64) -> Result<Option<Exact<'_>>> {
         _ => return Ok(None),
     };
     // A preset here (files returned above): held cells take its value where they are.
-    Ok(Some(Exact::Cells(Box::new(move |n| {
-        let (x, y) = at(n);
-        let (x, y) = if p.updated(n % p.nx, n / p.nx) {
+    Ok(Some(Exact::Cells(Box::new(move |i, j| {
+        let (x, y) = at(i, j);
+        let (x, y) = if p.updated(i, j) {
             departure(x, y)
         } else {
             (x, y)

@@ -152,7 +152,7 @@ fn measures<T: Real>(
             let e: Vec<f64> = row
                 .iter()
                 .enumerate()
-                .map(|(i, v)| (v.as_f64() - exact.at(j * p.nx + i)).abs())
+                .map(|(i, v)| (v.as_f64() - exact.at(i, j)).abs())
                 .collect();
             let l1 = e.iter().sum::<f64>();
             let l2 = e.iter().map(|x| x * x).sum::<f64>();

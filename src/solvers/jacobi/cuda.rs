@@ -292,8 +292,8 @@ impl<T: Real> JacobiEngine for CudaJacobi<T> {
         self.resolve()?;
         let s = &self.gpu.stream;
         let [b0, b1] = &mut self.buf;
-        s.memcpy_htod(u, b0)?;
-        s.memcpy_htod(u, b1)?;
+        self.gpu.upload_into(u, &mut b0.as_view_mut())?;
+        s.memcpy_dtod(b0, b1)?;
         let flag = status.device_flag();
         s.memcpy_htod(&[step, flag, 0u64], &mut self.ctl)?;
         self.head = 0;

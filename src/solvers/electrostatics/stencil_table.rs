@@ -132,21 +132,27 @@ type Key = u128;
 /// An axis's class per node index and its distinct (r+, r−) pairs (`axis_classes`).
 type AxisClasses = (Vec<u32>, Vec<(f64, f64)>);
 
-/// Each axis's classes and pairs (see `axis_classes`), and the keys of the free interior
-/// nodes of the planes `plane` admits, or why there are none to count. Past `most` keys
-/// it stops: then it gives `most` + 1 of them.
+/// Each axis's classes and pairs (see `axis_classes`), or why a key cannot hold them (24
+/// bits of class per axis).
+fn mesh_axes(p: &ElectrostaticsProblem) -> std::result::Result<[AxisClasses; 3], String> {
+    let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
+    if axes.iter().any(|(_, pairs)| pairs.len() >= 1 << 24) {
+        return Err("too many distinct mesh spacings".into());
+    }
+    Ok(axes)
+}
+
+/// The keys of the free interior nodes of the planes `plane` admits, or why there are
+/// none to count. Past `most` keys it stops: then it gives `most` + 1 of them.
 fn stencil_keys(
     p: &ElectrostaticsProblem,
     g: &Geometry,
     plane: impl Fn(usize) -> bool + Sync,
     most: usize,
-) -> std::result::Result<([AxisClasses; 3], BTreeSet<Key>), String> {
+) -> std::result::Result<BTreeSet<Key>, String> {
     let [nx, ny, nz] = g.counts;
     let (nj, nk) = (nx, nx * ny);
-    let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
-    if axes.iter().any(|(_, pairs)| pairs.len() >= 1 << 24) {
-        return Err("too many distinct mesh spacings".into());
-    }
+    let axes = mesh_axes(p)?;
     let keys: BTreeSet<Key> = (1..nz.saturating_sub(1))
         .into_par_iter()
         .filter(|&k| plane(k))
@@ -175,7 +181,7 @@ fn stencil_keys(
             a.append(&mut b);
             a
         });
-    Ok((axes, keys.into_iter().take(most + 1).collect()))
+    Ok(keys.into_iter().take(most + 1).collect())
 }
 
 fn key_of(g: &Geometry, axes: &[AxisClasses; 3], n: usize, i: usize, j: usize, k: usize) -> Key {
@@ -207,7 +213,7 @@ pub fn count_entries(
     let known = |k: usize| g.holds(k - 1) && g.holds(k) && g.holds(k + 1);
     let most_keys = most.saturating_sub(FIRST_FREE as usize);
     let keys = match stencil_keys(p, g, known, most_keys) {
-        Ok((_, keys)) => keys,
+        Ok(keys) => keys,
         Err(why) => return Ok(Err(why)),
     };
     let keys = match (&g.held, crate::parallel::world::World::current()) {
@@ -243,10 +249,7 @@ pub fn build<T: Real>(
              most a 16-bit id indexes"
         )
     };
-    let axes = [0, 1, 2].map(|a| axis_classes(&p.nodes[a]));
-    if axes.iter().any(|(_, pairs)| pairs.len() >= 1 << 24) {
-        return Err("too many distinct mesh spacings".into());
-    }
+    let axes = mesh_axes(p)?;
     // One scan of the keys (each costs seven neighbour loads): every plane's ids, its
     // free interior nodes numbered by their key's first sight in the plane (from
     // FIRST_FREE), and those keys; then the planes' numbers become the table's ids, which

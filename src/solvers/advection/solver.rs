@@ -149,14 +149,15 @@ fn measures<T: Real>(
             let Some(exact) = &exact else {
                 return [mass, lo, hi, 0.0, 0.0, 0.0];
             };
-            let e: Vec<f64> = row
-                .iter()
-                .enumerate()
-                .map(|(i, v)| (v.as_f64() - exact.at(i, j)).abs())
-                .collect();
-            let l1 = e.iter().sum::<f64>();
-            let l2 = e.iter().map(|x| x * x).sum::<f64>();
-            [mass, lo, hi, l1, l2, e.iter().cloned().fold(0.0, f64::max)]
+            // Σ|e|, Σe² and max |e| in one pass, in the row's order.
+            let (l1, l2, linf) =
+                row.iter()
+                    .enumerate()
+                    .fold((0.0, 0.0, 0.0f64), |(l1, l2, linf), (i, v)| {
+                        let e = (v.as_f64() - exact.at(i, j)).abs();
+                        (l1 + e, l2 + e * e, linf.max(e))
+                    });
+            [mass, lo, hi, l1, l2, linf]
         })
         .collect();
     let total = |k: usize| rows.iter().map(|r| r[k]).sum::<f64>();

@@ -46,6 +46,9 @@ pub struct Summary {
     /// Residual norm of the last iteration (iterative solvers).
     pub final_residual: Option<f64>,
     pub solution_error: Option<f64>,
+    /// What `solution_error` measures: each solver has its own norm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub solution_error_meaning: Option<&'static str>,
     pub time_per_iteration_s: f64,
     pub timings: Timings,
     pub outputs: Vec<PathBuf>,
@@ -56,6 +59,11 @@ pub struct Summary {
     /// What the solver computed beyond the field (electrostatics: charges, capacitance).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub results: Option<serde_json::Value>,
+    /// The results a user reads at the end of a run, as (label, text) lines of the human
+    /// summary (electrostatics: charges and capacitance; advection: errors and mass;
+    /// N-body: energy): the same numbers as `results`, which is what the JSON carries.
+    #[serde(skip)]
+    pub highlights: Vec<(String, String)>,
     /// The step a restart continued from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarted_at_step: Option<u64>,
@@ -115,7 +123,14 @@ impl Summary {
             s += &format!("  kernel        {k}\n");
         }
         if let Some(e) = self.solution_error {
-            s += &format!("  solution err  {e:.6e}\n");
+            s += &format!("  solution err  {e:.6e}");
+            if let Some(m) = self.solution_error_meaning {
+                s += &format!(" ({m})");
+            }
+            s += "\n";
+        }
+        for (label, text) in &self.highlights {
+            s += &format!("  {label:<14}{text}\n");
         }
         let t = &self.timings;
         s += &format!(
@@ -173,11 +188,13 @@ mod tests {
             time_dependent: false,
             final_residual: None,
             solution_error: None,
+            solution_error_meaning: None,
             time_per_iteration_s: 0.0,
             timings: Timings::default(),
             outputs: Vec::new(),
             layout,
             results: None,
+            highlights: Vec::new(),
             restarted_at_step: None,
             checkpoint: None,
             pieces: None,
@@ -193,6 +210,30 @@ mod tests {
             "{text}"
         );
         assert!(!summary(None).human().contains("kernel"));
+    }
+
+    #[test]
+    fn the_error_says_its_norm_and_the_highlights_follow_it() {
+        let mut s = summary(None);
+        s.solution_error = Some(0.25);
+        assert!(s.human().contains("  solution err  2.500000e-1\n"));
+        s.solution_error_meaning = Some("max |u − u_exact|");
+        s.highlights = vec![
+            ("charges".into(), "electrode 1 at 1 V: +1e-11 C".into()),
+            (String::new(), "electrode 2 at 0 V: -1e-11 C".into()),
+        ];
+        let text = s.human();
+        assert!(
+            text.contains(
+                "  solution err  2.500000e-1 (max |u − u_exact|)\n  \
+                 charges       electrode 1 at 1 V: +1e-11 C\n                \
+                 electrode 2 at 0 V: -1e-11 C\n  time"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["solution_error_meaning"], "max |u − u_exact|");
+        assert!(json.get("highlights").is_none());
     }
 
     #[test]

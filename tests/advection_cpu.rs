@@ -221,6 +221,63 @@ fn a_run_on_a_schedule_writes_an_animation() {
     assert_eq!(frames, 4, "steps 0, 4, 8 and the end");
 }
 
+/// The run's human summary (stderr) names its error norm and shows the L1/L2/L∞ errors
+/// and the mass, the same numbers as the JSON to the printed digits.
+#[test]
+fn the_summary_prints_the_errors_and_the_mass() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("p.toml"),
+        "solver = \"advection\"\n[advection]\nnx = 64\nny = 64\nsteps = 256\n\
+         dt = 0.00390625\nvelocity = { kind = \"rotation\" }\n\
+         initial = { preset = \"gaussian\" }\n",
+    )
+    .unwrap();
+    let o = common::keisan_in(d, &["run", "p.toml", "--json", "--backend", "cpu"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &s["results"];
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = |label: &str| -> String {
+        let at = err
+            .find(&format!("\n  {label:<14}"))
+            .unwrap_or_else(|| panic!("{label}: {err}"));
+        err[at + 17..].lines().next().unwrap().to_string()
+    };
+    // The number after `key` in `text`, against the JSON's to the 5 printed digits.
+    let close = |text: &str, key: &str, exact: f64| {
+        let after = &text[text.find(key).unwrap_or_else(|| panic!("{key}: {err}")) + key.len()..];
+        let v: f64 = after
+            .split([',', ' ', ';'])
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            (v - exact).abs() <= 1e-4 * exact.abs(),
+            "{key} {v} against {exact}: {err}"
+        );
+    };
+    let errors = line("errors");
+    for (key, name) in [
+        ("L1 ", "l1_error"),
+        ("L2 ", "l2_error"),
+        ("L∞ ", "linf_error"),
+    ] {
+        close(&errors, key, r[name].as_f64().unwrap());
+    }
+    assert!(errors.ends_with("at t = 1)"), "{err}");
+    assert!(
+        line("solution err").ends_with("(max |f − f_exact|)"),
+        "{err}"
+    );
+    let mass = line("mass");
+    close(&mass, "", r["mass"].as_f64().unwrap());
+    close(&mass, "drift ", r["mass_drift"].as_f64().unwrap());
+    close(&mass, "max ", r["max"].as_f64().unwrap());
+}
+
 #[test]
 fn the_swirl_tables_give_the_formula_bit_for_bit() {
     use presets::{Displacement, SwirlTables};

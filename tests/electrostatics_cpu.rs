@@ -279,6 +279,71 @@ fn concentric_sphere_capacitance_converges_under_refinement() {
     assert!(fine.abs() < coarse.abs() / 2.0, "24: {coarse}, 48: {fine}");
 }
 
+/// The run's human summary (stderr) shows the charges and the capacitance matrix, the
+/// same numbers as the JSON to the printed digits.
+#[test]
+fn the_summary_prints_the_charges_and_the_capacitance_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("s.toml"), example("electrostatics-spheres.toml")).unwrap();
+    let o = Command::new(keisan_bin())
+        .current_dir(d)
+        .args(["run", "s.toml", "--backend", "cpu", "--json", "--set"])
+        .args([
+            "electrostatics.x.cells=16",
+            "--set",
+            "electrostatics.y.cells=16",
+        ])
+        .args(["--set", "electrostatics.z.cells=16"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = |label: &str| -> String {
+        let at = err
+            .find(&format!("\n  {label:<14}"))
+            .unwrap_or_else(|| panic!("{label}: {err}"));
+        err[at + 17..].lines().next().unwrap().to_string()
+    };
+    // The printed numbers: 7 significant digits of the JSON's.
+    let close = |printed: &str, exact: f64| {
+        let v: f64 = printed.trim().parse().unwrap();
+        assert!(
+            (v - exact).abs() <= 1e-6 * exact.abs(),
+            "{printed} against {exact}: {err}"
+        );
+    };
+    let r = &s["results"];
+    let q1 = r["charges"][0]["charge_c"].as_f64().unwrap();
+    let charge = line("charges");
+    assert!(charge.starts_with("electrode 1 at 1 V: "), "{err}");
+    close(
+        charge
+            .trim_start_matches("electrode 1 at 1 V: ")
+            .trim_end_matches(" C"),
+        q1,
+    );
+    assert!(
+        line("capacitance").ends_with("electrode 1, electrode 2"),
+        "{err}"
+    );
+    let at = err.find("\n  capacitance").unwrap();
+    let rows: Vec<&str> = err[at + 1..].lines().skip(1).take(2).collect();
+    for (i, row) in rows.iter().enumerate() {
+        let values: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(values.len(), 2, "{err}");
+        for (j, v) in values.iter().enumerate() {
+            close(v, r["capacitance_f"][i][j].as_f64().unwrap());
+        }
+    }
+    let true_residual = line("true residual");
+    close(
+        true_residual.split(' ').next().unwrap(),
+        r["true_relative_residual"].as_f64().unwrap(),
+    );
+}
+
 #[test]
 fn the_result_does_not_depend_on_the_thread_count() {
     let dir = tempfile::tempdir().unwrap();

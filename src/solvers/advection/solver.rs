@@ -198,13 +198,41 @@ impl<T: Real> Case for AdvectionCase<'_, T> {
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         let Some(u) = u else { return Ok(()) };
         let m = measures(self.p, o.steps, &u.data, self.mass0);
-        s.solution_error = m.iter().find(|(k, _)| *k == "linf_error").map(|m| m.1);
+        let get = |name: &str| m.iter().find(|(k, _)| *k == name).map(|m| m.1);
+        let time = o.steps as f64 * self.p.dt;
+        s.solution_error = get("linf_error");
+        s.solution_error_meaning = s.solution_error.map(|_| "max |f − f_exact|");
+        if let (Some(l1), Some(l2), Some(linf)) =
+            (get("l1_error"), get("l2_error"), get("linf_error"))
+        {
+            s.highlights.push((
+                "errors".into(),
+                format!(
+                    "L1 {l1:.4e}, L2 {l2:.4e}, L∞ {linf:.4e} (mean, root mean square and max \
+                     of |f − f_exact| over the cells at t = {time})"
+                ),
+            ));
+        }
+        if let (Some(mass), Some(drift), Some(lo), Some(hi)) =
+            (get("mass"), get("mass_drift"), get("min"), get("max"))
+        {
+            // mass_drift is relative to the initial mass unless that is 0.
+            let of = if self.mass0 != 0.0 {
+                " of the initial"
+            } else {
+                ""
+            };
+            s.highlights.push((
+                "mass".into(),
+                format!("{mass:.6e} (Σf·ΔxΔy), drift {drift:+.4e}{of}; min {lo:.4e}, max {hi:.4e}"),
+            ));
+        }
         let map: serde_json::Map<String, serde_json::Value> = m
             .iter()
             .map(|(k, v)| (k.to_string(), serde_json::json!(v)))
             .collect();
         let mut results = serde_json::Value::Object(map);
-        results["time"] = serde_json::json!(o.steps as f64 * self.p.dt);
+        results["time"] = serde_json::json!(time);
         results["dt"] = serde_json::json!(self.p.dt);
         s.results = Some(results);
         Ok(())

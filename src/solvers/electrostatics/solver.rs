@@ -145,6 +145,56 @@ fn charge_table(g: &Geometry, q: &[f64]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Matrices with more electrodes than this are left to capacitance.csv in the human summary.
+const CAPACITANCE_LINES: usize = 8;
+
+/// The human summary's lines: the true residual, each electrode's charge and the
+/// capacitance matrix (`results` holds the same numbers).
+fn highlights(
+    g: &Geometry,
+    q: &[f64],
+    capacitance: Option<&[Vec<f64>]>,
+    true_residual: f64,
+) -> Vec<(String, String)> {
+    let mut lines = vec![(
+        "true residual".to_string(),
+        format!("{true_residual:.6e} (‖b − Av‖/‖b‖ at the interior free nodes)"),
+    )];
+    let electrodes = g.electrodes();
+    for (n, &k) in electrodes.iter().enumerate() {
+        let k = k as usize;
+        lines.push((
+            if n == 0 { "charges" } else { "" }.to_string(),
+            format!("{} at {} V: {:+.6e} C", g.labels[k], g.volts[k], q[k]),
+        ));
+    }
+    if let Some(c) = capacitance {
+        let names: Vec<&str> = electrodes
+            .iter()
+            .map(|&k| g.labels[k as usize].as_str())
+            .collect();
+        if c.len() > CAPACITANCE_LINES {
+            lines.push((
+                "capacitance".to_string(),
+                format!(
+                    "{0} × {0} matrix in capacitance.csv and summary.json",
+                    c.len()
+                ),
+            ));
+        } else {
+            lines.push((
+                "capacitance".to_string(),
+                format!("F, rows and columns in the order {}", names.join(", ")),
+            ));
+            for row in c {
+                let row: Vec<String> = row.iter().map(|x| format!("{x:>+14.6e}")).collect();
+                lines.push((String::new(), row.join(" ")));
+            }
+        }
+    }
+    lines
+}
+
 impl<T: Real> ElectrostaticsCase<'_, T> {
     /// One solve per electrode at 1 V, the others at 0 V: C[i][j] = Q_i with j at 1 V.
     fn capacitance(&self) -> Result<Vec<Vec<f64>>> {
@@ -244,8 +294,9 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             self.capacitance = Some(self.capacitance()?);
         }
         let g = &self.g;
-        results["true_relative_residual"] =
-            serde_json::json!(cpu::true_residual(&self.p, g, &v.data));
+        let true_residual = cpu::true_residual(&self.p, g, &v.data);
+        s.highlights = highlights(g, &self.charges, self.capacitance.as_deref(), true_residual);
+        results["true_relative_residual"] = serde_json::json!(true_residual);
         results["true_relative_residual_meaning"] =
             serde_json::json!("‖b − Av‖/‖b‖ of the node equations at the interior free nodes");
         results["charges"] = serde_json::json!(charge_table(g, &self.charges));

@@ -164,6 +164,7 @@ impl<T: Real> Case for HeatCase<'_, T> {
     }
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<T>>, s: &mut Summary) -> Result<()> {
         s.solution_error = u.and_then(|u| self.error(o.steps, &u.data));
+        s.solution_error_meaning = s.solution_error.map(|_| "max |u − u_exact|");
         Ok(())
     }
     fn needs_final_field(&self) -> bool {

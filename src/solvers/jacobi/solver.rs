@@ -109,6 +109,7 @@ impl<T: Real> Case for JacobiCase<'_, T> {
             Placed::One(e) => e.solution_error()?,
             Placed::Slabs(e) => cpu::solution_error(self.p, &e.snapshot()?.data),
         });
+        s.solution_error_meaning = Some("sqrt(Σ(u − u_exact)²)/(n·m), the study's measure");
         Ok(())
     }
 }

@@ -229,9 +229,23 @@ impl Case for NbodyCase<'_> {
     fn finish(&mut self, o: &LoopOutcome, u: Option<&Field<f64>>, s: &mut Summary) -> Result<()> {
         let u = u.expect("needs_final_field: the runner hands over the particles");
         let end = self.measures(u)?;
+        let energy_error = end.energy_error(&self.start);
+        s.highlights = vec![
+            (
+                "energy error".into(),
+                format!("{energy_error:.3e} (|E − E₀|/|E₀| with the run's softening)"),
+            ),
+            (
+                "virial ratio".into(),
+                format!(
+                    "{:.4} (2K/|W|; {:.4} at the start)",
+                    end.virial_ratio, self.start.virial_ratio
+                ),
+            ),
+        ];
         s.results = Some(serde_json::json!({
             "time": o.steps as f64 * self.p.dt,
-            "energy_error": end.energy_error(&self.start),
+            "energy_error": energy_error,
             "energy_error_meaning": "|E − E₀|/|E₀| with the run's softening",
             "start": self.start,
             "end": end,

@@ -82,11 +82,22 @@ impl Summary {
         let shape: Vec<String> = self.shape.iter().map(|x| x.to_string()).collect();
         s += &format!("{} — {} on {}\n", self.title, self.solver, self.device);
         // N-body's shape is its state array's (particles × position, velocity, mass).
-        let (what, size) = match self.solver {
-            "nbody" => ("particles", shape[0].clone()),
-            _ => ("grid", shape.join(" × ")),
+        // A grid's shape is NumPy's, slowest axis first, which the line names: the study's
+        // "8192 × 16384" (nx × ny) is a grid of 16384 × 8192 (y × x) here.
+        let (what, size, axes) = match self.solver {
+            "nbody" => ("particles", shape[0].clone(), ""),
+            _ => (
+                "grid",
+                shape.join(" × "),
+                match shape.len() {
+                    1 => "x, ",
+                    2 => "y × x, ",
+                    3 => "z × y × x, ",
+                    _ => "",
+                },
+            ),
         };
-        s += &format!("  {what:<14}{size} ({})\n", self.precision);
+        s += &format!("  {what:<14}{size} ({axes}{})\n", self.precision);
         if let Some(k) = self.restarted_at_step {
             s += &format!("  restarted     from the checkpoint at step {k}\n");
         }
@@ -234,6 +245,17 @@ mod tests {
         let json = serde_json::to_value(&s).unwrap();
         assert_eq!(json["solution_error_meaning"], "max |u − u_exact|");
         assert!(json.get("highlights").is_none());
+    }
+
+    #[test]
+    fn the_grid_line_names_its_axes() {
+        let mut s = summary(None);
+        s.shape = vec![5, 97, 96];
+        assert!(s.human().contains("  grid          5 × 97 × 96 (z × y × x, f32)\n"));
+        s.shape = vec![16384, 8192];
+        assert!(s.human().contains("  grid          16384 × 8192 (y × x, f32)\n"));
+        s.shape = vec![1000];
+        assert!(s.human().contains("  grid          1000 (x, f32)\n"));
     }
 
     #[test]

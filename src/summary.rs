@@ -251,9 +251,15 @@ mod tests {
     fn the_grid_line_names_its_axes() {
         let mut s = summary(None);
         s.shape = vec![5, 97, 96];
-        assert!(s.human().contains("  grid          5 × 97 × 96 (z × y × x, f32)\n"));
+        assert!(
+            s.human()
+                .contains("  grid          5 × 97 × 96 (z × y × x, f32)\n")
+        );
         s.shape = vec![16384, 8192];
-        assert!(s.human().contains("  grid          16384 × 8192 (y × x, f32)\n"));
+        assert!(
+            s.human()
+                .contains("  grid          16384 × 8192 (y × x, f32)\n")
+        );
         s.shape = vec![1000];
         assert!(s.human().contains("  grid          1000 (x, f32)\n"));
     }

@@ -239,12 +239,7 @@ fn the_summary_prints_the_errors_and_the_mass() {
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let r = &s["results"];
     let err = String::from_utf8_lossy(&o.stderr);
-    let line = |label: &str| -> String {
-        let at = err
-            .find(&format!("\n  {label:<14}"))
-            .unwrap_or_else(|| panic!("{label}: {err}"));
-        err[at + 17..].lines().next().unwrap().to_string()
-    };
+    let line = |label: &str| common::summary_line(&err, label);
     // The number after `key` in `text`, against the JSON's to the 5 printed digits.
     let close = |text: &str, key: &str, exact: f64| {
         let after = &text[text.find(key).unwrap_or_else(|| panic!("{key}: {err}")) + key.len()..];

@@ -300,12 +300,7 @@ fn the_summary_prints_the_charges_and_the_capacitance_matrix() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    let line = |label: &str| -> String {
-        let at = err
-            .find(&format!("\n  {label:<14}"))
-            .unwrap_or_else(|| panic!("{label}: {err}"));
-        err[at + 17..].lines().next().unwrap().to_string()
-    };
+    let line = |label: &str| common::summary_line(&err, label);
     // The printed numbers: 7 significant digits of the JSON's.
     let close = |printed: &str, exact: f64| {
         let v: f64 = printed.trim().parse().unwrap();

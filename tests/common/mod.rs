@@ -25,6 +25,19 @@ pub fn keisan_in(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     o
 }
 
+/// The text after `label` on its line of a run's human summary (`  label         text`).
+pub fn summary_line(summary: &str, label: &str) -> String {
+    let at = summary
+        .find(&format!("\n  {label:<14}"))
+        .unwrap_or_else(|| panic!("no {label} line: {summary}"));
+    let text = &summary[at + 3..];
+    text[label.len().max(14)..]
+        .lines()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
 /// The first CUDA device, or None after printing why the test is skipped.
 pub fn gpu_or_skip(test: &str) -> Option<Device> {
     match Gpu::open(0) {

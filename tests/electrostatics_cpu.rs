@@ -339,6 +339,81 @@ fn the_summary_prints_the_charges_and_the_capacitance_matrix() {
     );
 }
 
+/// Capacitance solves that stop at the iteration limit are reported as such, with the
+/// main solve's field and every output still written (they used to fail the run and
+/// write nothing).
+#[test]
+fn unconverged_capacitance_solves_are_reported_and_the_outputs_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("s.toml"), example("electrostatics-spheres.toml")).unwrap();
+    let o = Command::new(keisan_bin())
+        .current_dir(d)
+        .args([
+            "run",
+            "s.toml",
+            "--backend",
+            "cpu",
+            "--json",
+            "--out",
+            "res",
+        ])
+        .args([
+            "--set",
+            "electrostatics.x.cells=16",
+            "--set",
+            "electrostatics.y.cells=16",
+        ])
+        .args(["--set", "electrostatics.z.cells=16"])
+        .args(["--set", "electrostatics.max_iterations=20"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &s["results"];
+    assert_eq!(s["status"], "iteration_limit");
+    assert_eq!(r["capacitance_converged"], false);
+    let short = r["capacitance_short_solves"].as_array().unwrap();
+    assert_eq!(short.len(), 2, "{r}");
+    for (solve, name) in short.iter().zip(["electrode 1", "electrode 2"]) {
+        assert_eq!(solve["electrode"], name);
+        assert_eq!(solve["iterations"], 20);
+        assert_eq!(solve["status"], "iteration_limit");
+        assert!(solve["residual"].as_f64().unwrap() > 1e-10, "{solve}");
+    }
+    assert!(r["capacitance_f"][0][0].as_f64().unwrap() > 0.0);
+    for f in [
+        "V.npy",
+        "E.vtr",
+        "charges.csv",
+        "capacitance.csv",
+        "summary.json",
+    ] {
+        assert!(d.join("res").join(f).is_file(), "{f}");
+    }
+    let err = String::from_utf8_lossy(&o.stderr);
+    let warning = common::summary_line(&err, "NOT CONVERGED");
+    assert!(
+        warning.starts_with("the solve with electrode 1 at 1 V did not converge in 20 iterations"),
+        "{err}"
+    );
+    // Converged solves say so.
+    let s = run(
+        d,
+        "s.toml",
+        &[
+            "--set",
+            "electrostatics.x.cells=16",
+            "--set",
+            "electrostatics.y.cells=16",
+            "--set",
+            "electrostatics.z.cells=16",
+        ],
+    );
+    assert_eq!(s["results"]["capacitance_converged"], true);
+    assert!(s["results"].get("capacitance_short_solves").is_none());
+}
+
 #[test]
 fn the_result_does_not_depend_on_the_thread_count() {
     let dir = tempfile::tempdir().unwrap();

@@ -129,7 +129,7 @@ struct ElectrostaticsCase<'a, T: Real> {
     placement: &'a Placement,
     /// Computed once in `finish`, for the summary and the CSVs.
     charges: Vec<f64>,
-    capacitance: Option<Vec<Vec<f64>>>,
+    capacitance: Option<Capacitance>,
 }
 
 /// Charges and capacitance for the summary and the CSVs.
@@ -153,7 +153,7 @@ const CAPACITANCE_LINES: usize = 8;
 fn highlights(
     g: &Geometry,
     q: &[f64],
-    capacitance: Option<&[Vec<f64>]>,
+    capacitance: Option<&Capacitance>,
     true_residual: f64,
 ) -> Vec<(String, String)> {
     let mut lines = vec![(
@@ -168,7 +168,13 @@ fn highlights(
             format!("{} at {} V: {:+.6e} C", g.labels[k], g.volts[k], q[k]),
         ));
     }
-    if let Some(c) = capacitance {
+    if let Some(Capacitance { matrix: c, short }) = capacitance {
+        for (n, solve) in short.iter().enumerate() {
+            lines.push((
+                if n == 0 { "NOT CONVERGED" } else { "" }.to_string(),
+                solve.human(),
+            ));
+        }
         let names: Vec<&str> = electrodes
             .iter()
             .map(|&k| g.labels[k as usize].as_str())
@@ -195,11 +201,50 @@ fn highlights(
     lines
 }
 
+/// The capacitance matrix, C[i][j] = the charge on electrode i with j at 1 V and the
+/// others at 0 V, and the solves that stopped short of the tolerance (their columns are
+/// from their last iterate, or NaN after a non-finite value).
+struct Capacitance {
+    matrix: Vec<Vec<f64>>,
+    short: Vec<ShortSolve>,
+}
+
+/// A capacitance solve that did not converge: it is reported, and the field of the main
+/// solve and every output are still written.
+#[derive(Debug, serde::Serialize)]
+struct ShortSolve {
+    electrode: String,
+    iterations: u64,
+    /// The last measured relative residual (none after a non-finite value).
+    residual: Option<f64>,
+    status: run::Status,
+}
+
+impl ShortSolve {
+    fn human(&self) -> String {
+        match self.status {
+            run::Status::NonFinite => format!(
+                "the solve with {} at 1 V stopped at a non-finite value after {} iterations \
+                 (its column is NaN)",
+                self.electrode, self.iterations
+            ),
+            _ => format!(
+                "the solve with {} at 1 V did not converge in {} iterations (residual {:.3e}; \
+                 its column is from the last iterate): raise max_iterations",
+                self.electrode,
+                self.iterations,
+                self.residual.unwrap_or(f64::NAN)
+            ),
+        }
+    }
+}
+
 impl<T: Real> ElectrostaticsCase<'_, T> {
     /// One solve per electrode at 1 V, the others at 0 V: C[i][j] = Q_i with j at 1 V.
-    fn capacitance(&self) -> Result<Vec<Vec<f64>>> {
+    fn capacitance(&self) -> Result<Capacitance> {
         let electrodes = self.g.electrodes();
-        let mut c = Vec::new();
+        let mut columns = Vec::new();
+        let mut short = Vec::new();
         for &j in &electrodes {
             let mut g = self.g.without_charge();
             g.volts
@@ -207,30 +252,36 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                 .enumerate()
                 .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
             let mut e = super::engine_placed::<T>(&self.p, &g, self.placement, None)?;
-            let out = run::drive(
-                e.as_mut(),
-                self.p.max_iterations,
-                &run::progress_bar(0, true),
-            )?;
-            if out.status != run::Status::Converged {
-                return Err(crate::error::Error::Diverged(format!(
-                    "the capacitance solve with electrode {j} at 1 V did not converge in {} \
-                     iterations (residual {:.3e}); raise max_iterations",
-                    out.steps,
-                    run::last_measured(&out.residuals).unwrap_or(f64::NAN)
-                )));
+            let bar = run::progress_bar(0, true);
+            let mut l = run::Loop::new(e.as_mut(), Vec::new())?;
+            l.run_to(e.as_mut(), self.p.max_iterations, &bar)?;
+            if l.status != run::Status::Converged {
+                short.push(ShortSolve {
+                    electrode: self.g.labels[j as usize].clone(),
+                    iterations: l.steps,
+                    residual: run::last_measured(&l.residuals).filter(|r| r.is_finite()),
+                    status: if l.status == run::Status::NonFinite {
+                        run::Status::NonFinite
+                    } else {
+                        run::Status::Running
+                    },
+                });
             }
-            let q = gauss::charges(&self.p, &g, &e.snapshot()?.data);
-            c.push(
-                electrodes
-                    .iter()
-                    .map(|&i| q[i as usize])
-                    .collect::<Vec<f64>>(),
-            );
+            columns.push(if l.status == run::Status::NonFinite {
+                vec![f64::NAN; electrodes.len()]
+            } else {
+                let q = gauss::charges(&self.p, &g, &e.snapshot()?.data);
+                electrodes.iter().map(|&i| q[i as usize]).collect()
+            });
         }
-        // Rows were solves; the matrix is C[i][j] = charge on i with j at 1 V.
+        // Columns were solves; the matrix is C[i][j] = charge on i with j at 1 V.
         let n = electrodes.len();
-        Ok((0..n).map(|i| (0..n).map(|j| c[j][i]).collect()).collect())
+        Ok(Capacitance {
+            matrix: (0..n)
+                .map(|i| (0..n).map(|j| columns[j][i]).collect())
+                .collect(),
+            short,
+        })
     }
 }
 
@@ -295,14 +346,18 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         }
         let g = &self.g;
         let true_residual = cpu::true_residual(&self.p, g, &v.data);
-        s.highlights = highlights(g, &self.charges, self.capacitance.as_deref(), true_residual);
+        s.highlights = highlights(g, &self.charges, self.capacitance.as_ref(), true_residual);
         results["true_relative_residual"] = serde_json::json!(true_residual);
         results["true_relative_residual_meaning"] =
             serde_json::json!("‖b − Av‖/‖b‖ of the node equations at the interior free nodes");
         results["charges"] = serde_json::json!(charge_table(g, &self.charges));
         results["field_centring"] = serde_json::json!("node");
         if let Some(c) = &self.capacitance {
-            results["capacitance_f"] = serde_json::json!(c);
+            results["capacitance_f"] = serde_json::json!(c.matrix);
+            results["capacitance_converged"] = serde_json::json!(c.short.is_empty());
+            if !c.short.is_empty() {
+                results["capacitance_short_solves"] = serde_json::json!(c.short);
+            }
             results["capacitance_electrodes"] = serde_json::json!(
                 g.electrodes()
                     .iter()
@@ -365,7 +420,7 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
             .collect();
         let header = ["electrode", "voltage", "charge_c"].map(String::from);
         csv::write_table(&set.file("charges.csv"), &header, &rows)?;
-        if let Some(c) = &self.capacitance {
+        if let Some(Capacitance { matrix: c, .. }) = &self.capacitance {
             let header: Vec<String> = std::iter::once("electrode".to_string())
                 .chain(g.electrodes().iter().map(|k| format!("c_{k}_f")))
                 .collect();

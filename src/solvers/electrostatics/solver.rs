@@ -255,6 +255,19 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
             let bar = run::progress_bar(0, true);
             let mut l = run::Loop::new(e.as_mut(), Vec::new())?;
             l.run_to(e.as_mut(), self.p.max_iterations, &bar)?;
+            // A signal stops the run loop as it stops the main solve's: the run ends
+            // there, not with the solve reported as short.
+            if let Some(signal) = crate::signals::agreed()? {
+                return Err(crate::error::Error::Interrupted {
+                    signal,
+                    message: format!(
+                        "interrupted by {} in the capacitance solve with {} at 1 V; no final \
+                         outputs written",
+                        crate::signals::name(signal),
+                        self.g.labels[j as usize]
+                    ),
+                });
+            }
             if l.status != run::Status::Converged {
                 short.push(ShortSolve {
                     electrode: self.g.labels[j as usize].clone(),

@@ -88,6 +88,7 @@ fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
             p,
             g,
             placement: cx.placement,
+            quiet: cx.opts.quiet,
             charges: Vec::new(),
             capacitance: None,
         })
@@ -127,6 +128,8 @@ struct ElectrostaticsCase<'a, T: Real> {
     engine: Box<dyn Engine<Real = T>>,
     g: Geometry,
     placement: &'a Placement,
+    /// No progress on stderr (`--quiet`, and ranks other than the first).
+    quiet: bool,
     /// Computed once in `finish`, for the summary and the CSVs.
     charges: Vec<f64>,
     capacitance: Option<Capacitance>,
@@ -252,7 +255,15 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                 .enumerate()
                 .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
             let mut e = super::engine_placed::<T>(&self.p, &g, self.placement, None)?;
-            let bar = run::progress_bar(0, true);
+            if !self.quiet {
+                eprintln!(
+                    "keisan: capacitance solve {} of {}: {} at 1 V, the others at 0 V",
+                    columns.len() + 1,
+                    electrodes.len(),
+                    self.g.labels[j as usize]
+                );
+            }
+            let bar = run::progress_bar(self.p.max_iterations, self.quiet);
             let mut l = run::Loop::new(e.as_mut(), Vec::new())?;
             l.run_to(e.as_mut(), self.p.max_iterations, &bar)?;
             // A signal stops the run loop as it stops the main solve's: the run ends

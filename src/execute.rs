@@ -174,7 +174,17 @@ fn gather_limit() -> u128 {
 fn choose_layout<T: Real>(p: &Problem, shape: &[usize]) -> Result<Layout> {
     let bytes = shape.iter().map(|&n| n as u128).product::<u128>() * T::PRECISION.bytes() as u128;
     let fits = world::all(bytes <= gather_limit())?;
-    let can_split = p.spec.decomposes() && shape.len() >= 2;
+    if p.output.pieces == Pieces::PerRank && !p.spec.writes_pieces() {
+        return Err(Error::invalid(
+            "output.pieces",
+            "\"per-rank\"",
+            format!(
+                "{} writes its results whole (\"auto\" or \"gather\")",
+                p.solver.name()
+            ),
+        ));
+    }
+    let can_split = p.spec.writes_pieces() && shape.len() >= 2;
     let pieces = can_split
         && match p.output.pieces {
             Pieces::Auto => !fits,

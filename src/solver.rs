@@ -94,6 +94,12 @@ pub trait SolverProblem: Described + std::fmt::Debug + Send + Sync {
     fn decomposes(&self) -> bool {
         false
     }
+    /// Whether its field may be written one piece per rank under mpirun (`[output]
+    /// pieces`): a grid of slabs does; N-body's particles, a table every rank holds whole,
+    /// do not.
+    fn writes_pieces(&self) -> bool {
+        self.decomposes()
+    }
     /// Keys of [`Described::describe`] a restart may change: step limits and
     /// placement, which leave every step's arithmetic as it was.
     fn restart_may_change(&self) -> &'static [&'static str];

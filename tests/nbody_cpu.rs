@@ -335,3 +335,56 @@ fn a_run_writes_particles_pictures_and_conserved_quantities() {
     let err = s["results"]["energy_error"].as_f64().unwrap();
     assert!(err < 1e-4, "energy error {err}");
 }
+
+/// N-body's particles are a table every rank holds whole: they are never written in
+/// pieces. A field "too large to gather" (the test's limit) is still gathered and measured
+/// (it used to go the grids' piece path: an image index naming files it never wrote, and a
+/// panic in the final measures), and `pieces = "per-rank"` is refused by name.
+#[test]
+fn particles_are_written_whole_never_in_pieces() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let toml = format!(
+        "{HEAD}n = 64\nsoftening = 0.05\ndt = 0.01\nsteps = 4\n\
+         initial = {{ preset = \"plummer\", seed = 4 }}\n[output]\nevery = 2\n"
+    );
+    std::fs::write(d.join("p.toml"), &toml).unwrap();
+    let o = std::process::Command::new(common::keisan_bin())
+        .current_dir(d)
+        .args([
+            "run",
+            "p.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "res",
+            "--json",
+        ])
+        .env("KEISAN_GATHER_LIMIT_BYTES", "100")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(s["results"]["energy_error"].as_f64().unwrap() < 1e-3, "{s}");
+    assert!(s.get("pieces").is_none(), "{s}");
+    for f in ["particles.npy", "particles.vtp", "particles_000002.vtp"] {
+        assert!(d.join("res").join(f).is_file(), "{f}");
+    }
+    let names: Vec<String> = std::fs::read_dir(d.join("res"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| !n.contains("_r0") && !n.ends_with(".pvti")),
+        "{names:?}"
+    );
+    let fresh = tempfile::tempdir().unwrap();
+    common::refuses(
+        fresh.path(),
+        &format!("{toml}pieces = \"per-rank\"\n"),
+        &["output.pieces", "per-rank", "nbody"],
+    );
+}

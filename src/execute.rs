@@ -514,6 +514,9 @@ pub fn run_case<C: Case>(
             break;
         }
     }
+    // The schedule's outputs and checkpoints, written between the loop's chunks: not solve
+    // time, and part of the run's writing.
+    let written_during_s = lp.paused_s;
     let outcome = lp.finish(&bar)?;
     t.solve_s = outcome.seconds;
 
@@ -601,7 +604,7 @@ pub fn run_case<C: Case>(
         summary
             .outputs
             .extend(set.names().iter().map(|n| set.final_path(n)));
-        t.write_s = lap.elapsed().as_secs_f64();
+        t.write_s = written_during_s + lap.elapsed().as_secs_f64();
         t.total_s = opts
             .process_start
             .map_or(0.0, |s| s.elapsed().as_secs_f64());

@@ -18,6 +18,8 @@ pub struct Timings {
     pub check_s: f64,
     /// Copying the solution to the host (only when outputs are written).
     pub download_s: f64,
+    /// Every output: the schedule's fields and the checkpoints written during the run,
+    /// and the final set.
     pub write_s: f64,
     /// What the seed study timed: setup + solve + check + download, after the context.
     pub study_s: f64,

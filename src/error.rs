@@ -72,6 +72,20 @@ impl Error {
         }
     }
 
+    /// The error as `--json` prints it on stdout: the message, the exit code and, for a
+    /// bad value, the field it names.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut v = serde_json::json!({
+            "error": self.to_string(),
+            "exit_code": self.exit_code(),
+        });
+        if let Error::InvalidField { field, value, .. } = self {
+            v["field"] = serde_json::json!(field);
+            v["value"] = serde_json::json!(value);
+        }
+        v
+    }
+
     /// Exit code convention of the CLI: 2 for usage errors, 1 for runtime errors.
     pub fn exit_code(&self) -> i32 {
         match self {

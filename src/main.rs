@@ -166,7 +166,17 @@ fn main() -> ExitCode {
     #[cfg(feature = "mpi")]
     let _universe = keisan::parallel::world::init();
     let matches = command().get_matches();
-    match dispatch(&matches, start) {
+    let result = dispatch(&matches, start);
+    if let Err(e) = &result
+        && wants_json(&matches)
+        && keisan::parallel::World::current().is_none_or(|w| w.rank == 0)
+    {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&e.to_json()).expect("serialises")
+        );
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         // One rank's failure ends every rank (none waits forever in a collective).
         Err(e) if keisan::parallel::World::current().is_some() => {
@@ -188,6 +198,16 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code() as u8)
         }
     }
+}
+
+/// Whether the command line asked for JSON on stdout (`--json` of run, info, bench or
+/// model): its errors then come as a JSON object there too.
+fn wants_json(m: &clap::ArgMatches) -> bool {
+    let mut m = m;
+    while let Some((_, sub)) = m.subcommand() {
+        m = sub;
+    }
+    matches!(m.try_get_one::<bool>("json"), Ok(Some(true)))
 }
 
 /// A message as the terminal should get it: control characters escaped, lines kept.

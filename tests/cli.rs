@@ -110,6 +110,41 @@ fn human_summary_goes_to_stderr() {
     assert!(o.stdout.is_empty());
 }
 
+/// With `--json`, a refused or failed command says so on stdout too: a JSON object with
+/// the message, the exit code and, for a bad value, the field; without it stdout stays
+/// empty.
+#[test]
+fn errors_come_as_json_when_json_was_asked_for() {
+    let o = keisan(&[
+        "run",
+        "--backend",
+        "cpu",
+        "--json",
+        "--set",
+        "jacobi.relax=2.5",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(e["field"], "jacobi.relax");
+    assert_eq!(e["value"], "2.5");
+    assert_eq!(e["exit_code"], 2);
+    let message = e["error"].as_str().unwrap();
+    assert!(message.starts_with("jacobi.relax = 2.5: "), "{message}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains(message));
+    let o = keisan(&["bench", "jacobi", "--json", "--repetitions", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(e["field"], "--iterations/--repetitions");
+    let o = keisan(&["run", "no-such-file.toml", "--json"]);
+    assert_eq!(o.status.code(), Some(2));
+    let e: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(e.get("field").is_none());
+    assert!(e["error"].as_str().unwrap().contains("no-such-file.toml"));
+    let o = keisan(&["run", "--backend", "cpu", "--set", "jacobi.relax=2.5"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(o.stdout.is_empty());
+}
+
 #[test]
 fn info_lists_threads_and_explains_missing_cuda() {
     let o = keisan(&["info", "--json"]);

@@ -385,7 +385,7 @@ impl Checkpoint {
         }
         if h.solver != problem.solver.name() {
             return refuse(format!(
-                "a {} checkpoint; the problem's solver is {}",
+                "a checkpoint of the {} solver; the problem's solver is {}",
                 h.solver,
                 problem.solver.name()
             ));

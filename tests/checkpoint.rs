@@ -286,6 +286,19 @@ fn restart_refuses_another_problem_or_version() {
         &["run", "--restart", "p.toml", "-q"],
         &["not a keisan checkpoint"],
     );
+    // Another solver's problem file.
+    std::fs::write(
+        d.join("j.toml"),
+        "solver = \"jacobi\"\n[jacobi]\nn = 20\nm = 20\nmax_iterations = 5\n",
+    )
+    .unwrap();
+    refused(
+        &["run", "j.toml", "--restart", ckpt, "-q", "--backend", "cpu"],
+        &[
+            "a checkpoint of the heat solver",
+            "the problem's solver is jacobi",
+        ],
+    );
 }
 
 /// Send `signal` to a long run once its first checkpoint exists; it must stop with the

@@ -37,7 +37,7 @@ fn try_reserved<T>(len: usize, what: &str) -> Result<Vec<T>> {
     let mut v = Vec::new();
     v.try_reserve_exact(len).map_err(|_| {
         Error::OutOfMemory(format!(
-            "{what} need {} of host memory, which could not be allocated",
+            "{what}: {} of host memory needed, which could not be allocated",
             crate::units::bytes(bytes)
         ))
     })?;
@@ -54,11 +54,16 @@ pub fn host_total_bytes() -> Option<u128> {
 
 /// Refuse a request for more host memory than the machine has.
 pub fn ensure_host_fits(bytes: u128, what: &str) -> Result<()> {
+    ensure_host_fits_or(bytes, what, "use a smaller grid")
+}
+
+/// [`ensure_host_fits`] with the advice the refusal ends with.
+pub fn ensure_host_fits_or(bytes: u128, what: &str, advice: &str) -> Result<()> {
     if let Some(total) = host_total_bytes()
         && bytes > total
     {
         return Err(Error::TooLarge(format!(
-            "{what} need {} of host memory, but this machine has {}; use a smaller grid",
+            "{what}: {} of host memory needed, but this machine has {}; {advice}",
             crate::units::bytes(bytes),
             crate::units::bytes(total)
         )));

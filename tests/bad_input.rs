@@ -168,6 +168,31 @@ fn grid_larger_than_memory() {
         2,
         &["host memory", "smaller grid"],
     );
+    // Every solver refuses before building its fields (an advection field, N-body
+    // particles and an electrostatics geometry of this size used to abort the process in
+    // an allocation, or take half a minute to build before the engine's check).
+    rejects(
+        "solver = \"advection\"\n[advection]\nnx = 1000000\nny = 1000000\nsteps = 1\n\
+         cfl = 0.5\nvelocity = { kind = \"rotation\" }\ninitial = { preset = \"gaussian\" }\n",
+        &[],
+        2,
+        &["the advection field", "host memory", "smaller grid"],
+    );
+    rejects(
+        "solver = \"nbody\"\n[nbody]\nn = 1000000000000\nsoftening = 0.05\ndt = 0.01\n\
+         steps = 1\ninitial = { preset = \"plummer\" }\n",
+        &[],
+        2,
+        &["host memory", "nbody.n"],
+    );
+    rejects(
+        "solver = \"electrostatics\"\n[electrostatics]\n\
+         x = { range = [0.0, 1.0], cells = 10000 }\ny = { range = [0.0, 1.0], cells = 10000 }\n\
+         z = { range = [0.0, 1.0], cells = 10000 }\nmax_iterations = 10\n[electrostatics.faces]\nx_min = 1.0\n",
+        &[],
+        2,
+        &["the potential and the id arrays", "host memory"],
+    );
     // More points than any machine can address: refused before any size arithmetic.
     rejects(
         &jacobi("n = 2000000000\nm = 2000000000\n"),

@@ -524,15 +524,18 @@ pub fn initial_field<T: Real>(p: &AdvectionProblem) -> Result<Vec<T>> {
         let f = read_floats("advection.initial.path", path, p)?;
         return Ok(f.par_iter().map(|&v| T::lit(v)).collect());
     }
-    Ok((0..p.cells())
-        .into_par_iter()
-        .map(|n| {
-            T::lit(
-                p.initial
-                    .value(p, (n % p.nx) as f64 * p.dx, (n / p.nx) as f64 * p.dy),
-            )
-        })
-        .collect())
+    // Refused before anything is allocated when the machine could never hold it (the
+    // engines check their whole need next).
+    crate::memory::ensure_host_fits(
+        (p.cells() * T::PRECISION.bytes()) as u128,
+        "the advection field",
+    )?;
+    crate::memory::try_from_fn(p.cells(), "the advection field", |n| {
+        T::lit(
+            p.initial
+                .value(p, (n % p.nx) as f64 * p.dx, (n / p.nx) as f64 * p.dy),
+        )
+    })
 }
 
 /// The exact field where it is known, cell by cell (column i, row j: no index divided

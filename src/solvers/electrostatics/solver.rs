@@ -69,6 +69,15 @@ impl SolverProblem for ElectrostaticsProblem {
 }
 
 fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
+    // Every engine keeps the id arrays and a potential on the host (the CPU engine's own
+    // check, made before the geometry takes its time to build). Ranks under mpirun may
+    // hold only their slab's planes.
+    if cx.placement.world.is_none() {
+        crate::memory::ensure_host_fits(
+            (p.points() * (T::PRECISION.bytes() + 2)) as u128,
+            "the potential and the id arrays",
+        )?;
+    }
     if p.omega_auto {
         cx.notice(&format!(
             "ω = {:.4} (estimated from the mesh; set electrostatics.omega to choose)",

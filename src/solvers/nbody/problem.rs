@@ -96,6 +96,13 @@ impl NbodyProblem {
 
     /// The particles at step 0 (a file is read and checked again: it may have changed).
     pub fn particles(&self) -> Result<Particles> {
+        // Positions, velocities and masses (7 values a particle), refused before they are
+        // sampled when the machine could never hold them.
+        crate::memory::ensure_host_fits_or(
+            self.n as u128 * 7 * 8,
+            "the particles' positions, velocities and masses",
+            "use fewer particles (nbody.n)",
+        )?;
         let p = match &self.initial {
             Initial::Plummer { seed } => presets::plummer(self.n, 1.0, presets::PLUMMER_A, *seed),
             Initial::ColdSphere { seed } => presets::cold_sphere(self.n, *seed),

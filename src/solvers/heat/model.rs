@@ -228,40 +228,70 @@ pub fn best_plan(
     best
 }
 
-/// Per-value costs of the CPU executor, measured here (a few milliseconds).
+/// Seconds each of the CPU executor's cost probes runs.
+const PROBE_S: f64 = 0.02;
+
+/// Per-value costs of the CPU executor, and its fixed cost per box step (the thread
+/// pool's hand-offs), measured here (about 60 ms).
 pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
     use super::pyramid::Region;
-    let shape = match p.dims {
-        1 => [1, 1, 1 << 18],
-        2 => [1, 512, 512],
-        _ => [64, 64, 64],
+    // The median of repeated runs over at least PROBE_S: one run of a few milliseconds
+    // on a shared machine varied by 1.5× from call to call.
+    let median = |mut once: Box<dyn FnMut() + '_>| {
+        let start = Instant::now();
+        let mut times = Vec::new();
+        while start.elapsed().as_secs_f64() < PROBE_S || times.len() < 3 {
+            let t = Instant::now();
+            once();
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        times[times.len() / 2]
     };
-    let len: usize = shape.iter().product();
-    let src = vec![T::lit(1.0); len];
-    let mut dst = src.clone();
-    let real = |a: usize| a >= 3 - p.dims;
-    let region = Region {
-        lo: [0, 1, 2].map(|a| usize::from(real(a))),
-        hi: [0, 1, 2].map(|a| shape[a] - usize::from(real(a))),
+    // One box step's seconds and its updated values, for a box of `side` values an axis.
+    let step = |side: usize| {
+        let mut shape = [1; 3];
+        for (a, n) in shape.iter_mut().enumerate() {
+            if a >= 3 - p.dims {
+                *n = side;
+            }
+        }
+        let len: usize = shape.iter().product();
+        let src = vec![T::lit(1.0); len];
+        let mut dst = src.clone();
+        let real = |a: usize| a >= 3 - p.dims;
+        let region = Region {
+            lo: [0, 1, 2].map(|a| usize::from(real(a))),
+            hi: [0, 1, 2].map(|a| shape[a] - usize::from(real(a))),
+        };
+        let mut probe = p.clone();
+        probe.shape = shape;
+        let t = median(Box::new(|| {
+            super::pyramid::cpu::step_box(&probe, [0; 3], shape, &region, &src, &mut dst);
+        }));
+        (t, region.len() as f64)
     };
-    let mut probe = p.clone();
-    probe.shape = shape;
-    let t = Instant::now();
-    let reps = 3;
-    for _ in 0..reps {
-        super::pyramid::cpu::step_box(&probe, [0; 3], shape, &region, &src, &mut dst);
-    }
-    let compute = t.elapsed().as_secs_f64() / (reps * region.len()) as f64;
-    let t = Instant::now();
-    dst.copy_from_slice(&src);
-    let host = t.elapsed().as_secs_f64() / (len * std::mem::size_of::<T>()) as f64;
+    // Two sizes, for the cost per value and the fixed cost per step of a box.
+    let (small, large) = match p.dims {
+        1 => (1 << 12, 1 << 18),
+        2 => (64, 512),
+        _ => (16, 64),
+    };
+    let ((t0, n0), (t1, n1)) = (step(small), step(large));
+    let compute = ((t1 - t0) / (n1 - n0)).max(t1 / n1 / 2.0);
+    let launch = (t0 - compute * n0).max(0.0);
+    let values = 1 << 18;
+    let src = vec![T::lit(1.0); values];
+    let mut copy = src.clone();
+    let host = median(Box::new(|| copy.copy_from_slice(&src)))
+        / (values * std::mem::size_of::<T>()) as f64;
     Costs {
         h2d: host,
         d2h: host,
         gather: host,
         scatter: host,
         compute,
-        launch: 0.0,
+        launch,
         passes: None,
     }
 }

@@ -275,6 +275,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
             let bar = run::progress_bar(self.p.max_iterations, self.quiet);
             let mut l = run::Loop::new(e.as_mut(), Vec::new())?;
             l.run_to(e.as_mut(), self.p.max_iterations, &bar)?;
+            bar.finish_and_clear();
             // A signal stops the run loop as it stops the main solve's: the run ends
             // there, not with the solve reported as short.
             if let Some(signal) = crate::signals::agreed()? {

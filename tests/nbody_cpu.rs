@@ -263,6 +263,25 @@ fn particle_files_are_read_and_checked() {
     }
 }
 
+/// `keisan run p.toml` in `d` on the CPU into res/, with the JSON summary on stdout.
+fn run_into_res(d: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
+    std::process::Command::new(common::keisan_bin())
+        .current_dir(d)
+        .args([
+            "run",
+            "p.toml",
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "res",
+            "--json",
+        ])
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn a_run_writes_particles_pictures_and_conserved_quantities() {
     let dir = tempfile::tempdir().unwrap();
@@ -275,20 +294,7 @@ fn a_run_writes_particles_pictures_and_conserved_quantities() {
         ),
     )
     .unwrap();
-    let o = std::process::Command::new(common::keisan_bin())
-        .current_dir(d)
-        .args([
-            "run",
-            "p.toml",
-            "--backend",
-            "cpu",
-            "-q",
-            "--out",
-            "res",
-            "--json",
-        ])
-        .output()
-        .unwrap();
+    let o = run_into_res(d, &[]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     for f in [
         "particles.npy",
@@ -349,21 +355,7 @@ fn particles_are_written_whole_never_in_pieces() {
          initial = {{ preset = \"plummer\", seed = 4 }}\n[output]\nevery = 2\n"
     );
     std::fs::write(d.join("p.toml"), &toml).unwrap();
-    let o = std::process::Command::new(common::keisan_bin())
-        .current_dir(d)
-        .args([
-            "run",
-            "p.toml",
-            "--backend",
-            "cpu",
-            "-q",
-            "--out",
-            "res",
-            "--json",
-        ])
-        .env("KEISAN_GATHER_LIMIT_BYTES", "100")
-        .output()
-        .unwrap();
+    let o = run_into_res(d, &[("KEISAN_GATHER_LIMIT_BYTES", "100")]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(s["results"]["energy_error"].as_f64().unwrap() < 1e-3, "{s}");

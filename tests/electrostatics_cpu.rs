@@ -279,27 +279,34 @@ fn concentric_sphere_capacitance_converges_under_refinement() {
     assert!(fine.abs() < coarse.abs() / 2.0, "24: {coarse}, 48: {fine}");
 }
 
-/// The run's human summary (stderr) shows the charges and the capacitance matrix, the
-/// same numbers as the JSON to the printed digits.
-#[test]
-fn the_summary_prints_the_charges_and_the_capacitance_matrix() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// The concentric-sphere example at 16 cells an axis, run in `d` on the CPU with `args`
+/// more (its capacitance matrix on): the JSON summary and the human one (stderr).
+fn spheres_at_16(d: &Path, args: &[&str]) -> (serde_json::Value, String) {
     std::fs::write(d.join("s.toml"), example("electrostatics-spheres.toml")).unwrap();
     let o = Command::new(keisan_bin())
         .current_dir(d)
-        .args(["run", "s.toml", "--backend", "cpu", "--json", "--set"])
+        .args(["run", "s.toml", "--backend", "cpu", "--json"])
         .args([
+            "--set",
             "electrostatics.x.cells=16",
             "--set",
             "electrostatics.y.cells=16",
         ])
         .args(["--set", "electrostatics.z.cells=16"])
+        .args(args)
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    (serde_json::from_slice(&o.stdout).unwrap(), err)
+}
+
+/// The run's human summary (stderr) shows the charges and the capacitance matrix, the
+/// same numbers as the JSON to the printed digits.
+#[test]
+fn the_summary_prints_the_charges_and_the_capacitance_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (s, err) = spheres_at_16(dir.path(), &[]);
     let line = |label: &str| common::summary_line(&err, label);
     // The printed numbers: 7 significant digits of the JSON's.
     let close = |printed: &str, exact: f64| {
@@ -346,30 +353,10 @@ fn the_summary_prints_the_charges_and_the_capacitance_matrix() {
 fn unconverged_capacitance_solves_are_reported_and_the_outputs_kept() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    std::fs::write(d.join("s.toml"), example("electrostatics-spheres.toml")).unwrap();
-    let o = Command::new(keisan_bin())
-        .current_dir(d)
-        .args([
-            "run",
-            "s.toml",
-            "--backend",
-            "cpu",
-            "--json",
-            "--out",
-            "res",
-        ])
-        .args([
-            "--set",
-            "electrostatics.x.cells=16",
-            "--set",
-            "electrostatics.y.cells=16",
-        ])
-        .args(["--set", "electrostatics.z.cells=16"])
-        .args(["--set", "electrostatics.max_iterations=20"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (s, err) = spheres_at_16(
+        d,
+        &["--out", "res", "--set", "electrostatics.max_iterations=20"],
+    );
     let r = &s["results"];
     assert_eq!(s["status"], "iteration_limit");
     assert_eq!(r["capacitance_converged"], false);
@@ -391,25 +378,13 @@ fn unconverged_capacitance_solves_are_reported_and_the_outputs_kept() {
     ] {
         assert!(d.join("res").join(f).is_file(), "{f}");
     }
-    let err = String::from_utf8_lossy(&o.stderr);
     let warning = common::summary_line(&err, "NOT CONVERGED");
     assert!(
         warning.starts_with("the solve with electrode 1 at 1 V did not converge in 20 iterations"),
         "{err}"
     );
     // Converged solves say so.
-    let s = run(
-        d,
-        "s.toml",
-        &[
-            "--set",
-            "electrostatics.x.cells=16",
-            "--set",
-            "electrostatics.y.cells=16",
-            "--set",
-            "electrostatics.z.cells=16",
-        ],
-    );
+    let (s, _) = spheres_at_16(d, &[]);
     assert_eq!(s["results"]["capacitance_converged"], true);
     assert!(s["results"].get("capacitance_short_solves").is_none());
 }

@@ -187,16 +187,22 @@ pub(super) fn store_plane_sums(
     }
 }
 
+/// Refuse a mesh whose potential and id arrays this machine could never hold: what the
+/// CPU engine keeps, and what every engine keeps on the host.
+pub fn ensure_host_holds<T: Real>(p: &ElectrostaticsProblem) -> Result<()> {
+    crate::memory::ensure_host_fits(
+        (p.points() * (std::mem::size_of::<T>() + 2)) as u128,
+        "the potential and the id arrays",
+    )
+}
+
 impl<T: Real> CpuElectrostatics<T> {
     pub fn new(
         p: &ElectrostaticsProblem,
         g: Geometry,
         restart: Option<Restart<T>>,
     ) -> Result<Self> {
-        crate::memory::ensure_host_fits(
-            (p.points() * (std::mem::size_of::<T>() + 2)) as u128,
-            "the potential and the id arrays",
-        )?;
+        ensure_host_holds::<T>(p)?;
         let (v, steps, status) = starting_state(&g, restart)?;
         let window = Window::whole(g.counts[2], false);
         Self::on_window(p, &g, window, &v, steps, status)

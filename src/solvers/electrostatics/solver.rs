@@ -69,14 +69,10 @@ impl SolverProblem for ElectrostaticsProblem {
 }
 
 fn run<T: Real>(p: &ElectrostaticsProblem, cx: &Execution) -> Result<Summary> {
-    // Every engine keeps the id arrays and a potential on the host (the CPU engine's own
-    // check, made before the geometry takes its time to build). Ranks under mpirun may
-    // hold only their slab's planes.
+    // Before the geometry takes its time to build; ranks under mpirun may hold only
+    // their slab's planes.
     if cx.placement.world.is_none() {
-        crate::memory::ensure_host_fits(
-            (p.points() * (T::PRECISION.bytes() + 2)) as u128,
-            "the potential and the id arrays",
-        )?;
+        cpu::ensure_host_holds::<T>(p)?;
     }
     if p.omega_auto {
         cx.notice(&format!(
@@ -294,11 +290,8 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                     electrode: self.g.labels[j as usize].clone(),
                     iterations: l.steps,
                     residual: run::last_measured(&l.residuals).filter(|r| r.is_finite()),
-                    status: if l.status == run::Status::NonFinite {
-                        run::Status::NonFinite
-                    } else {
-                        run::Status::Running
-                    },
+                    // Running (at the limit: "iteration_limit") or NonFinite.
+                    status: l.status,
                 });
             }
             columns.push(if l.status == run::Status::NonFinite {

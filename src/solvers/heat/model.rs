@@ -237,7 +237,7 @@ pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
     use super::pyramid::Region;
     // The median of repeated runs over at least PROBE_S: one run of a few milliseconds
     // on a shared machine varied by 1.5× from call to call.
-    let median = |mut once: Box<dyn FnMut() + '_>| {
+    fn median(mut once: impl FnMut()) -> f64 {
         let start = Instant::now();
         let mut times = Vec::new();
         while start.elapsed().as_secs_f64() < PROBE_S || times.len() < 3 {
@@ -247,7 +247,7 @@ pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
         }
         times.sort_by(f64::total_cmp);
         times[times.len() / 2]
-    };
+    }
     // One box step's seconds and its updated values, for a box of `side` values an axis.
     let step = |side: usize| {
         let mut shape = [1; 3];
@@ -266,9 +266,9 @@ pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
         };
         let mut probe = p.clone();
         probe.shape = shape;
-        let t = median(Box::new(|| {
+        let t = median(|| {
             super::pyramid::cpu::step_box(&probe, [0; 3], shape, &region, &src, &mut dst);
-        }));
+        });
         (t, region.len() as f64)
     };
     // Two sizes, for the cost per value and the fixed cost per step of a box.
@@ -283,8 +283,7 @@ pub fn measure_cpu<T: crate::precision::Real>(p: &super::HeatProblem) -> Costs {
     let values = 1 << 18;
     let src = vec![T::lit(1.0); values];
     let mut copy = src.clone();
-    let host = median(Box::new(|| copy.copy_from_slice(&src)))
-        / (values * std::mem::size_of::<T>()) as f64;
+    let host = median(|| copy.copy_from_slice(&src)) / (values * std::mem::size_of::<T>()) as f64;
     Costs {
         h2d: host,
         d2h: host,

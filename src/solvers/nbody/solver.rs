@@ -202,6 +202,9 @@ impl NbodyCase<'_> {
     }
 }
 
+/// What the summary's energy error measures (the JSON's meaning, the human line's note).
+const ENERGY_ERROR_MEANING: &str = "|E − E₀|/|E₀| with the run's softening";
+
 impl Case for NbodyCase<'_> {
     type Real = f64;
     fn engine(&mut self) -> &mut dyn Engine<Real = f64> {
@@ -239,7 +242,7 @@ impl Case for NbodyCase<'_> {
         s.highlights = vec![
             (
                 "energy error".into(),
-                format!("{energy_error:.3e} (|E − E₀|/|E₀| with the run's softening)"),
+                format!("{energy_error:.3e} ({ENERGY_ERROR_MEANING})"),
             ),
             (
                 "virial ratio".into(),
@@ -252,7 +255,7 @@ impl Case for NbodyCase<'_> {
         s.results = Some(serde_json::json!({
             "time": time,
             "energy_error": energy_error,
-            "energy_error_meaning": "|E − E₀|/|E₀| with the run's softening",
+            "energy_error_meaning": ENERGY_ERROR_MEANING,
             "start": self.start,
             "end": end,
             "units": "those of the problem (N-body units for the presets: G = M = 1, E ≈ −1/4)",

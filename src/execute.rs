@@ -542,6 +542,7 @@ pub fn run_case<C: Case>(
         layout: case.layout(),
         results: None,
         highlights: Vec::new(),
+        warnings: Vec::new(),
         restarted_at_step: restarted_at,
         checkpoint: last_checkpoint.as_ref().map(|(p, _)| p.clone()),
         pieces: None,

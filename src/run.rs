@@ -19,6 +19,9 @@ pub enum Status {
     /// A time-dependent run took all its steps (in summaries only: the run loop and the
     /// engines know it as [`Status::Running`] at the step limit).
     Completed,
+    /// An iterative run whose stopping test passed while its true residual did not meet
+    /// the tolerance (in summaries only): the update stalled, it did not converge.
+    Stalled,
 }
 
 impl Status {
@@ -26,7 +29,7 @@ impl Status {
     /// 2 non-finite.
     pub fn device_flag(self) -> u64 {
         match self {
-            Status::Running | Status::Completed => 0,
+            Status::Running | Status::Completed | Status::Stalled => 0,
             Status::Converged => 1,
             Status::NonFinite => 2,
         }

@@ -66,6 +66,11 @@ pub struct Summary {
     /// N-body: energy): the same numbers as `results`, which is what the JSON carries.
     #[serde(skip)]
     pub highlights: Vec<(String, String)>,
+    /// What a user must not miss: a result that is not what it may look like (a stalled
+    /// solve, a shape that marked no node, an energy error beyond a bound). Printed on
+    /// stderr at the end of the summary and kept in the JSON.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     /// The step a restart continued from.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub restarted_at_step: Option<u64>,
@@ -108,6 +113,7 @@ impl Summary {
             Status::Running => "iteration limit reached",
             Status::NonFinite => "stopped: non-finite value",
             Status::Completed => "done",
+            Status::Stalled => "NOT CONVERGED: the iteration stalled",
         };
         let (steps, per) = match self.time_dependent {
             true => ("steps", "step"),
@@ -144,6 +150,9 @@ impl Summary {
         }
         for (label, text) in &self.highlights {
             s += &format!("  {label:<14}{text}\n");
+        }
+        for w in &self.warnings {
+            s += &format!("  WARNING       {w}\n");
         }
         let t = &self.timings;
         s += &format!(
@@ -208,6 +217,7 @@ mod tests {
             layout,
             results: None,
             highlights: Vec::new(),
+            warnings: Vec::new(),
             restarted_at_step: None,
             checkpoint: None,
             pieces: None,

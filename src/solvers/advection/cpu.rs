@@ -190,6 +190,8 @@ pub struct CpuAdvection<T> {
     g: Vec<T>,
     velocity: Velocities<T>,
     steps: u64,
+    /// Running, or NonFinite once a check between chunks found a NaN or infinity.
+    status: Status,
 }
 
 /// Where the engine's steps take du, dv from.
@@ -233,6 +235,7 @@ impl<T: Real> CpuAdvection<T> {
             g,
             velocity,
             steps: step0,
+            status: Status::Running,
         })
     }
 }
@@ -249,7 +252,18 @@ impl<T: Real> Engine for CpuAdvection<T> {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        Ok(Diagnostics::steps_only(self.steps, Status::Running))
+        // Between chunks, not per step: a value that went NaN or infinite stays so (the
+        // interpolation carries it), and the stop names the chunk's last step.
+        if self.status == Status::Running {
+            use rayon::prelude::*;
+            let own = self.window.own_in_buffer();
+            let nx = self.p.nx;
+            let owned = &self.f[own.start * nx..own.end * nx];
+            if !owned.par_iter().all(|v| v.is_finite()) {
+                self.status = Status::NonFinite;
+            }
+        }
+        Ok(Diagnostics::steps_only(self.steps, self.status))
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

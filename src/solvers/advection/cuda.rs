@@ -415,6 +415,10 @@ pub struct CudaAdvection<T: Real> {
     step: Pass,
     pass: Option<Pass>,
     steps: u64,
+    /// adv_nonfinite, and the flag it sets when an owned value is NaN or infinite.
+    finite_check: CudaFunction,
+    bad: CudaSlice<u32>,
+    status: Status,
 }
 
 impl<T: Real> CudaAdvection<T> {
@@ -516,6 +520,8 @@ impl<T: Real> CudaAdvection<T> {
         let rows = slab_view(&window, full, p.nx);
         gpu.upload_into(&rows, &mut f.slice_mut(pad..pad + buffer))?;
         let g = s.clone_dtod(&f)?;
+        let finite_check = gpu.function(&KERNELS, T::PRECISION, &[], "adv_nonfinite")?;
+        let bad = s.alloc_zeros::<u32>(1)?;
         let (mut step, mut pass) = (step, pass);
         for launch in std::iter::once(&mut step).chain(pass.as_mut()) {
             launch.bind(s, [&f, &g, &du, &dv], p.nx, window.rows, pad)?;
@@ -530,9 +536,28 @@ impl<T: Real> CudaAdvection<T> {
             step,
             pass,
             steps: step0,
+            finite_check,
+            bad,
+            status: Status::Running,
             gpu,
             p: p.clone(),
         })
+    }
+
+    /// Whether every owned value of the current field is finite (one read of the owned
+    /// rows; queued on the device's stream, read back at once).
+    fn owned_finite(&mut self) -> Result<bool> {
+        let own = self.window.own_in_buffer();
+        let start = pad::<T>() + own.start * self.p.nx;
+        let n = (own.len() * self.p.nx) as u64;
+        let cfg = self.gpu.stride_config(n as usize, 256);
+        let view = self.f.slice(start..start + n as usize);
+        let s = &self.gpu.stream;
+        let mut l = s.launch_builder(&self.finite_check);
+        l.arg(&view).arg(&n).arg(&mut self.bad);
+        // SAFETY: the view holds n values of f; bad holds one u32.
+        unsafe { l.launch(cfg) }?;
+        Ok(s.clone_dtoh(&self.bad)?[0] == 0)
     }
 
     /// Compile the single-step kernel for `rows` rows: adv_step_sep for the separable
@@ -786,8 +811,12 @@ impl<T: Real> Engine for CudaAdvection<T> {
     }
 
     fn diagnostics(&mut self) -> Result<Diagnostics> {
-        self.gpu.stream.synchronize()?;
-        Ok(Diagnostics::steps_only(self.steps, Status::Running))
+        // Between chunks, not per step: a value that went NaN or infinite stays so (the
+        // interpolation carries it), and the stop names the chunk's last step.
+        if self.status == Status::Running && !self.owned_finite()? {
+            self.status = Status::NonFinite;
+        }
+        Ok(Diagnostics::steps_only(self.steps, self.status))
     }
 
     fn snapshot(&mut self) -> Result<Field<T>> {

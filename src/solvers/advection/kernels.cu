@@ -1136,3 +1136,17 @@ adv_pass_w(ADV_PARAMS, const __grid_constant__ tensor_map fmap,
     }
 }
 #endif
+
+// Whether any of the n values at f is NaN or infinite: sets *bad to 1 (never clears it).
+// The engine runs it once between chunks of steps, so a run never ends "completed" on a
+// field that went non-finite.
+#if !defined(KEISAN_ONLY) || defined(KEISAN_WANT_adv_nonfinite)
+extern "C" __global__ void adv_nonfinite(const real* __restrict__ f, u64 n,
+                                         unsigned int* bad) {
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    bool any = false;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += stride)
+        any |= !isfinite(f[i]);
+    if (__syncthreads_or(any) && threadIdx.x == 0) atomicOr(bad, 1u);
+}
+#endif

@@ -149,6 +149,14 @@ impl AdvectionConfig {
         p.velocity.validate(&p)?;
         // The largest |u|/Δx, |v|/Δy the run meets: dt times it is the largest |du|, |dv|.
         let rate = p.velocity.max_rate(&p)?;
+        if !rate.is_finite() {
+            return Err(Error::invalid(
+                "advection.velocity",
+                crate::units::num(rate),
+                "the largest |u|/Δx or |v|/Δy overflows a double: the velocity is too large \
+                 for this grid's spacing",
+            ));
+        }
         p.dt = match (self.dt, self.cfl) {
             (Some(_), Some(_)) => {
                 return Err(Error::invalid(
@@ -200,6 +208,25 @@ impl AdvectionConfig {
                 c / rate
             }
         };
+        // dt is derived (cfl / rate) or multiplied into the end time: both must be numbers
+        // the steps can use.
+        let end = p.dt * p.steps as f64;
+        if !(p.dt.is_normal() && end.is_finite()) {
+            let field = if self.cfl.is_some() {
+                "advection.cfl"
+            } else {
+                "advection.dt"
+            };
+            return Err(Error::invalid(
+                field,
+                crate::units::num(self.cfl.or(self.dt).unwrap_or(0.0)),
+                format!(
+                    "gives dt = {:e} and an end time of {:e}: not numbers a run can step \
+                     through (the velocity's largest |u|/Δx, |v|/Δy is {:e})",
+                    p.dt, end, rate
+                ),
+            ));
+        }
         p.initial.validate(&p)?;
         Ok(p)
     }

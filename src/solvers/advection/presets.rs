@@ -409,7 +409,25 @@ impl Initial {
                 positive("advection.initial.slot_width", slot_width)?;
                 positive("advection.initial.slot_depth", slot_depth)?;
             }
-            Initial::Sine { .. } => {}
+            Initial::Sine { modes } => {
+                // sin(2πk·i/n) on n nodes: k ≥ n/2 aliases to a lower mode (n/2 is zero
+                // at every node), and k = 0 is the zero field.
+                let too_high = modes
+                    .iter()
+                    .zip([p.nx, p.ny])
+                    .any(|(&k, n)| 2 * k as usize >= n);
+                if modes.contains(&0) || too_high {
+                    return Err(Error::invalid(
+                        "advection.initial.modes",
+                        format!("{modes:?}"),
+                        format!(
+                            "each mode must be in [1, n/2) for that axis's n cells (the grid \
+                             of {} × {} cells cannot carry higher modes)",
+                            p.nx, p.ny
+                        ),
+                    ));
+                }
+            }
             Initial::File { path } => {
                 input::open(
                     "advection.initial.path",

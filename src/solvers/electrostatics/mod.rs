@@ -458,8 +458,46 @@ impl AxisConfig {
                 });
             }
         }
+        check_spacing(field, &nodes)?;
         Ok(nodes)
     }
+}
+
+/// The thinnest cell an axis may have, as a fraction of its length: the stencil's
+/// coefficients then span at most (1/this)² ≈ 1e18, where a double still separates them
+/// from the coarser cells' (thinner cells make the equations numerically meaningless and
+/// the iteration stall).
+pub const THINNEST_CELL: f64 = 1e-9;
+
+/// Refuse an axis whose cells the arithmetic cannot carry: a length that overflows, a
+/// cell whose 1/h² is not a normal double, or one thinner than [`THINNEST_CELL`] of the
+/// axis.
+fn check_spacing(field: &str, nodes: &[f64]) -> Result<()> {
+    let length = nodes[nodes.len() - 1] - nodes[0];
+    let widths = nodes.windows(2).map(|w| w[1] - w[0]);
+    let thinnest = widths.clone().fold(f64::INFINITY, f64::min);
+    let widest = widths.fold(0.0, f64::max);
+    let usable = |h: f64| h > 0.0 && (1.0 / (h * h)).is_normal() && (h * h).is_normal();
+    if !length.is_finite() || !usable(thinnest) || !usable(widest) {
+        return Err(Error::invalid(
+            field,
+            format!("cells from {thinnest:e} to {widest:e} over a length of {length:e}"),
+            "cell widths h must keep h² and 1/h² normal doubles (about 1e-150 < h < 1e150) \
+             and the axis length finite",
+        ));
+    }
+    if thinnest < THINNEST_CELL * length {
+        return Err(Error::invalid(
+            field,
+            format!("a cell of width {thinnest:e} on an axis of length {length:e}"),
+            format!(
+                "cells thinner than {THINNEST_CELL:e} of the axis length make the equations \
+                 numerically meaningless (the iteration stalls): merge the breakpoints or \
+                 coarsen"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// What holds on a box face: zero normal field (default) or a fixed voltage.
@@ -602,6 +640,31 @@ fn auto_omega() -> Omega {
 fn default_tolerance() -> f64 {
     1e-8
 }
+
+/// A run whose stopping test (‖ΔV‖/‖V‖ ≤ tolerance) passed is reported converged only if
+/// its true residual ‖b − Av‖/‖b‖ is at most this many times the tolerance (or at most
+/// [`RESIDUAL_FLOOR_ULPS`] units of roundoff of the precision, for tolerances below what
+/// it can reach): converged SOR runs measure 0.6–40× the tolerance, a stalled one (a tiny
+/// ω, cells too thin for the arithmetic) stays near its initial residual.
+pub const TRUE_RESIDUAL_FACTOR: f64 = 100.0;
+
+/// The true residual a converged run may keep from roundoff alone, in units of the
+/// precision's epsilon.
+pub const RESIDUAL_FLOOR_ULPS: f64 = 1e3;
+
+impl ElectrostaticsProblem {
+    /// The largest true residual a converged run may have (see [`TRUE_RESIDUAL_FACTOR`]).
+    pub fn accepted_true_residual(&self, precision: Precision) -> f64 {
+        let eps = match precision {
+            Precision::F32 => f32::EPSILON as f64,
+            Precision::F64 => f64::EPSILON,
+        };
+        (TRUE_RESIDUAL_FACTOR * self.tolerance).max(RESIDUAL_FLOOR_ULPS * eps)
+    }
+}
+
+/// The smallest ω a problem may give.
+pub const MIN_OMEGA: f64 = 0.1;
 
 /// A validated electrostatics problem.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -758,16 +821,31 @@ impl ElectrostaticsConfig {
         let dims: Vec<usize> = nodes.iter().rev().map(|n| n.len()).collect();
         // V, and the two id arrays of a byte each.
         crate::units::checked_cells("electrostatics mesh", &dims, precision.bytes() + 2)?;
-        let limit = match precision {
+        let most = match precision {
             Precision::F32 => f32::MAX as f64 / 16.0,
             Precision::F64 => f64::MAX / 16.0,
         };
+        // What is derived from a voltage must stay finite too: ‖V‖² over every node, and
+        // a coefficient (about 1/h² of the thinnest cell) times it in the stencil's sums.
+        let nodes_total = dims.iter().map(|&n| n as f64).product::<f64>();
+        let thinnest = nodes
+            .iter()
+            .flat_map(|a| a.windows(2).map(|w| w[1] - w[0]))
+            .fold(f64::INFINITY, f64::min);
+        let limit = most
+            .min((most / nodes_total).sqrt())
+            .min(most * thinnest * thinnest / 12.0);
+        let too_large = format!(
+            "must be finite and at most {} in magnitude for this mesh in {precision} (‖V‖² and \
+             the stencil's sums must stay finite)",
+            crate::units::num(limit)
+        );
         for (k, v) in self.voltages.iter().enumerate() {
             if !(v.is_finite() && v.abs() <= limit) {
                 return Err(Error::invalid(
                     &format!("electrostatics.voltages[{k}]"),
                     crate::units::num(*v),
-                    format!("must be finite and representable in {precision}"),
+                    too_large,
                 ));
             }
         }
@@ -797,7 +875,7 @@ impl ElectrostaticsConfig {
                 return Err(Error::invalid(
                     &format!("electrostatics.faces.{name}"),
                     crate::units::num(v),
-                    "a fixed face voltage must be finite",
+                    too_large,
                 ));
             }
         }
@@ -855,11 +933,15 @@ impl ElectrostaticsConfig {
             ));
         }
         let (omega, omega_auto) = match self.omega {
-            Omega::Given(w) if !(w > 0.0 && w < 2.0) => {
+            Omega::Given(w) if !(w >= MIN_OMEGA && w < 2.0) => {
                 return Err(Error::invalid(
                     "electrostatics.omega",
                     crate::units::num(w),
-                    "the relaxation factor ω must lie in (0, 2), or be \"auto\"",
+                    format!(
+                        "the relaxation factor ω must lie in [{MIN_OMEGA}, 2), or be \"auto\" \
+                         (below {MIN_OMEGA} each update is so small that the stopping test on \
+                         ‖ΔV‖ passes long before V converges)"
+                    ),
                 ));
             }
             Omega::Given(w) => (w, false),

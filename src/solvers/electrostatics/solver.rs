@@ -236,6 +236,11 @@ impl ShortSolve {
                  (its column is NaN)",
                 self.electrode, self.iterations
             ),
+            run::Status::Stalled => format!(
+                "the solve with {} at 1 V stalled after {} iterations (its update met the \
+                 tolerance, its true residual did not; its column is from the last iterate)",
+                self.electrode, self.iterations
+            ),
             _ => format!(
                 "the solve with {} at 1 V did not converge in {} iterations (residual {:.3e}; \
                  its column is from the last iterate): raise max_iterations",
@@ -285,13 +290,21 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                     ),
                 });
             }
-            if l.status != run::Status::Converged {
+            let mut status = l.status;
+            if status == run::Status::Converged {
+                let v = e.snapshot()?;
+                let r = cpu::true_residual(&self.p, &g, &v.data);
+                if !(r <= self.p.accepted_true_residual(T::PRECISION)) {
+                    status = run::Status::Stalled;
+                }
+            }
+            if status != run::Status::Converged {
                 short.push(ShortSolve {
                     electrode: self.g.labels[j as usize].clone(),
                     iterations: l.steps,
                     residual: run::last_measured(&l.residuals).filter(|r| r.is_finite()),
-                    // Running (at the limit: "iteration_limit") or NonFinite.
-                    status: l.status,
+                    // Running (at the limit: "iteration_limit"), Stalled or NonFinite.
+                    status,
                 });
             }
             columns.push(if l.status == run::Status::NonFinite {
@@ -373,6 +386,23 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         }
         let g = &self.g;
         let true_residual = cpu::true_residual(&self.p, g, &v.data);
+        let accepted = self.p.accepted_true_residual(T::PRECISION);
+        if o.status == run::Status::Converged && !(true_residual <= accepted) {
+            s.status = run::Status::Stalled;
+            results["converged"] = serde_json::json!(false);
+            s.warnings.push(format!(
+                "the stopping test (‖ΔV‖/‖V‖ ≤ {:e}) passed at iteration {}, but the true \
+                 residual ‖b − Av‖/‖b‖ is {:.3e}, above the {:.1e} a converged run reaches \
+                 ({}× the tolerance): the iteration stalled; V is not the solution (check \
+                 electrostatics.omega and the mesh spacing)",
+                self.p.tolerance,
+                o.steps,
+                true_residual,
+                accepted,
+                super::TRUE_RESIDUAL_FACTOR
+            ));
+        }
+        results["true_relative_residual_accepted"] = serde_json::json!(accepted);
         s.highlights = highlights(g, &self.charges, self.capacitance.as_ref(), true_residual);
         results["true_relative_residual"] = serde_json::json!(true_residual);
         results["true_relative_residual_meaning"] =

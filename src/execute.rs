@@ -41,7 +41,7 @@ impl Execution<'_> {
     /// Print a notice on stderr unless quiet.
     pub fn notice(&self, msg: &str) {
         if !self.opts.quiet {
-            eprintln!("keisan: {msg}");
+            crate::say!("keisan: {msg}");
         }
     }
 

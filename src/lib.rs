@@ -20,6 +20,7 @@ pub mod signals;
 pub mod solver;
 pub mod solvers;
 pub mod summary;
+pub mod terminal;
 pub mod tuning;
 pub mod units;
 pub mod vector;

@@ -165,13 +165,16 @@ fn main() -> ExitCode {
     // Under mpirun (built with `mpi`): MPI lives until main returns.
     #[cfg(feature = "mpi")]
     let _universe = keisan::parallel::world::init();
-    let matches = command().get_matches();
+    let matches = match command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => return command_line_error(e),
+    };
     let result = dispatch(&matches, start);
     if let Err(e) = &result
         && wants_json(&matches)
         && keisan::parallel::World::current().is_none_or(|w| w.rank == 0)
     {
-        println!(
+        keisan::out!(
             "{}",
             serde_json::to_string_pretty(&e.to_json()).expect("serialises")
         );
@@ -181,7 +184,7 @@ fn main() -> ExitCode {
         // One rank's failure ends every rank (none waits forever in a collective).
         Err(e) if keisan::parallel::World::current().is_some() => {
             let w = keisan::parallel::World::current().expect("checked");
-            eprintln!(
+            keisan::say!(
                 "error (rank {} of {}): {}",
                 w.rank,
                 w.size,
@@ -190,14 +193,45 @@ fn main() -> ExitCode {
             keisan::parallel::world::abort(e.exit_code())
         }
         Err(e @ Error::Interrupted { .. }) => {
-            eprintln!("keisan: {e}");
+            keisan::say!("keisan: {e}");
             ExitCode::from(e.exit_code() as u8)
         }
         Err(e) => {
-            eprintln!("error: {}", printable(&e.to_string()));
+            keisan::say!("error: {}", printable(&e.to_string()));
             ExitCode::from(e.exit_code() as u8)
         }
     }
+}
+
+/// A command line clap refused (or `--help`, `--version`): clap's text on its stream, and
+/// with `--json` among the arguments the error as a JSON object on stdout too, as for any
+/// other error.
+fn command_line_error(e: clap::Error) -> ExitCode {
+    use clap::error::{ContextKind, ErrorKind};
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion)
+        || e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    {
+        let _ = e.print();
+        return ExitCode::from(e.exit_code() as u8);
+    }
+    if std::env::args_os().any(|a| a == "--json") {
+        let message = e.render().to_string();
+        let first = message
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim_start_matches("error: ");
+        let mut v = serde_json::json!({ "error": first, "exit_code": 2 });
+        if let Some(clap::error::ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) {
+            v["field"] = serde_json::json!(arg);
+        }
+        if let Some(clap::error::ContextValue::String(value)) = e.get(ContextKind::InvalidValue) {
+            v["value"] = serde_json::json!(value);
+        }
+        keisan::out!("{}", serde_json::to_string_pretty(&v).expect("serialises"));
+    }
+    let _ = e.print();
+    ExitCode::from(2)
 }
 
 /// Whether the command line asked for JSON on stdout (`--json` of run, info, bench or
@@ -287,7 +321,7 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(P
         dev.subdomains,
         &mut |msg| {
             if !quiet {
-                eprintln!("note: {msg}");
+                keisan::say!("note: {msg}");
             }
         },
     )?
@@ -297,12 +331,12 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(P
 
 fn print_report(report: Report, json: bool) {
     if json {
-        println!(
+        keisan::out!(
             "{}",
             serde_json::to_string_pretty(&report.json).expect("serialises")
         );
     } else {
-        print!("{}", report.human);
+        keisan::out_raw!("{}", report.human);
     }
 }
 
@@ -367,7 +401,7 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
     };
     let (placement, context_s) = select(&args.dev, &problem.run, args.quiet)?;
     if !args.quiet {
-        eprintln!("running {} on {}", problem.title, placement.describe());
+        keisan::say!("running {} on {}", problem.title, placement.describe());
     }
     keisan::device::cuda::announce_compiles(!args.quiet);
     let summary = execute::execute_placed(
@@ -381,10 +415,10 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
         },
     )?;
     if !args.quiet {
-        eprint!("{}", summary.human());
+        keisan::say_raw!("{}", summary.human());
     }
     if args.json {
-        println!(
+        keisan::out!(
             "{}",
             serde_json::to_string_pretty(&summary).expect("summary serialises")
         );
@@ -464,12 +498,12 @@ fn info(probe: bool, json: bool) -> Result<()> {
         }
     }
     if json {
-        println!(
+        keisan::out!(
             "{}",
             serde_json::to_string_pretty(&report).expect("serialises")
         );
     } else {
-        print!("{text}");
+        keisan::out_raw!("{text}");
     }
     Ok(())
 }

@@ -463,7 +463,7 @@ fn bad_input_names_the_shape_and_field() {
     );
     rejects(
         &format!("voltages = [1.0]\nomega = 2.0\n{SPHERE}electrode = 1\n"),
-        &["electrostatics.omega = 2", "(0, 2)"],
+        &["electrostatics.omega = 2", "[0.1, 2)"],
     );
     rejects("", &["nothing to solve"]);
     rejects(

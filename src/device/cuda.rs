@@ -63,7 +63,7 @@ fn developer_overrides(src: &KernelSource) -> (std::borrow::Cow<'static, str>, V
     if let Some(dir) = std::env::var_os("KEISAN_KERNELS_DIR") {
         let path = std::path::Path::new(&dir).join(src.name);
         if let Ok(text) = std::fs::read_to_string(&path) {
-            eprintln!(
+            crate::say!(
                 "keisan: kernel source {} (KEISAN_KERNELS_DIR)",
                 path.display()
             );
@@ -74,7 +74,7 @@ fn developer_overrides(src: &KernelSource) -> (std::borrow::Cow<'static, str>, V
         .map(|s| s.split_whitespace().map(str::to_string).collect())
         .unwrap_or_default();
     if !extra.is_empty() {
-        eprintln!("keisan: extra NVRTC options {extra:?} (KEISAN_NVRTC_OPTIONS)");
+        crate::say!("keisan: extra NVRTC options {extra:?} (KEISAN_NVRTC_OPTIONS)");
     }
     (code, extra)
 }
@@ -261,7 +261,7 @@ fn announce_compile(arch: &str, cache: Option<&std::path::Path>) {
             Some(dir) => format!("once per machine and variant; kept in {}", dir.display()),
             None => "the kernel cache is off: KEISAN_KERNEL_CACHE".to_string(),
         };
-        eprintln!("compiling CUDA kernels for {arch} ({why})");
+        crate::say!("compiling CUDA kernels for {arch} ({why})");
     }
 }
 

@@ -1056,7 +1056,7 @@ impl<S: Subdomain> Drop for Distributed<S> {
             self.report_trace();
         }
         if let Some([all, pulls, passes]) = self.host_trace.filter(|h| h[2] > 0.0) {
-            eprintln!(
+            crate::say!(
                 "host trace: {:.1} µs to queue a pass, {:.1} µs of it in the halo pulls' calls \
                  (mean of {passes} passes)",
                 1e6 * all / passes,

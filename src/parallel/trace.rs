@@ -126,7 +126,7 @@ impl PassTrace {
                 t / n as f64
             ),
         };
-        eprintln!(
+        crate::say!(
             "pass trace, slab {slab}{what}: bands done {b:.1} µs, halo pulled {p:.1} µs, \
              interior done {i:.1} µs after the pass's start (mean of {} passes), the next \
              pass's start {period:.1} µs (median){host}",

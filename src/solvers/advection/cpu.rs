@@ -388,7 +388,7 @@ mod tests {
             let mut out = vec![0.0f32; n];
             match interior_row::form(form, src, &du, &dv, &mut out) {
                 Some(()) => assert_eq!(bits(&out), want, "{form:?}"),
-                None => eprintln!("{form:?} does not run on this CPU: not checked"),
+                None => crate::say!("{form:?} does not run on this CPU: not checked"),
             }
         }
     }

@@ -266,7 +266,7 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                 .for_each(|(k, v)| *v = if k == j as usize { 1.0 } else { 0.0 });
             let mut e = super::engine_placed::<T>(&self.p, &g, self.placement, None)?;
             if !self.quiet {
-                eprintln!(
+                crate::say!(
                     "keisan: capacitance solve {} of {}: {} at 1 V, the others at 0 V",
                     columns.len() + 1,
                     electrodes.len(),

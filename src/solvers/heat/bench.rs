@@ -173,7 +173,7 @@ pub fn model(
         )
     };
     // Rows also appear on stderr as they are measured (a sweep takes a while).
-    let show = |m: &ModelPoint| eprintln!("{}", row(m));
+    let show = |m: &ModelPoint| crate::say!("{}", row(m));
     let points = match precision {
         Precision::F32 => model_sweep::<f32>(device, p, &a.heights, &show)?,
         Precision::F64 => model_sweep::<f64>(device, p, &a.heights, &show)?,

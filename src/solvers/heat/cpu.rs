@@ -269,7 +269,7 @@ mod tests {
                     assert_eq!(got, want, "{form:?}");
                     assert!(out[..lo].iter().chain(&out[hi..]).all(|&v| v == 0.0));
                 }
-                None => eprintln!("{form:?} does not run on this CPU: not checked"),
+                None => crate::say!("{form:?} does not run on this CPU: not checked"),
             }
             let mut bad = zp.clone();
             bad[hi - 1] = f64::INFINITY;

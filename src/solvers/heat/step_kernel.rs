@@ -520,7 +520,7 @@ impl<T: Real> TemporalBlock<T> {
             use cudarc::driver::sys::CUfunction_attribute_enum as A;
             let regs = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS)?;
             let local = pass.get_attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?;
-            eprintln!(
+            crate::say!(
                 "temporal block: {levels} steps/pass, {tile:?} over {span:?}, {regs} \
                  registers, {local} B local, {shared} B dynamic shared"
             );

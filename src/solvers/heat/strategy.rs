@@ -294,7 +294,7 @@ pub fn build<T: Real>(
                         Some(pin)
                     }
                     Err(e) => {
-                        eprintln!(
+                        crate::say!(
                             "note: could not page-lock the {} host grid ({e}); the host \
                              gathers and scatters every box instead (slower)",
                             units::bytes(p.field_bytes(T::PRECISION) / 2)

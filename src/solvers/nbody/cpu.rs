@@ -329,7 +329,7 @@ mod tests {
                 for form in crate::vector::Form::ALL {
                     match lane_block::form::<true>(form, &p, eps2, i0) {
                         Some(got) => assert_eq!(bits(got), want, "{form:?}"),
-                        None => eprintln!("{form:?} does not run on this CPU: not checked"),
+                        None => crate::say!("{form:?} does not run on this CPU: not checked"),
                     }
                 }
                 // Without the potential: the same accelerations.

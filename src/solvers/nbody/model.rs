@@ -265,7 +265,7 @@ pub fn run(
                 predicted_s: fit.in_process(n, p, p.div_ceil(distinct)),
                 measured_s,
             };
-            eprintln!("{}", point_row(&point));
+            crate::say!("{}", point_row(&point));
             points.push(point);
         }
     }

@@ -309,7 +309,7 @@ struct PassTrace {
 
 impl PassTrace {
     fn print(&self, tasks: usize) {
-        eprintln!(
+        crate::say!(
             "pyramid pass, {tasks} tasks, {:.1} ms: stage wait {:.1} ms, gather {:.1} ms, \
              launch {:.1} ms, result wait {:.1} ms, scatter {:.1} ms",
             self.total * 1e3,

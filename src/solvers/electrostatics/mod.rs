@@ -933,7 +933,7 @@ impl ElectrostaticsConfig {
             ));
         }
         let (omega, omega_auto) = match self.omega {
-            Omega::Given(w) if !(w >= MIN_OMEGA && w < 2.0) => {
+            Omega::Given(w) if !(MIN_OMEGA..2.0).contains(&w) => {
                 return Err(Error::invalid(
                     "electrostatics.omega",
                     crate::units::num(w),

@@ -294,7 +294,9 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
             if status == run::Status::Converged {
                 let v = e.snapshot()?;
                 let r = cpu::true_residual(&self.p, &g, &v.data);
-                if !(r <= self.p.accepted_true_residual(T::PRECISION)) {
+                // A NaN residual is no convergence either.
+                let met = r <= self.p.accepted_true_residual(T::PRECISION);
+                if !met {
                     status = run::Status::Stalled;
                 }
             }
@@ -387,7 +389,8 @@ impl<T: Real> Case for ElectrostaticsCase<'_, T> {
         let g = &self.g;
         let true_residual = cpu::true_residual(&self.p, g, &v.data);
         let accepted = self.p.accepted_true_residual(T::PRECISION);
-        if o.status == run::Status::Converged && !(true_residual <= accepted) {
+        let met = true_residual <= accepted;
+        if o.status == run::Status::Converged && !met {
             s.status = run::Status::Stalled;
             results["converged"] = serde_json::json!(false);
             s.warnings.push(format!(

@@ -370,7 +370,43 @@ fn model(name: &str, m: &clap::ArgMatches) -> Result<()> {
     Ok(())
 }
 
+/// A launcher's word that this process is one of several (Open MPI, MPICH/Intel MPI's
+/// PMI, PMIx): the count of processes, when more than one.
+fn launched_processes() -> Option<(String, u64)> {
+    [
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_SIZE",
+        "MPI_LOCALNRANKS",
+    ]
+    .into_iter()
+    .find_map(|v| {
+        let n: u64 = std::env::var(v).ok()?.trim().parse().ok()?;
+        (n > 1).then(|| (v.to_string(), n))
+    })
+}
+
+/// Refuse to run as one of several processes of a launcher in a build without MPI: each
+/// would run the whole problem into the same folder and checkpoint.
+fn refuse_launch_without_mpi() -> Result<()> {
+    if cfg!(feature = "mpi") {
+        return Ok(());
+    }
+    match launched_processes() {
+        Some((var, n)) => Err(Error::invalid(
+            "mpirun",
+            format!("{n} processes ({var} = {n})"),
+            "this keisan was built without MPI, so every process would run the whole problem \
+             into the same folder at once: build with `cargo build --release --features mpi` \
+             to run one slab per rank, or run one process (--devices or --subdomains share a \
+             node without MPI)",
+        )),
+        None => Ok(()),
+    }
+}
+
 fn run(mut args: RunArgs, start: Instant) -> Result<()> {
+    refuse_launch_without_mpi()?;
     // Under mpirun only rank 0 reports (and writes: see execute.rs).
     let speaks = keisan::parallel::world::writes_files();
     args.quiet |= !speaks;

@@ -88,3 +88,32 @@ fn command_line_errors_come_as_json_when_json_was_asked_for() {
     assert_eq!(o.status.code(), Some(2));
     assert!(o.stdout.is_empty());
 }
+
+/// A binary built without MPI, started by a launcher as one of several processes, refuses
+/// to run (each process would write the same folder) and says what to do.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn a_build_without_mpi_refuses_to_run_as_one_of_several_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("p.toml"), PROBLEM).unwrap();
+    for var in ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"] {
+        let o = Command::new(common::keisan_bin())
+            .current_dir(dir.path())
+            .args(["run", "p.toml", "--backend", "cpu", "--out", "res"])
+            .env(var, "3")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains("--features mpi"), "{err}");
+        assert!(!dir.path().join("res").exists());
+    }
+    // One process of a launcher is an ordinary run.
+    let o = Command::new(common::keisan_bin())
+        .current_dir(dir.path())
+        .args(["run", "p.toml", "--backend", "cpu", "-q"])
+        .env("OMPI_COMM_WORLD_SIZE", "1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+}

@@ -313,7 +313,7 @@ pub fn remove_old_pieces(dir: &Path, step: u64, rank: usize) -> Result<()> {
 
 impl Checkpoint {
     pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).map_err(|e| bad(path, e))?;
+        let file = crate::input::open_regular(path, |why| bad(path, why))?;
         let len = file.metadata().map_err(|e| bad(path, e))?.len();
         let mut r = BufReader::new(file);
         let mut head = [0u8; 16];

@@ -437,6 +437,7 @@ pub fn run_case<C: Case>(
     };
     let restarted_at = restart.as_ref().map(|r| r.step);
     let mut case = build(restart)?;
+    crate::signals::setup_done();
     let mut lp = run::Loop::new(case.engine(), std::mem::take(&mut history.residuals))?;
     t.setup_s = clock.elapsed().as_secs_f64();
     stop_if_signalled(crate::signals::agreed()?, lp.steps, None)?;

@@ -28,12 +28,28 @@ pub struct Opened {
     big_endian: bool,
 }
 
+/// Open `path` for reading only if it is a regular file (after links): opening a FIFO
+/// waits for a writer forever, and /dev/zero or a folder is no input. `why` turns the
+/// reason into the caller's error.
+pub fn open_regular(path: &Path, why: impl Fn(String) -> Error) -> Result<File> {
+    let m = std::fs::metadata(path).map_err(|e| why(e.to_string()))?;
+    if !m.is_file() {
+        let what = if m.is_dir() {
+            "a folder"
+        } else {
+            "not a regular file (a FIFO, socket or device)"
+        };
+        return Err(why(format!("is {what}; give a file")));
+    }
+    File::open(path).map_err(|e| why(e.to_string()))
+}
+
 /// Open `path` (given as `field`) and check it holds a C-order array of `shape` (named
 /// `grid` in messages, e.g. "the mesh's nodes (z, y, x)") of `kind`.
 pub fn open(field: &str, path: &Path, shape: &[usize], grid: &str, kind: Kind) -> Result<Opened> {
     let shown = path.display();
     let bad = |why: String| Error::invalid(field, &shown, why);
-    let file = File::open(path).map_err(|e| bad(e.to_string()))?;
+    let file = open_regular(path, bad)?;
     let npy = NpyFile::new(BufReader::new(file))
         .map_err(|e| bad(format!("not a readable .npy file: {e}")))?;
     let got: Vec<usize> = npy.shape().iter().map(|&v| v as usize).collect();
@@ -85,7 +101,7 @@ pub fn open(field: &str, path: &Path, shape: &[usize], grid: &str, kind: Kind) -
 /// The shape an .npy file's header declares (to pick the shape `open` then checks).
 pub fn shape_of(field: &str, path: &Path) -> Result<Vec<usize>> {
     let bad = |why: String| Error::invalid(field, path.display(), why);
-    let file = File::open(path).map_err(|e| bad(e.to_string()))?;
+    let file = open_regular(path, bad)?;
     let npy = NpyFile::new(BufReader::new(file))
         .map_err(|e| bad(format!("not a readable .npy file: {e}")))?;
     Ok(npy.shape().iter().map(|&v| v as usize).collect())

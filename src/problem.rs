@@ -207,10 +207,25 @@ fn span_line(text: &str, span: Option<std::ops::Range<usize>>) -> Option<usize> 
     Some(text[..at].matches('\n').count() + 1)
 }
 
+/// The largest problem file read: a TOML table of settings, never data.
+pub const MAX_PROBLEM_BYTES: u64 = 16 << 20;
+
 /// Read a problem file and validate it with the command line's overrides.
 pub fn load(path: &Path, o: &Overrides) -> Result<Problem> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| Error::Parse(format!("cannot read problem file {}: {e}", path.display())))?;
+    let cannot =
+        |e: String| Error::Parse(format!("cannot read problem file {}: {e}", path.display()));
+    let file = crate::input::open_regular(path, cannot)?;
+    let mut bytes = Vec::new();
+    use std::io::Read;
+    file.take(MAX_PROBLEM_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| cannot(e.to_string()))?;
+    if bytes.len() as u64 > MAX_PROBLEM_BYTES {
+        return Err(cannot(format!(
+            "it is larger than {} MiB, which no problem file is (arrays go in .npy files)",
+            MAX_PROBLEM_BYTES >> 20
+        )));
+    }
     let text = String::from_utf8(bytes)
         .ok()
         .filter(|t| !t.contains('\0'))

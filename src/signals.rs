@@ -11,7 +11,13 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 /// The signals keisan stops for, each with the flag its handler sets.
 static FLAGS: OnceLock<[(i32, Arc<AtomicBool>); 2]> = OnceLock::new();
 
-/// Catch SIGINT and SIGTERM from now on (the `run` command does; library users may).
+/// True while a run sets up (reads its inputs, builds its geometry and engine): a signal
+/// then ends the process at once, since nothing has been written and no loop would see
+/// the flag for what may be minutes.
+static SETTING_UP: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+
+/// Catch SIGINT and SIGTERM from now on (the `run` command does; library users may). Until
+/// [`setup_done`], either ends the process at once with the conventional code.
 pub fn install() -> std::io::Result<()> {
     let flags = FLAGS.get_or_init(|| {
         [
@@ -19,7 +25,9 @@ pub fn install() -> std::io::Result<()> {
             (SIGTERM, Arc::new(AtomicBool::new(false))),
         ]
     });
+    let setting_up = SETTING_UP.get_or_init(|| Arc::new(AtomicBool::new(true)));
     for (sig, flag) in flags {
+        signal_hook::flag::register_conditional_shutdown(*sig, 128 + *sig, setting_up.clone())?;
         // Registered first, so it sees the flag as it was before this signal: a second
         // signal exits at once with the conventional code.
         for (_, any) in flags {
@@ -28,6 +36,14 @@ pub fn install() -> std::io::Result<()> {
         signal_hook::flag::register(*sig, flag.clone())?;
     }
     Ok(())
+}
+
+/// The run's set-up is over: from now on the first signal is noted and the run loop
+/// stops at the end of its chunk.
+pub fn setup_done() {
+    if let Some(f) = SETTING_UP.get() {
+        f.store(false, Ordering::SeqCst);
+    }
 }
 
 /// The signal that asked the run to stop, if one has arrived.

@@ -178,3 +178,29 @@ fn electrostatics_numerically_meaningless_requests_are_refused() {
         assert!(err.contains(field), "{set}: {err}");
     }
 }
+
+#[test]
+fn nbody_derived_values_that_overflow_are_refused() {
+    let toml = "solver = \"nbody\"\n[nbody]\nn = 8\ndt = 0.01\nsteps = 2\nsoftening = 0.01\n\
+                initial = { preset = \"plummer\" }\n";
+    for (sets, field) in [
+        (
+            &["nbody.end_time=1e300", "nbody.dt=1e-300"][..],
+            "nbody.end_time",
+        ),
+        (&["nbody.softening=1e300"][..], "nbody.softening"),
+        (&["nbody.steps=9223372036854775807"][..], "nbody.steps"),
+    ] {
+        let mut toml = toml.to_string();
+        if sets[0].starts_with("nbody.end_time") {
+            toml = toml.replace("steps = 2\n", "");
+        }
+        let mut args = Vec::new();
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let (code, _, err) = run_json(&toml, &args);
+        assert_eq!(code, 2, "{sets:?}: {err}");
+        assert!(err.contains(field), "{sets:?}: {err}");
+    }
+}

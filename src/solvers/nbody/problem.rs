@@ -119,6 +119,13 @@ impl NbodyProblem {
     }
 }
 
+/// The most steps a run may take (about 30 years of 1 µs steps): more is a mistake in
+/// end_time or dt, and step counts beyond 2^53 stop being exact in the time column.
+pub const MAX_STEPS: u64 = 1 << 50;
+
+/// The largest softening length: ε² stays finite in f32.
+pub const MAX_SOFTENING: f64 = 1e18;
+
 fn positive(field: &str, v: f64, what: &str) -> Result<f64> {
     if v > 0.0 && v.is_finite() {
         Ok(v)
@@ -130,11 +137,13 @@ fn positive(field: &str, v: f64, what: &str) -> Result<f64> {
 impl NbodyConfig {
     pub fn validate(self) -> Result<NbodyProblem> {
         let g = positive("nbody.g", self.g, "G must be a finite number > 0")?;
-        if !(self.softening >= 0.0 && self.softening.is_finite()) {
+        // ε² is added to every squared separation (in f32 on the GPU): it must stay a
+        // number there.
+        if !(self.softening >= 0.0 && self.softening <= MAX_SOFTENING) {
             return Err(Error::invalid(
                 "nbody.softening",
                 self.softening,
-                "the softening length ε must be a finite number ≥ 0",
+                "the softening length ε must be a number in [0, 1e18] (ε² must stay finite in f32)",
             ));
         }
         let dt = positive(
@@ -150,9 +159,13 @@ impl NbodyConfig {
                     "give steps or end_time, not both",
                 ));
             }
-            (Some(s), None) if s >= 1 => s as u64,
+            (Some(s), None) if (1..=MAX_STEPS as i64).contains(&s) => s as u64,
             (Some(s), None) => {
-                return Err(Error::invalid("nbody.steps", s, "at least 1 step"));
+                return Err(Error::invalid(
+                    "nbody.steps",
+                    s,
+                    format!("must be in [1, {MAX_STEPS}]"),
+                ));
             }
             (None, Some(t)) => {
                 let t = positive(
@@ -160,7 +173,18 @@ impl NbodyConfig {
                     t,
                     "the end time must be a finite number > 0",
                 )?;
-                (t / dt).round().max(1.0) as u64
+                let steps = (t / dt).round().max(1.0);
+                if steps > MAX_STEPS as f64 {
+                    return Err(Error::invalid(
+                        "nbody.end_time",
+                        crate::units::num(t),
+                        format!(
+                            "with dt = {dt:e} that is {steps:e} steps, more than the {MAX_STEPS:e} \
+                             a run may take: raise dt or shorten end_time"
+                        ),
+                    ));
+                }
+                steps as u64
             }
             (None, None) => {
                 return Err(Error::invalid(
@@ -286,11 +310,29 @@ pub fn read_particles(path: &Path) -> Result<Particles> {
                 .collect()
         }
         Some("csv") => {
-            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+            let shown = path.display();
+            let mut text = String::new();
+            use std::io::Read;
+            crate::input::open_regular(path, |why| Error::invalid(field, &shown, why))?
+                .read_to_string(&mut text)
+                .map_err(|e| Error::io(path, e))?;
+            // A header is decided by rule: the first non-empty line, when none of its
+            // cells is a number (a byte-order mark before it is dropped). Every other
+            // line must hold 7 numbers, or the file is refused naming the line.
+            let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
             let mut rows = Vec::new();
+            let mut first = true;
             for (l, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
                 let cells: Vec<&str> = line.split(',').map(str::trim).collect();
-                if line.trim().is_empty() || (l == 0 && cells[0].parse::<f64>().is_err()) {
+                let header = first
+                    && cells
+                        .iter()
+                        .all(|c| !c.is_empty() && c.parse::<f64>().is_err());
+                first = false;
+                if header {
                     continue;
                 }
                 let v: Vec<f64> = cells.iter().filter_map(|c| c.parse().ok()).collect();
@@ -298,7 +340,12 @@ pub fn read_particles(path: &Path) -> Result<Particles> {
                     return Err(Error::invalid(
                         field,
                         path.display(),
-                        format!("line {}: expected 7 numbers x,y,z,vx,vy,vz,m", l + 1),
+                        format!(
+                            "line {}: expected 7 numbers x,y,z,vx,vy,vz,m, found {:?} (a header \
+                             line is allowed first, with no number in it)",
+                            l + 1,
+                            line
+                        ),
                     ));
                 }
                 rows.push(std::array::from_fn(|k| v[k]));

@@ -4,8 +4,10 @@
 //! the keisan version that wrote it.
 //!
 //! File layout (`checkpoint.keisan`): the 8 bytes `KEISANCK`, the header's length as a
-//! little-endian u64, the header as JSON, then each array's values, little-endian, in
-//! the header's order. `python3 -c 'import json,sys; f=open(sys.argv[1],"rb"); f.read(8);
+//! little-endian u64, the header as JSON, the SHA-256 of those JSON bytes (32 bytes), then
+//! each array's values, little-endian, in the header's order; the header holds each
+//! array's SHA-256. A file whose header or any array does not match its checksum is
+//! refused, naming what is damaged. `python3 -c 'import json,sys; f=open(sys.argv[1],"rb"); f.read(8);
 //! n=int.from_bytes(f.read(8),"little"); print(json.loads(f.read(n)))' FILE` shows it.
 
 use std::io::{BufReader, Read};
@@ -25,7 +27,7 @@ use crate::run::{Field, Piece, Restart, Status};
 compile_error!("checkpoints store the host's bytes as little-endian");
 
 const MAGIC: &[u8; 8] = b"KEISANCK";
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 /// The file name of the latest checkpoint in an output folder.
 pub const FILE: &str = "checkpoint.keisan";
 
@@ -91,6 +93,9 @@ struct ArrayInfo {
     origin: Vec<f64>,
     #[serde(default)]
     coords: Option<Vec<Vec<f64>>>,
+    /// SHA-256 of the array's bytes as stored, in hex.
+    #[serde(default)]
+    sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -160,7 +165,14 @@ fn array_info<T: Real>(f: &Field<T>) -> ArrayInfo {
         spacing: f.spacing.clone(),
         origin: f.origin.clone(),
         coords: f.coords.clone(),
+        sha256: String::new(),
     }
+}
+
+/// The SHA-256 of `bytes`, in hex.
+fn sha256(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    format!("{:x}", Sha256::digest(bytes))
 }
 
 fn residuals_info(history: &History) -> ArrayInfo {
@@ -171,6 +183,7 @@ fn residuals_info(history: &History) -> ArrayInfo {
         spacing: vec![1.0],
         origin: vec![1.0],
         coords: None,
+        sha256: String::new(),
     }
 }
 
@@ -209,11 +222,24 @@ fn write_file<T: Real>(
     arrays: &[&[T]],
     residuals: &[f64],
 ) -> Result<()> {
-    let json = serde_json::to_vec(header).expect("header serialises");
+    let mut header = header.clone();
+    let stored = arrays
+        .iter()
+        .map(|a| bytes_of(a))
+        .chain([bytes_of(residuals)]);
+    for (info, bytes) in header.arrays.iter_mut().zip(stored) {
+        info.sha256 = sha256(bytes);
+    }
+    let json = serde_json::to_vec(&header).expect("header serialises");
+    let digest = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(&json)
+    };
     write_atomic(path, |w| {
         w.write_all(MAGIC)?;
         w.write_all(&(json.len() as u64).to_le_bytes())?;
         w.write_all(&json)?;
+        w.write_all(&digest)?;
         for a in arrays {
             w.write_all(bytes_of(a))?;
         }
@@ -329,7 +355,24 @@ impl Checkpoint {
         r.read_exact(&mut json).map_err(|e| bad(path, e))?;
         let format: serde_json::Value =
             serde_json::from_slice(&json).map_err(|e| bad(path, format!("damaged header: {e}")))?;
-        if format.get("format").and_then(|v| v.as_u64()) != Some(FORMAT as u64) {
+        let current = format.get("format").and_then(|v| v.as_u64()) == Some(FORMAT as u64);
+        if current {
+            let mut digest = [0u8; 32];
+            r.read_exact(&mut digest)
+                .map_err(|_| bad(path, "truncated (no header checksum)"))?;
+            let ok = {
+                use sha2::{Digest, Sha256};
+                Sha256::digest(&json).as_slice() == digest
+            };
+            if !ok {
+                return Err(bad(
+                    path,
+                    "damaged: the header does not match its checksum (edited or corrupted); \
+                     it cannot be trusted to continue the run",
+                ));
+            }
+        }
+        if !current {
             return Err(bad(
                 path,
                 format!(
@@ -347,19 +390,20 @@ impl Checkpoint {
             .iter()
             .map(|a| (a.shape.iter().product::<usize>() * a.precision.bytes()) as u64)
             .sum();
-        if 16 + n + data != len {
+        if 16 + n + 32 + data != len {
             return Err(bad(
                 path,
                 format!(
                     "holds {len} bytes where its header describes {}: truncated or damaged",
-                    16 + n + data
+                    16 + n + 32 + data
                 ),
             ));
         }
+        check_structure(&header).map_err(|why| bad(path, format!("damaged header: {why}")))?;
         Ok(Self {
             path: path.to_path_buf(),
             header,
-            data_offset: 16 + n,
+            data_offset: 16 + n + 32,
         })
     }
 
@@ -501,7 +545,9 @@ impl Checkpoint {
             let mut f = std::fs::File::open(&c.path).map_err(|e| bad(&c.path, e))?;
             std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(c.data_offset))
                 .map_err(|e| bad(&c.path, e))?;
-            read_into(&mut f, &mut data[held.start * row..held.end * row], &c.path)?;
+            let rows = &mut data[held.start * row..held.end * row];
+            read_into(&mut f, rows, &c.path)?;
+            verify(&c.path, &c.header.arrays[0], bytes_of(rows))?;
         }
         Ok(Field {
             name: leak_name(&a.name),
@@ -524,6 +570,7 @@ impl Checkpoint {
             let len: usize = a.shape.iter().product();
             if a.name == "residuals" {
                 residuals = read_values::<f64>(&mut r, len, &self.path)?;
+                verify(&self.path, a, bytes_of(&residuals))?;
             } else {
                 if a.precision != T::PRECISION {
                     return Err(bad(
@@ -531,13 +578,15 @@ impl Checkpoint {
                         format!("array {} is {}", a.name, a.precision),
                     ));
                 }
+                let data = read_values::<T>(&mut r, len, &self.path)?;
+                verify(&self.path, a, bytes_of(&data))?;
                 fields.push(Field {
                     name: leak_name(&a.name),
                     shape: a.shape.clone(),
                     spacing: a.spacing.clone(),
                     origin: a.origin.clone(),
                     coords: a.coords.clone(),
-                    data: read_values::<T>(&mut r, len, &self.path)?,
+                    data,
                 });
             }
         }
@@ -550,6 +599,49 @@ impl Checkpoint {
             residuals,
         ))
     }
+}
+
+/// Refuse array `a` whose bytes do not match its checksum.
+fn verify(path: &Path, a: &ArrayInfo, bytes: &[u8]) -> Result<()> {
+    if sha256(bytes) == a.sha256 {
+        return Ok(());
+    }
+    Err(bad(
+        path,
+        format!(
+            "damaged: the values of array `{}` do not match their checksum; it cannot be \
+             trusted to continue the run",
+            a.name
+        ),
+    ))
+}
+
+/// What a header written by keisan always is: each array named once, the residual history
+/// last and one-dimensional, shapes of at least one axis, diagnostics rows as long as their header, a field unless the file is the
+/// index of one written in pieces.
+fn check_structure(h: &Header) -> std::result::Result<(), String> {
+    let mut names = std::collections::HashSet::new();
+    for a in &h.arrays {
+        if !names.insert(a.name.as_str()) {
+            return Err(format!("array `{}` appears twice", a.name));
+        }
+        if a.shape.is_empty() {
+            return Err(format!("array `{}` has no shape", a.name));
+        }
+    }
+    match h.arrays.last() {
+        Some(a) if a.name == "residuals" && a.shape.len() == 1 && a.precision == Precision::F64 => {
+        }
+        _ => return Err("no residual history".into()),
+    }
+    if h.pieces.is_none() && h.arrays.len() < 2 {
+        return Err("no field".into());
+    }
+    let width = h.history.diagnostics_header.len();
+    if h.history.diagnostics.iter().any(|r| r.len() != width) {
+        return Err("diagnostics rows do not match their header".into());
+    }
+    Ok(())
 }
 
 /// Field names are `&'static str` (solvers name their fields with literals); a restored

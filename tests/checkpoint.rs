@@ -192,11 +192,14 @@ fn edited_checkpoint(from: &Path, to: &Path, edit: impl FnOnce(&mut serde_json::
     let n = u64::from_le_bytes(bytes[8..16].try_into().unwrap()) as usize;
     let mut header: serde_json::Value = serde_json::from_slice(&bytes[16..16 + n]).unwrap();
     edit(&mut header);
+    // The header's checksum made anew: the edit stands for a file another keisan wrote.
+    use sha2::{Digest, Sha256};
     let json = serde_json::to_vec(&header).unwrap();
     let mut out = bytes[..8].to_vec();
     out.extend((json.len() as u64).to_le_bytes());
-    out.extend(json);
-    out.extend(&bytes[16 + n..]);
+    out.extend(&json);
+    out.extend(Sha256::digest(&json));
+    out.extend(&bytes[16 + n + 32..]);
     std::fs::write(to, out).unwrap();
 }
 

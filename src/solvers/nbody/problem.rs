@@ -143,7 +143,7 @@ impl NbodyConfig {
             return Err(Error::invalid(
                 "nbody.softening",
                 self.softening,
-                "the softening length ε must be a number in [0, 1e18] (ε² must stay finite in f32)",
+                "the softening length ε must be a number ≥ 0 and at most 1e18 (ε² must stay finite in f32)",
             ));
         }
         let dt = positive(

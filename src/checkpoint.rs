@@ -112,6 +112,10 @@ pub struct Header {
     pub problem: serde_json::Value,
     pub step: u64,
     pub status: Status,
+    /// The folder the run wrote its outputs to (absolute): a restart that names none
+    /// continues writing there.
+    #[serde(default)]
+    pub output_dir: Option<PathBuf>,
     arrays: Vec<ArrayInfo>,
     pub history: History,
     /// A checkpoint written in pieces: the main file holds no field, and says where the
@@ -207,6 +211,11 @@ fn header<T: Real>(
         problem: problem.spec.describe(),
         step,
         status,
+        output_dir: problem
+            .output
+            .dir
+            .as_ref()
+            .map(|d| std::path::absolute(d).unwrap_or_else(|_| d.clone())),
         arrays,
         history: history.clone(),
         pieces: None,
@@ -353,36 +362,36 @@ impl Checkpoint {
         }
         let mut json = vec![0u8; n as usize];
         r.read_exact(&mut json).map_err(|e| bad(path, e))?;
-        let format: serde_json::Value =
-            serde_json::from_slice(&json).map_err(|e| bad(path, format!("damaged header: {e}")))?;
-        let current = format.get("format").and_then(|v| v.as_u64()) == Some(FORMAT as u64);
-        if current {
-            let mut digest = [0u8; 32];
-            r.read_exact(&mut digest)
-                .map_err(|_| bad(path, "truncated (no header checksum)"))?;
-            let ok = {
-                use sha2::{Digest, Sha256};
-                Sha256::digest(&json).as_slice() == digest
-            };
-            if !ok {
-                return Err(bad(
-                    path,
-                    "damaged: the header does not match its checksum (edited or corrupted); \
-                     it cannot be trusted to continue the run",
-                ));
-            }
-        }
-        if !current {
+        // The checksum first: a damaged header may not even parse.
+        let mut digest = [0u8; 32];
+        let sealed = r.read_exact(&mut digest).is_ok() && {
+            use sha2::{Digest, Sha256};
+            Sha256::digest(&json).as_slice() == digest
+        };
+        let format: Option<serde_json::Value> = serde_json::from_slice(&json).ok();
+        let version = format.as_ref().and_then(|f| f.get("format")?.as_u64());
+        if let Some(f) = format
+            .as_ref()
+            .filter(|_| version.is_some_and(|v| v != FORMAT as u64))
+        {
             return Err(bad(
                 path,
                 format!(
                     "checkpoint format {} (keisan {}); this keisan {} reads format {FORMAT}",
-                    format["format"],
-                    format["keisan_version"],
+                    f["format"],
+                    f["keisan_version"],
                     env!("CARGO_PKG_VERSION")
                 ),
             ));
         }
+        if !sealed {
+            return Err(bad(
+                path,
+                "damaged: the header does not match its checksum (edited or corrupted); \
+                 it cannot be trusted to continue the run",
+            ));
+        }
+        let format = format.ok_or_else(|| bad(path, "damaged header: not JSON"))?;
         let header: Header = serde_json::from_value(format)
             .map_err(|e| bad(path, format!("damaged header: {e}")))?;
         let data: u64 = header

@@ -435,6 +435,36 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
             &o,
         )?,
     };
+    let mut problem = problem;
+    if let Some(c) = &restart
+        && problem.output.dir.is_none()
+    {
+        // A restart that names no folder continues the checkpoint's run where it wrote:
+        // its results must go somewhere.
+        match &c.header.output_dir {
+            Some(dir) => {
+                if !args.quiet {
+                    keisan::say!(
+                        "keisan: continuing the outputs in {} (the checkpoint's run's folder; \
+                         --out chooses another)",
+                        dir.display()
+                    );
+                }
+                problem.output.dir = Some(dir.clone());
+            }
+            None => {
+                return Err(Error::invalid(
+                    "--out",
+                    "not given",
+                    format!(
+                        "{} does not say where its run wrote, so this restart's results would \
+                         go nowhere: give --out DIR",
+                        c.path.display()
+                    ),
+                ));
+            }
+        }
+    }
     let (placement, context_s) = select(&args.dev, &problem.run, args.quiet)?;
     if !args.quiet {
         keisan::say!("running {} on {}", problem.title, placement.describe());

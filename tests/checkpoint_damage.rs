@@ -86,8 +86,11 @@ fn damaged_checkpoints_are_refused_naming_what_is_damaged() {
     assert_eq!(code, 0, "the undamaged checkpoint restarts: {err}");
 
     // "step":20 -> "step":23 in the header.
-    let text = String::from_utf8_lossy(&good).into_owned();
-    let at = text.find("\"step\":20").expect("the step in the header") + 8;
+    let at = good
+        .windows(9)
+        .position(|w| w == b"\"step\":20")
+        .expect("the step in the header")
+        + 8;
     let mut b = good.clone();
     b[at] = b'3';
     let (code, err) = restart(dir.path(), &b);
@@ -123,5 +126,40 @@ fn damaged_checkpoints_are_refused_naming_what_is_damaged() {
     assert!(
         err.contains("residual history") || err.contains("bytes"),
         "{err}"
+    );
+}
+
+/// README's restart, with no --out: the results go to the folder the checkpoint's run
+/// wrote (said so on stderr), not nowhere.
+#[test]
+fn a_restart_without_out_continues_in_the_checkpoints_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    checkpoint(dir.path());
+    std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+    let o = keisan_in(
+        &dir.path().join("elsewhere"),
+        &[
+            "run",
+            "--restart",
+            "../res/checkpoint.keisan",
+            "--backend",
+            "cpu",
+            "--set",
+            "jacobi.max_iterations=40",
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("continuing the outputs in"), "{err}");
+    let s: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("res/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(s["iterations"], 40);
+    assert_eq!(s["restarted_at_step"], 20);
+    assert!(
+        std::fs::read_dir(dir.path().join("elsewhere"))
+            .unwrap()
+            .next()
+            .is_none()
     );
 }

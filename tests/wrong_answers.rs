@@ -204,3 +204,27 @@ fn nbody_derived_values_that_overflow_are_refused() {
         assert!(err.contains(field), "{sets:?}: {err}");
     }
 }
+
+/// A sphere electrode smaller than the spacing between nodes marks none: refused naming
+/// the shape, not dropped with V ≡ 0 "converged".
+#[test]
+fn a_shape_that_marks_no_node_is_refused_by_name() {
+    let toml = PLATES
+        .replace("omega = 0.1\n", "voltages = [2.0]\n")
+        .to_string()
+        + "[[electrostatics.shapes]]\nkind = \"sphere\"\ncenter = [0.51e-3, 0.26e-3, 0.26e-3]\n\
+           radius = 1e-6\nelectrode = 1\n";
+    let (code, _, err) = run_json(&toml, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("electrostatics.shapes[1]") && err.contains("no node"),
+        "{err}"
+    );
+    // Large enough to hold a node, the same sphere is an electrode.
+    let (code, s, err) = run_json(&toml.replace("radius = 1e-6", "radius = 6e-5"), &[]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        s["results"]["charges"].to_string().contains("electrode 1"),
+        "{s}"
+    );
+}

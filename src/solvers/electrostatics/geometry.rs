@@ -340,6 +340,21 @@ fn check_ids(field: &str, ids: &[u8], most: usize, what: &str, first: usize) -> 
     }
 }
 
+impl Shape {
+    /// Whether some node of the mesh lies in the shape (a shape thinner than the spacing
+    /// between nodes, or outside the box, marks none and would be dropped silently).
+    pub fn marks_a_node(&self, nodes: &[Vec<f64>; 3]) -> bool {
+        let (lo, hi) = self.body.bounds();
+        let [ri, rj, rk] = [0, 1, 2].map(|a| index_range(&nodes[a], lo[a], hi[a]));
+        rk.into_par_iter().any(|k| {
+            rj.clone().any(|j| {
+                ri.clone()
+                    .any(|i| self.body.contains([nodes[0][i], nodes[1][j], nodes[2][k]]))
+            })
+        })
+    }
+}
+
 /// The indices of ascending `nodes` that may lie in [lo, hi]: a margin of 1e-9 of the
 /// interval's scale keeps every node [`Body::contains`] admits (its tolerances are 1e-12).
 fn index_range(nodes: &[f64], lo: f64, hi: f64) -> std::ops::Range<usize> {

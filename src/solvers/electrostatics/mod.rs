@@ -885,6 +885,15 @@ impl ElectrostaticsConfig {
             .enumerate()
             .map(|(i, s)| s.validate(i, &nodes, self.voltages.len(), self.permittivities.len()))
             .collect::<Result<Vec<_>>>()?;
+        if let Some(i) = shapes.iter().position(|s| !s.marks_a_node(&nodes)) {
+            return Err(Error::invalid(
+                &format!("electrostatics.shapes[{i}]"),
+                self.shapes[i].kind.clone(),
+                "contains no node of the mesh (smaller than the spacing between nodes there, \
+                 or outside the box), so it would be dropped: refine the mesh around it or \
+                 enlarge it",
+            ));
+        }
         let charge = Charge::parse(self.charge_density, &|p| {
             resolve("electrostatics.charge_density.file", p)
         })?;

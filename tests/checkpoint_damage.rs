@@ -163,3 +163,27 @@ fn a_restart_without_out_continues_in_the_checkpoints_folder() {
             .is_none()
     );
 }
+
+/// Any one byte of a checkpoint changed, anywhere in the file, is refused (exit 2) and
+/// never restarts with another answer.
+#[test]
+fn every_flipped_byte_is_refused() {
+    use proptest::prelude::*;
+    let dir = tempfile::tempdir().unwrap();
+    let good = checkpoint(dir.path());
+    let len = good.len();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 48,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&(0..len, 1u8..=255), |(at, x)| {
+            let mut b = good.clone();
+            b[at] ^= x;
+            let (code, err) = restart(dir.path(), &b);
+            prop_assert_eq!(code, 2, "byte {} ^ {}: {}", at, x, err);
+            Ok(())
+        })
+        .unwrap();
+}

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::keisan_bin;
+use common::{keisan_bin, write_npy};
 
 struct Outcome {
     code: i32,
@@ -398,18 +398,6 @@ fn heat_bad_temporal_block() {
         2,
         &["heat.temporal_block", "2D and 3D"],
     );
-}
-
-fn write_npy<T: npyz::AutoSerialize + Copy>(path: &Path, shape: &[u64], data: &[T]) {
-    use npyz::WriterBuilder;
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(std::fs::File::create(path).unwrap())
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
 }
 
 #[test]

@@ -4,21 +4,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::keisan_in;
-
-fn write_npy(path: &Path, shape: &[u64], data: &[f32]) {
-    use npyz::WriterBuilder;
-    let mut w = npyz::WriteOptions::new()
-        .default_dtype()
-        .shape(shape)
-        .writer(std::fs::File::create(path).unwrap())
-        .begin_nd()
-        .unwrap();
-    w.extend(data.iter().copied()).unwrap();
-    w.finish().unwrap();
-}
+use common::{keisan_in, write_npy};
 
 const ADVECTION: &str = r#"solver = "advection"
 precision = "f32"

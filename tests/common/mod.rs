@@ -303,3 +303,16 @@ pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f64::max)
 }
+
+/// Write `data` as an .npy of `shape` (the dtype of `T`).
+pub fn write_npy<T: npyz::AutoSerialize + Copy>(path: &std::path::Path, shape: &[u64], data: &[T]) {
+    use npyz::WriterBuilder;
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(shape)
+        .writer(std::fs::File::create(path).unwrap())
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+}

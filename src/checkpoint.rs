@@ -173,10 +173,15 @@ fn array_info<T: Real>(f: &Field<T>) -> ArrayInfo {
     }
 }
 
-/// The SHA-256 of `bytes`, in hex.
-fn sha256(bytes: &[u8]) -> String {
+/// The SHA-256 of `bytes`.
+fn digest(bytes: &[u8]) -> [u8; 32] {
     use sha2::{Digest, Sha256};
-    format!("{:x}", Sha256::digest(bytes))
+    Sha256::digest(bytes).into()
+}
+
+/// The SHA-256 of `bytes`, in hex (as the header keeps each array's).
+fn sha256(bytes: &[u8]) -> String {
+    digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn residuals_info(history: &History) -> ArrayInfo {
@@ -240,15 +245,12 @@ fn write_file<T: Real>(
         info.sha256 = sha256(bytes);
     }
     let json = serde_json::to_vec(&header).expect("header serialises");
-    let digest = {
-        use sha2::{Digest, Sha256};
-        Sha256::digest(&json)
-    };
+    let sealed = digest(&json);
     write_atomic(path, |w| {
         w.write_all(MAGIC)?;
         w.write_all(&(json.len() as u64).to_le_bytes())?;
         w.write_all(&json)?;
-        w.write_all(&digest)?;
+        w.write_all(&sealed)?;
         for a in arrays {
             w.write_all(bytes_of(a))?;
         }
@@ -363,11 +365,8 @@ impl Checkpoint {
         let mut json = vec![0u8; n as usize];
         r.read_exact(&mut json).map_err(|e| bad(path, e))?;
         // The checksum first: a damaged header may not even parse.
-        let mut digest = [0u8; 32];
-        let sealed = r.read_exact(&mut digest).is_ok() && {
-            use sha2::{Digest, Sha256};
-            Sha256::digest(&json).as_slice() == digest
-        };
+        let mut stored = [0u8; 32];
+        let sealed = r.read_exact(&mut stored).is_ok() && digest(&json) == stored;
         let format: Option<serde_json::Value> = serde_json::from_slice(&json).ok();
         let version = format.as_ref().and_then(|f| f.get("format")?.as_u64());
         if let Some(f) = format
@@ -399,12 +398,14 @@ impl Checkpoint {
             .iter()
             .map(|a| (a.shape.iter().product::<usize>() * a.precision.bytes()) as u64)
             .sum();
-        if 16 + n + 32 + data != len {
+        // The magic and length, the header, its checksum, then the arrays.
+        let data_offset = 16 + n + 32;
+        if data_offset + data != len {
             return Err(bad(
                 path,
                 format!(
                     "holds {len} bytes where its header describes {}: truncated or damaged",
-                    16 + n + 32 + data
+                    data_offset + data
                 ),
             ));
         }
@@ -412,7 +413,7 @@ impl Checkpoint {
         Ok(Self {
             path: path.to_path_buf(),
             header,
-            data_offset: 16 + n + 32,
+            data_offset,
         })
     }
 
@@ -626,8 +627,8 @@ fn verify(path: &Path, a: &ArrayInfo, bytes: &[u8]) -> Result<()> {
 }
 
 /// What a header written by keisan always is: each array named once, the residual history
-/// last and one-dimensional, shapes of at least one axis, diagnostics rows as long as their header, a field unless the file is the
-/// index of one written in pieces.
+/// last and one-dimensional, shapes of at least one axis, diagnostics rows as long as
+/// their header, a field unless the file is the index of one written in pieces.
 fn check_structure(h: &Header) -> std::result::Result<(), String> {
     let mut names = std::collections::HashSet::new();
     for a in &h.arrays {

@@ -420,7 +420,7 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
         checkpoint_every: args.checkpoint_every,
     };
     let restart = args.restart.as_deref().map(Checkpoint::open).transpose()?;
-    let problem = match (&args.problem, &restart) {
+    let mut problem = match (&args.problem, &restart) {
         (Some(path), _) => problem::load(path, &o)?,
         (None, Some(c)) => problem::parse(
             &c.header.problem_toml,
@@ -435,7 +435,6 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
             &o,
         )?,
     };
-    let mut problem = problem;
     if let Some(c) = &restart
         && problem.output.dir.is_none()
     {

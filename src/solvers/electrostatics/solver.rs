@@ -290,9 +290,13 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                     ),
                 });
             }
+            // The solve's V, on the host once: for its true residual and its charges.
+            let v = match l.status {
+                run::Status::NonFinite => None,
+                _ => Some(e.snapshot()?),
+            };
             let mut status = l.status;
-            if status == run::Status::Converged {
-                let v = e.snapshot()?;
+            if let Some(v) = v.as_ref().filter(|_| status == run::Status::Converged) {
                 let r = cpu::true_residual(&self.p, &g, &v.data);
                 // A NaN residual is no convergence either.
                 let met = r <= self.p.accepted_true_residual(T::PRECISION);
@@ -309,11 +313,12 @@ impl<T: Real> ElectrostaticsCase<'_, T> {
                     status,
                 });
             }
-            columns.push(if l.status == run::Status::NonFinite {
-                vec![f64::NAN; electrodes.len()]
-            } else {
-                let q = gauss::charges(&self.p, &g, &e.snapshot()?.data);
-                electrodes.iter().map(|&i| q[i as usize]).collect()
+            columns.push(match &v {
+                None => vec![f64::NAN; electrodes.len()],
+                Some(v) => {
+                    let q = gauss::charges(&self.p, &g, &v.data);
+                    electrodes.iter().map(|&i| q[i as usize]).collect()
+                }
             });
         }
         // Columns were solves; the matrix is C[i][j] = charge on i with j at 1 V.

@@ -143,7 +143,10 @@ impl NbodyConfig {
             return Err(Error::invalid(
                 "nbody.softening",
                 self.softening,
-                "the softening length ε must be a number ≥ 0 and at most 1e18 (ε² must stay finite in f32)",
+                format!(
+                    "the softening length ε must be a number ≥ 0 and at most {MAX_SOFTENING:e} \
+                     (ε² must stay finite in f32)"
+                ),
             ));
         }
         let dt = positive(

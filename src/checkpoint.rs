@@ -42,6 +42,17 @@ pub struct History {
     pub diagnostics: Vec<Vec<f64>>,
     /// The numbered fields written so far: (time or step, .vti name).
     pub series: Vec<(f64, String)>,
+    /// Every file of the numbered series so far (fields, pictures, pieces) with its step:
+    /// a restart brings those up to its step into its own run.
+    #[serde(default)]
+    pub series_files: Vec<(u64, String)>,
+    /// The stage (a folder inside the output folder) that held the run's files when the
+    /// checkpoint was written.
+    #[serde(default)]
+    pub stage: Option<String>,
+    /// Digits of the step in the series' file names, kept by a restart.
+    #[serde(default)]
+    pub width: Option<usize>,
 }
 
 /// Diagnostics rows in the JSON header. JSON has no NaN or infinity (a residual before the
@@ -244,7 +255,12 @@ fn write_file<T: Real>(
     for (info, bytes) in header.arrays.iter_mut().zip(stored) {
         info.sha256 = sha256(bytes);
     }
-    let json = serde_json::to_vec(&header).expect("header serialises");
+    let json = serde_json::to_vec(&header).map_err(|e| {
+        Error::io(
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("its header: {e}")),
+        )
+    })?;
     let sealed = digest(&json);
     write_atomic(path, |w| {
         w.write_all(MAGIC)?;

@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::checkpoint::{self, Checkpoint, History};
 use crate::device::{Device, Placement};
 use crate::error::{Error, Result};
+use crate::output::stage::{self, Stage};
 use crate::output::{self, OutputDir, OutputSet, pvtk};
 use crate::parallel::world;
 use crate::precision::Real;
@@ -73,6 +74,7 @@ pub fn execute_placed(
             ),
         ));
     }
+    crate::problem::check_paths(problem)?;
     // Prove the output folder can be written before a long solve, creating nothing yet.
     if let Some(dir) = &problem.output.dir {
         output::check_writable(dir)?;
@@ -213,23 +215,48 @@ fn piece_of<T: Real>(
     })
 }
 
-/// Outputs of a run in progress: the folder, what the series holds so far.
+/// Outputs of a run in progress: the folders, what the series holds so far.
 struct Writer<'a> {
     problem: &'a Problem,
     /// The run has an output folder: every rank takes the snapshots (collective under
     /// mpirun), and the one that writes files has `dir`.
     has_dir: bool,
+    /// The output folder, on the rank that writes files: its checkpoints go there, and
+    /// the stage's files once the run has completed.
     dir: Option<OutputDir>,
+    /// Where the run's output files are written until published (every rank).
+    stage: Option<Stage>,
     layout: Layout,
-    /// Where this process writes its pieces (every rank, with `layout.pieces`).
+    /// Where this process writes its checkpoint pieces (every rank, with `layout.pieces`).
     local: Option<OutputDir>,
     history: History,
     /// Digits of the step in numbered file names.
     width: usize,
-    written: Vec<PathBuf>,
 }
 
 impl Writer<'_> {
+    /// The stage folder, on the rank that writes files.
+    fn staged(&self) -> Option<&OutputDir> {
+        self.stage.as_ref().filter(|_| self.dir.is_some()).map(Stage::dir)
+    }
+
+    /// Note the files the series write of `step` added to the stage (all but the indexes,
+    /// which every write renews), for a restart to bring along.
+    fn note_series_files(&mut self, step: u64, indexes: &[String]) -> Result<()> {
+        let Some(stage) = self.stage.as_ref().filter(|_| self.dir.is_some()) else {
+            return Ok(());
+        };
+        let known: std::collections::HashSet<String> = (self.history.series_files.iter())
+            .map(|(_, n)| n.clone())
+            .collect();
+        for name in stage.files()? {
+            if !known.contains(&name) && !indexes.contains(&name) {
+                self.history.series_files.push((step, name));
+            }
+        }
+        Ok(())
+    }
+
     fn time(&self, step: u64) -> f64 {
         self.problem
             .spec
@@ -245,21 +272,20 @@ impl Writer<'_> {
         engine: &mut dyn Engine<Real = T>,
         whole: Option<&Field<T>>,
         stem: impl Fn(&str) -> String,
-    ) -> Result<(Piece<T>, Vec<PathBuf>)> {
+    ) -> Result<Piece<T>> {
         let p = piece_of(engine, whole)?;
-        let mut mine = Vec::new();
         // A piece of the whole field (an engine not decomposed over ranks) is rank 0's.
-        if let Some(local) = self
-            .local
+        if let Some(stage) = self
+            .stage
             .as_ref()
             .filter(|_| p.ranks.len() > 1 || self.dir.is_some())
         {
-            let mut set = OutputSet::begin(local)?;
+            let mut set = OutputSet::begin(stage.dir())?;
             set.piece(&stem(p.whole.name), &p)?;
-            mine = set.commit()?;
+            set.commit()?;
         }
         world::barrier()?;
-        Ok((p, mine))
+        Ok(p)
     }
 
     /// The numbered field of `step` (whole, or pieces and their index), the series
@@ -278,7 +304,9 @@ impl Writer<'_> {
             true => Some(self.pieces(case.engine(), u.as_ref(), numbered)?),
             false => None,
         };
-        let Some(dir) = &self.dir else { return Ok(()) };
+        let Some(dir) = self.staged().cloned() else {
+            return Ok(());
+        };
         let scalars = match &u {
             Some(u) => case.scalars(step, u, residuals)?,
             None => residual_at(step, residuals)
@@ -298,13 +326,12 @@ impl Writer<'_> {
         self.history.diagnostics_header = header;
         self.history.diagnostics.retain(|r| r[0] < step as f64);
         self.history.diagnostics.push(row);
-        let mut set = OutputSet::begin(dir)?;
+        let mut set = OutputSet::begin(&dir)?;
         let (name, vtk) = match (&piece, &u) {
-            (Some((p, mine)), _) => {
+            (Some(p), _) => {
                 let stem = numbered(p.whole.name);
                 let index = format!("{stem}.{}", pvtk::extension(&p.whole));
                 pvtk::write(&set.file(&index), &stem, p)?;
-                self.written.extend(mine.iter().cloned());
                 (p.whole.name, Some(index))
             }
             (None, Some(u)) => {
@@ -328,11 +355,68 @@ impl Writer<'_> {
             output::pvd::write(&set.file(&format!("{name}.pvd")), &self.history.series)?;
         }
         output::csv::write_table(
-            &set.file("diagnostics.csv"),
+            &set.file(DIAGNOSTICS),
             &self.history.diagnostics_header,
             &self.history.diagnostics,
         )?;
-        self.written.extend(set.commit()?);
+        set.commit()?;
+        self.note_series_files(step, &[format!("{name}.pvd"), DIAGNOSTICS.to_string()])
+    }
+
+    /// The series' indexes (`<name>.pvd`, diagnostics.csv) from the history, into `set`:
+    /// the final set renews them, so that a restart's list only names files it has.
+    fn indexes(&self, name: &str, set: &mut OutputSet) -> Result<()> {
+        if !self.history.series.is_empty() {
+            output::pvd::write(&set.file(&format!("{name}.pvd")), &self.history.series)?;
+        }
+        if !self.history.diagnostics.is_empty() {
+            output::csv::write_table(
+                &set.file(DIAGNOSTICS),
+                &self.history.diagnostics_header,
+                &self.history.diagnostics,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Before checkpointing: the history names the stage, which is kept from then on
+    /// should the run not complete.
+    fn stage_for_checkpoint(&mut self) {
+        if let Some(stage) = self.stage.as_mut().filter(|_| self.dir.is_some()) {
+            self.history.stage = Some(stage.name());
+            stage.keep();
+        }
+    }
+
+    /// A restart's run: the series files of the checkpoint's run up to `step`, from its
+    /// stage or its output folder, into this run's stage; the series and the pictures
+    /// it could not find are dropped from the history (a notice says how many).
+    fn adopt_series(&mut self, c: &Checkpoint, step: u64, cx: &Execution) -> Result<()> {
+        let Some(stage) = self.stage.as_ref().filter(|_| self.dir.is_some()) else {
+            return Ok(());
+        };
+        let mut from = Vec::new();
+        if let Some(d) = &c.header.output_dir {
+            if let Some(s) = &c.header.history.stage {
+                from.push(d.join(s));
+            }
+            from.push(d.clone());
+        }
+        let h = &mut self.history;
+        h.series_files.retain(|(k, _)| *k <= step);
+        let names: Vec<String> = h.series_files.iter().map(|(_, n)| n.clone()).collect();
+        let found = stage.adopt(&names, &from)?;
+        h.series_files.retain(|(_, n)| found.contains(n));
+        h.series.retain(|(_, f)| found.contains(f));
+        let missing = names.len() - found.len();
+        if missing > 0 {
+            cx.notice(&format!(
+                "{missing} of the {} files of the checkpoint's series up to step {step} are \
+                 gone from {}; the series continues without them",
+                names.len(),
+                from.last().map_or("its folder".into(), |d| d.display().to_string()),
+            ));
+        }
         Ok(())
     }
 
@@ -347,6 +431,7 @@ impl Writer<'_> {
             return self.checkpoint_pieces(engine, step, status, residuals);
         }
         let fields = engine.state()?;
+        self.stage_for_checkpoint();
         let Some(dir) = self.dir.as_ref() else {
             let folder = self.problem.output.dir.as_deref().unwrap_or(Path::new("."));
             return Ok(folder.join(checkpoint::FILE));
@@ -368,6 +453,7 @@ impl Writer<'_> {
         residuals: &[f64],
     ) -> Result<PathBuf> {
         let p = piece_of(engine, None)?;
+        self.stage_for_checkpoint();
         let local = self
             .local
             .as_ref()
@@ -389,6 +475,11 @@ impl Writer<'_> {
         Ok(path)
     }
 }
+
+/// The table of the diagnostics rows, beside the series.
+const DIAGNOSTICS: &str = "diagnostics.csv";
+/// The run's summary, the last file of its set.
+const SUMMARY: &str = "summary.json";
 
 /// An error for a pending SIGINT/SIGTERM at `step`, saying what was kept: the latest
 /// checkpoint (its path and step), if any.
@@ -458,15 +549,19 @@ pub fn run_case<C: Case>(
             .filter(|_| world::writes_files())
             .map(OutputDir::create)
             .transpose()?,
+        stage: p.output.dir.as_deref().map(Stage::begin).transpose()?,
         layout,
         local: (p.output.dir.as_deref())
             .filter(|_| layout.pieces)
             .map(OutputDir::create)
             .transpose()?,
+        width: history.width.unwrap_or(max.to_string().len().max(6)),
         history,
-        width: max.to_string().len().max(6),
-        written: Vec::new(),
     };
+    w.history.width = Some(w.width);
+    if let (Some(c), Some(step)) = (&opts.restart, restarted_at) {
+        w.adopt_series(c, step, cx)?;
+    }
     let out = &p.output;
     let bar = run::progress_bar(max, opts.quiet);
     if restarted_at.is_none() && out.steps.first() == Some(&0) {
@@ -568,14 +663,19 @@ pub fn run_case<C: Case>(
     t.study_s = t.setup_s + t.solve_s + t.check_s + t.download_s;
     t.context_s = opts.context_s;
 
-    if let Some(dir) = &w.dir {
+    let stage = w.stage.take().filter(|_| w.dir.is_some());
+    if let (Some(dir), Some(stage)) = (w.dir.clone(), stage) {
         let lap = Instant::now();
-        let mut set = OutputSet::begin(dir)?;
+        let mut set = OutputSet::begin(stage.dir())?;
+        let name = match (&piece, &u) {
+            (Some(p), _) => p.whole.name,
+            (None, Some(u)) => u.name,
+            (None, None) => unreachable!("a field is gathered unless it is written in pieces"),
+        };
         match (&piece, &u) {
-            (Some((p, mine)), _) => {
+            (Some(p), _) => {
                 let index = format!("{}.{}", p.whole.name, pvtk::extension(&p.whole));
                 pvtk::write(&set.file(&index), p.whole.name, p)?;
-                w.written.extend(mine.iter().cloned());
                 summary.pieces = Some(serde_json::json!({
                     "index": index,
                     "ranks": p.ranks.len(),
@@ -596,30 +696,35 @@ pub fn run_case<C: Case>(
         if !outcome.residuals.is_empty() {
             output::csv::write_residuals(&set.file("residuals.csv"), &outcome.residuals)?;
         }
-        let json = set.file("summary.json");
-        let mut seen = std::collections::HashSet::new();
-        summary.outputs = w
-            .written
-            .into_iter()
-            .filter(|f| seen.insert(f.clone()))
-            .collect();
-        summary
-            .outputs
-            .extend(set.names().iter().map(|n| set.final_path(n)));
+        w.indexes(name, &mut set)?;
+        set.commit()?;
+        let mut names = stage.files()?;
+        names.push(SUMMARY.to_string());
+        summary.outputs = names.iter().map(|n| dir.file(n)).collect();
         t.write_s = written_during_s + lap.elapsed().as_secs_f64();
         t.total_s = opts
             .process_start
             .map_or(0.0, |s| s.elapsed().as_secs_f64());
         summary.timings = t;
-        let text = serde_json::to_string_pretty(&summary).expect("summary serialises");
-        output::write_atomic(&json, |f| writeln!(f, "{text}"))?;
-        // Rank 0 alone: its own signal keeps the final set from landing.
+        let text = serde_json::to_string_pretty(&summary)
+            .map_err(|e| Error::Parse(format!("the summary cannot be written as JSON: {e}")))?;
+        output::write_atomic(&stage.dir().file(SUMMARY), |f| writeln!(f, "{text}"))?;
+        // Rank 0 alone: its own signal keeps the run's outputs from landing.
         stop_if_signalled(
             crate::signals::pending(),
             outcome.steps,
             last_checkpoint.as_ref(),
         )?;
-        set.commit()?;
+        stage.publish()?;
+        // Stages that interrupted runs left here and that the folder's checkpoint (this
+        // run's, when it wrote one) does not name.
+        let named = match last_checkpoint.is_some() {
+            true => None,
+            false => checkpoint::Checkpoint::open(&dir.file(checkpoint::FILE))
+                .ok()
+                .and_then(|c| c.header.history.stage),
+        };
+        stage::remove_abandoned(dir.path(), named.as_deref());
     } else {
         t.total_s = opts
             .process_start

@@ -412,7 +412,7 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
     args.quiet |= !speaks;
     args.json &= speaks;
     keisan::signals::install().map_err(|e| Error::Parse(format!("signal handlers: {e}")))?;
-    let o = Overrides {
+    let mut o = Overrides {
         set: args.set,
         precision: args.precision,
         out: args.out,
@@ -420,7 +420,15 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
         checkpoint_every: args.checkpoint_every,
     };
     let restart = args.restart.as_deref().map(Checkpoint::open).transpose()?;
-    let mut problem = match (&args.problem, &restart) {
+    // A restart that names no folder continues the checkpoint's run where it wrote.
+    let continued = match (&restart, &o.out) {
+        (Some(c), None) => c.header.output_dir.clone(),
+        _ => None,
+    };
+    if continued.is_some() {
+        o.out = continued.clone();
+    }
+    let problem = match (&args.problem, &restart) {
         (Some(path), _) => problem::load(path, &o)?,
         (None, Some(c)) => problem::parse(
             &c.header.problem_toml,
@@ -435,34 +443,28 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
             &o,
         )?,
     };
+    if let Some(dir) = &continued
+        && !args.quiet
+    {
+        keisan::say!(
+            "keisan: continuing the outputs in {} (the checkpoint's run's folder; --out \
+             chooses another)",
+            dir.display()
+        );
+    }
     if let Some(c) = &restart
         && problem.output.dir.is_none()
     {
-        // A restart that names no folder continues the checkpoint's run where it wrote:
-        // its results must go somewhere.
-        match &c.header.output_dir {
-            Some(dir) => {
-                if !args.quiet {
-                    keisan::say!(
-                        "keisan: continuing the outputs in {} (the checkpoint's run's folder; \
-                         --out chooses another)",
-                        dir.display()
-                    );
-                }
-                problem.output.dir = Some(dir.clone());
-            }
-            None => {
-                return Err(Error::invalid(
-                    "--out",
-                    "not given",
-                    format!(
-                        "{} does not say where its run wrote, so this restart's results would \
-                         go nowhere: give --out DIR",
-                        c.path.display()
-                    ),
-                ));
-            }
-        }
+        // The checkpoint does not say where its run wrote: the results must go somewhere.
+        return Err(Error::invalid(
+            "--out",
+            "not given",
+            format!(
+                "{} does not say where its run wrote, so this restart's results would go \
+                 nowhere: give --out DIR",
+                c.path.display()
+            ),
+        ));
     }
     let (placement, context_s) = select(&args.dev, &problem.run, args.quiet)?;
     if !args.quiet {

@@ -99,6 +99,8 @@ pub struct Problem {
     pub table: toml::Table,
     /// The folder relative paths in the table are taken from.
     pub base: Option<PathBuf>,
+    /// The files the problem reads (its dotted key, the path as resolved).
+    pub inputs: Vec<(String, PathBuf)>,
 }
 
 impl std::fmt::Debug for dyn Solver {
@@ -124,6 +126,8 @@ pub struct Source<'a> {
     /// Dotted keys set by `--set`.
     overridden: Vec<String>,
     pub precision: Precision,
+    /// Every path resolved by [`Source::path`]: the problem's input files.
+    inputs: std::cell::RefCell<Vec<(String, PathBuf)>>,
 }
 
 impl Source<'_> {
@@ -166,10 +170,12 @@ impl Source<'_> {
     /// A path written at dotted `key`, made usable: relative paths from a problem file are
     /// taken from its folder, those given by `--set` from the current folder.
     pub fn path(&self, key: &str, p: &Path) -> PathBuf {
-        match self.base {
+        let path = match self.base {
             Some(base) if p.is_relative() && self.override_of(key).is_none() => base.join(p),
             _ => p.to_path_buf(),
-        }
+        };
+        self.inputs.borrow_mut().push((key.to_string(), path.clone()));
+        path
     }
 }
 
@@ -260,6 +266,7 @@ pub fn parse(text: &str, origin: &str, base: Option<&Path>, o: &Overrides) -> Re
         base,
         overridden,
         precision: Precision::F64,
+        inputs: Default::default(),
     };
     let mut take = |key: &str| table.remove(key);
 
@@ -340,7 +347,57 @@ pub fn parse(text: &str, origin: &str, base: Option<&Path>, o: &Overrides) -> Re
         spec,
         table: as_parsed,
         base: base.map(Path::to_path_buf),
+        inputs: src.inputs.take(),
     })
+}
+
+/// Refuse, before any solving, paths a run could not record or would harm: an output
+/// folder (or, with checkpoints, the problem's folder) whose path is not UTF-8 — the
+/// summary and checkpoints record paths as JSON text — and an input file directly in the
+/// output folder, where this run's outputs would replace it (and the same command run
+/// again would read its own output).
+pub fn check_paths(p: &Problem) -> Result<()> {
+    let utf8 = |field: &str, path: &Path| match std::path::absolute(path)
+        .ok()
+        .and_then(|a| a.to_str().map(drop))
+        .and(path.to_str())
+    {
+        Some(_) => Ok(()),
+        None => Err(Error::invalid(
+            field,
+            path.display(),
+            "is not valid UTF-8 (with the current folder): summary.json and checkpoints \
+             record paths as JSON text; choose a folder whose path is",
+        )),
+    };
+    let Some(out) = &p.output.dir else {
+        return Ok(());
+    };
+    utf8("the output folder (--out or output.dir)", out)?;
+    if let (Some(base), Some(_)) = (&p.base, p.output.checkpoint_every) {
+        utf8("the problem file's folder", base)?;
+    }
+    let Ok(out) = out.canonicalize() else {
+        return Ok(());
+    };
+    for (key, input) in &p.inputs {
+        let folder = input
+            .parent()
+            .filter(|f| !f.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        if folder.canonicalize().is_ok_and(|f| f == out) {
+            return Err(Error::invalid(
+                key,
+                input.display(),
+                format!(
+                    "is in the output folder {}, where this run's outputs go and may replace \
+                     it: move the input out of that folder, or choose another --out",
+                    out.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn validate_output(

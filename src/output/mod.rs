@@ -10,6 +10,7 @@ pub mod npy;
 pub mod png;
 pub mod pvd;
 pub mod pvtk;
+pub mod stage;
 pub mod vti;
 pub mod vtp;
 pub mod vtr;
@@ -90,6 +91,11 @@ impl OutputDir {
         })
     }
 
+    /// A folder known to exist (another process created it).
+    pub fn existing(path: PathBuf) -> Self {
+        Self { path }
+    }
+
     pub fn file(&self, name: &str) -> PathBuf {
         self.path.join(name)
     }
@@ -158,18 +164,6 @@ impl<'a> OutputSet<'a> {
         self.staging.path().join(name)
     }
 
-    /// Fails like a full disk when `KEISAN_INJECT_WRITE_FAILURE` names `name`: the hook
-    /// the tests use to show that a failed set leaves the previous one untouched.
-    fn inject_failure(&self, name: &str) -> Result<()> {
-        match std::env::var("KEISAN_INJECT_WRITE_FAILURE") {
-            Ok(n) if n == name => Err(Error::io(
-                self.staging.path().join(name),
-                std::io::Error::new(std::io::ErrorKind::StorageFull, "injected write failure"),
-            )),
-            _ => Ok(()),
-        }
-    }
-
     /// The names of the set's files so far.
     pub fn names(&self) -> &[String] {
         &self.names
@@ -186,9 +180,6 @@ impl<'a> OutputSet<'a> {
     /// flag, so SIGINT/SIGTERM never land between the renames; SIGKILL or a power cut
     /// can.)
     pub fn commit(self) -> Result<Vec<PathBuf>> {
-        for name in &self.names {
-            self.inject_failure(name)?;
-        }
         let old = self.staging.path().join(".replaced");
         std::fs::create_dir(&old).map_err(|e| Error::io(&old, e))?;
         let mut moved_aside = Vec::new();

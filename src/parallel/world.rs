@@ -64,6 +64,20 @@ pub fn all(mine: bool) -> Result<bool> {
     Ok(votes.iter().all(|&v| v == 1))
 }
 
+/// The first rank's `bytes`, on every rank (collective; `bytes` itself without a world).
+pub fn from_first(bytes: &[u8]) -> Result<Vec<u8>> {
+    let Some(w) = World::current() else {
+        return Ok(bytes.to_vec());
+    };
+    let mine = if w.rank == 0 { bytes.len() as u64 } else { 0 };
+    let lengths = all_gather(&mine.to_le_bytes(), &vec![8; w.size])?;
+    let len = u64::from_le_bytes(lengths[..8].try_into().expect("8 bytes")) as usize;
+    let mut counts = vec![0; w.size];
+    counts[0] = len;
+    let part = if w.rank == 0 { bytes } else { &[] };
+    all_gather(part, &counts)
+}
+
 /// Wait until every rank gets here (nothing without a world).
 pub fn barrier() -> Result<()> {
     all(true).map(drop)

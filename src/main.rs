@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+use keisan::units::printable;
 use keisan::checkpoint::Checkpoint;
 use keisan::device::{self, Backend, Placement};
 use keisan::error::{Error, Result};
@@ -181,9 +182,23 @@ fn main() -> ExitCode {
     }
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // Every rank stops at the same step on a signal (they agree on it): each ends
+        // normally, with the signal's code.
+        Err(e @ Error::Interrupted { .. }) if keisan::parallel::World::current().is_some() => {
+            if keisan::parallel::world::writes_files() {
+                keisan::say!("keisan: {e}");
+            }
+            ExitCode::from(e.exit_code() as u8)
+        }
         // One rank's failure ends every rank (none waits forever in a collective).
         Err(e) if keisan::parallel::World::current().is_some() => {
             let w = keisan::parallel::World::current().expect("checked");
+            // A bad request is refused alike by every rank: rank 0's message, printed
+            // before its abort ends the others, says it once (another rank's still
+            // shows when it alone refused).
+            if e.exit_code() == 2 && w.rank > 0 {
+                std::thread::sleep(std::time::Duration::from_secs(2));
+            }
             keisan::say!(
                 "error (rank {} of {}): {}",
                 w.rank,
@@ -244,21 +259,6 @@ fn wants_json(m: &clap::ArgMatches) -> bool {
     matches!(m.try_get_one::<bool>("json"), Ok(Some(true)))
 }
 
-/// A message as the terminal should get it: control characters escaped, lines kept.
-fn printable(s: &str) -> String {
-    s.split('\n')
-        .map(|l| {
-            l.chars()
-                .flat_map(|c| match c {
-                    '\t' => vec!['\t'],
-                    c if c.is_control() => c.escape_default().collect(),
-                    c => vec![c],
-                })
-                .collect::<String>()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
 
 fn usage(e: clap::Error) -> Error {
     Error::Parse(e.to_string())
@@ -327,6 +327,38 @@ fn select(dev: &DeviceArgs, file: &problem::RunConfig, quiet: bool) -> Result<(P
     )?
     .with_halo(dev.halo)?;
     Ok((placement, t.elapsed().as_secs_f64()))
+}
+
+/// With no GPU found, a problem sized for one would run on the CPU for a long while: say
+/// so before it starts, with its floor at this host's copy bandwidth (measured when the
+/// run's memory traffic makes it worth a second).
+fn warn_of_a_long_cpu_run(problem: &problem::Problem) {
+    /// Runs whose floor is below this are not worth a word.
+    const LONG_S: f64 = 60.0;
+    /// Traffic below this is quick on any host: not worth measuring the bandwidth.
+    const FEW_BYTES: f64 = 2e11;
+    let Some(values) = problem.spec.least_values_moved() else {
+        return;
+    };
+    let bytes = values * problem.precision.bytes() as f64;
+    if bytes < FEW_BYTES {
+        return;
+    }
+    let rate = keisan::device::ceilings::measure_cpu().copy_bandwidth;
+    let floor = bytes / rate;
+    if floor >= LONG_S {
+        keisan::say!(
+            "note: on the CPU this run moves at least {} through memory{}: {} or more at \
+             this host's {:.1} GB/s. A GPU run needs a CUDA device (see keisan info)",
+            keisan::units::bytes(bytes as u128),
+            match problem.spec.dt() {
+                Some(_) => "",
+                None => " by its iteration limit (less if it converges first)",
+            },
+            keisan::units::seconds(floor),
+            rate * 1e-9
+        );
+    }
 }
 
 fn print_report(report: Report, json: bool) {
@@ -467,8 +499,18 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
         ));
     }
     let (placement, context_s) = select(&args.dev, &problem.run, args.quiet)?;
+    if !args.quiet
+        && args.dev.backend.unwrap_or(problem.run.backend) == device::Backend::Auto
+        && matches!(placement.first(), device::Device::Cpu { .. })
+    {
+        warn_of_a_long_cpu_run(&problem);
+    }
     if !args.quiet {
-        keisan::say!("running {} on {}", problem.title, placement.describe());
+        keisan::say!(
+            "running {} on {}",
+            printable(&problem.title),
+            placement.describe()
+        );
     }
     keisan::device::cuda::announce_compiles(!args.quiet);
     let summary = execute::execute_placed(
@@ -547,7 +589,7 @@ fn info(probe: bool, json: bool) -> Result<()> {
     }
     if probe {
         let cpu = keisan::device::ceilings::measure_cpu();
-        text += &format!("CPU{}", cpu.human().trim_start_matches(' '));
+        text += &format!("CPU {}", cpu.human().trim_start());
         report["cpu_ceilings"] = serde_json::to_value(cpu).expect("serialises");
         if let Ok(list) = &devices {
             let mut probes = Vec::new();
@@ -555,9 +597,9 @@ fn info(probe: bool, json: bool) -> Result<()> {
                 let gpu = device::Gpu::open(d.ordinal)?;
                 let c = keisan::device::ceilings::measure_gpu(&gpu)?;
                 text += &format!(
-                    "CUDA device {}{}",
+                    "CUDA device {} {}",
                     d.ordinal,
-                    c.human().trim_start_matches(' ')
+                    c.human().trim_start()
                 );
                 probes.push(c);
             }

@@ -156,14 +156,18 @@ impl Source<'_> {
         }
     }
 
+    /// The `--set` that gave the value at `path`: one that set it or a table above it,
+    /// or else one that set a key inside it (an error about a table, such as an unknown
+    /// field, is then most likely that key's).
     fn override_of(&self, path: &str) -> Option<&str> {
-        self.overridden
-            .iter()
-            .find(|k| {
-                path == k.as_str()
-                    || path.starts_with(&format!("{k}."))
-                    || path.starts_with(&format!("{k}["))
-            })
+        let above = |k: &String| {
+            path == k.as_str()
+                || path.starts_with(&format!("{k}."))
+                || path.starts_with(&format!("{k}["))
+        };
+        let inside = |k: &String| k.starts_with(&format!("{path}."));
+        (self.overridden.iter().find(|k| above(k)))
+            .or_else(|| self.overridden.iter().find(|k| inside(k)))
             .map(|k| k.as_str())
     }
 
@@ -527,11 +531,22 @@ fn apply_override(table: &mut toml::Table, ov: &str) -> Result<String> {
             "--set {shown}: empty key segment in `{key}`"
         )));
     }
-    // A TOML value (number, string, array, inline table); otherwise the text as a string.
-    let value = raw
-        .trim()
-        .parse::<toml::Value>()
-        .unwrap_or_else(|_| toml::Value::String(raw.trim().to_string()));
+    // A TOML value (number, string, array, inline table); otherwise the text as a string
+    // — unless it opens an array, a table or a quoted string, which must then parse.
+    let text = raw.trim();
+    let value = match text.parse::<toml::Value>() {
+        Ok(v) => v,
+        Err(e) if text.starts_with(['[', '{', '"', '\'']) => {
+            let why = e.to_string();
+            let why = why.lines().last().unwrap_or("").trim();
+            return Err(Error::Parse(format!(
+                "--set {shown}: `{}` is not a TOML value ({why}); e.g. --set \
+                 heat.shape=[64,64] or --set 'heat.initial={{preset=\"sine\"}}'",
+                crate::units::clip(text)
+            )));
+        }
+        Err(_) => toml::Value::String(text.to_string()),
+    };
     let (last, path) = parts.split_last().expect("split yields at least one part");
     let mut cur = table;
     for p in path {

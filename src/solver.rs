@@ -90,6 +90,12 @@ pub trait SolverProblem: Described + std::fmt::Debug + Send + Sync {
              solvers (heat)",
         ))
     }
+    /// The values the run reads and writes at the least (each field read and written
+    /// once per step, to its step limit): with the host's copy bandwidth, the floor of its
+    /// time, which the runner says before a long CPU run a GPU was meant for.
+    fn least_values_moved(&self) -> Option<f64> {
+        None
+    }
     /// Whether its engines run on slabs over several devices ([`crate::parallel`]).
     fn decomposes(&self) -> bool {
         false

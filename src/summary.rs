@@ -87,7 +87,12 @@ impl Summary {
     pub fn human(&self) -> String {
         let mut s = String::new();
         let shape: Vec<String> = self.shape.iter().map(|x| x.to_string()).collect();
-        s += &format!("{} — {} on {}\n", self.title, self.solver, self.device);
+        s += &format!(
+            "{} — {} on {}\n",
+            crate::units::printable(&self.title),
+            self.solver,
+            self.device
+        );
         // N-body's shape is its state array's (particles × position, velocity, mass).
         // A grid's shape is NumPy's, slowest axis first, which the line names: the study's
         // "8192 × 16384" (nx × ny) is a grid of 16384 × 8192 (y × x) here.

@@ -135,3 +135,19 @@ pub fn checked_cells(field: &str, shape: &[usize], bytes_per_point: usize) -> cr
             )
         })
 }
+
+/// A message as the terminal should get it: control characters escaped, lines kept.
+pub fn printable(s: &str) -> String {
+    s.split('\n')
+        .map(|l| {
+            l.chars()
+                .flat_map(|c| match c {
+                    '\t' => vec!['\t'],
+                    c if c.is_control() => c.escape_default().collect(),
+                    c => vec![c],
+                })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -181,10 +181,12 @@ fn a_request_no_rank_can_take_ends_every_rank() {
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success());
+    // Named by what set the count, once (every rank refuses alike).
     assert!(
-        err.contains("rank") && err.contains("--subdomains"),
+        err.contains("rank") && err.contains("mpirun -np = 20"),
         "{err}"
     );
+    assert_eq!(err.matches("mpirun -np = 20").count(), 1, "{err}");
     // Per-process placement options are refused under mpirun.
     let o = mpirun(
         d,

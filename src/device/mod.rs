@@ -152,6 +152,15 @@ impl Placement {
         Ok(self)
     }
 
+    /// What set the number of subdomains, for messages: mpirun's process count, or
+    /// `--subdomains` (or the devices listed).
+    pub fn parts_field(&self) -> &'static str {
+        match self.world {
+            Some(_) => "mpirun -np",
+            None => "--subdomains",
+        }
+    }
+
     pub fn is_single(&self) -> bool {
         self.parts.len() == 1 && self.world.is_none()
     }
@@ -313,8 +322,9 @@ pub fn place(
             "names CUDA devices; on the CPU backend give --subdomains N instead",
         ));
     }
+    let listed = parse_devices(list)?;
     let count = cuda::device_count()?;
-    let ordinals = parse_devices(list)?.unwrap_or_else(|| (0..count).collect());
+    let ordinals = listed.unwrap_or_else(|| (0..count).collect());
     if let Some(&bad) = ordinals.iter().find(|&&o| o >= count) {
         return Err(Error::invalid(
             "--devices",

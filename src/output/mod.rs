@@ -65,6 +65,20 @@ pub fn check_writable(path: &Path) -> Result<()> {
                     ),
                 ));
             }
+            Err(_) if at.symlink_metadata().is_ok() => {
+                let to = std::fs::read_link(at).map_or("?".into(), |t| t.display().to_string());
+                return Err(folder_error(
+                    path,
+                    "cannot create the output folder",
+                    std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        format!(
+                            "{} is a symbolic link to {to}, which does not exist",
+                            at.display()
+                        ),
+                    ),
+                ));
+            }
             Err(_) => match at.parent() {
                 Some(p) if !p.as_os_str().is_empty() => at = p,
                 _ => {

@@ -331,7 +331,7 @@ pub(crate) fn slab_windows<T: Real>(
         placement.total(),
         2 * steps,
         p.periodic(),
-        "--subdomains",
+        placement.parts_field(),
     )
 }
 

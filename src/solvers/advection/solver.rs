@@ -53,6 +53,9 @@ impl SolverProblem for AdvectionProblem {
     fn max_steps(&self) -> u64 {
         self.steps
     }
+    fn least_values_moved(&self) -> Option<f64> {
+        Some(2.0 * (self.nx * self.ny) as f64 * self.steps as f64)
+    }
     fn dt(&self) -> Option<f64> {
         Some(self.dt)
     }

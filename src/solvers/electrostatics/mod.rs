@@ -355,7 +355,7 @@ pub fn engine_placed<T: Real>(
 /// iterations per exchange).
 pub(crate) fn slab_windows(nz: usize, placement: &Placement, table: bool) -> Result<Vec<Window>> {
     let halo = if table { 4 } else { 2 };
-    windows(nz, placement.total(), halo, false, "--subdomains")
+    windows(nz, placement.total(), halo, false, placement.parts_field())
 }
 
 /// The planes a slab's red sweep covers for its black sweep over `rows`: those and one
@@ -501,7 +501,7 @@ fn check_spacing(field: &str, nodes: &[f64]) -> Result<()> {
 }
 
 /// What holds on a box face: zero normal field (default) or a fixed voltage.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Face {
     Voltage(f64),
@@ -526,7 +526,7 @@ pub struct FacesConfig {
 }
 
 /// The relaxation factor: given, or estimated from the mesh.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Omega {
     Given(f64),
@@ -537,6 +537,57 @@ pub enum Omega {
 #[serde(rename_all = "snake_case")]
 pub enum AutoWord {
     Auto,
+}
+
+/// A number, or one word: what a face (a voltage or "zero_field") and ω (a factor or
+/// "auto") accept; an error says which values are accepted (serde's untagged enums
+/// only say that none matched).
+struct NumberOr {
+    word: &'static str,
+    number: &'static str,
+}
+
+impl<'de> serde::de::Visitor<'de> for NumberOr {
+    type Value = Option<f64>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{} or \"{}\"", self.number, self.word)
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> std::result::Result<Self::Value, E> {
+        Ok(Some(v))
+    }
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> std::result::Result<Self::Value, E> {
+        Ok(Some(v as f64))
+    }
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> std::result::Result<Self::Value, E> {
+        Ok(Some(v as f64))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> std::result::Result<Self::Value, E> {
+        match v == self.word {
+            true => Ok(None),
+            false => Err(E::invalid_value(serde::de::Unexpected::Str(v), &self)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Face {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = d.deserialize_any(NumberOr {
+            word: "zero_field",
+            number: "a voltage (a number, in volts)",
+        })?;
+        Ok(v.map_or(Face::Named(FaceKind::ZeroField), Face::Voltage))
+    }
+}
+
+impl<'de> Deserialize<'de> for Omega {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let v = d.deserialize_any(NumberOr {
+            word: "auto",
+            number: "a relaxation factor (a number in [0.1, 2))",
+        })?;
+        Ok(v.map_or(Omega::Auto(AutoWord::Auto), Omega::Given))
+    }
 }
 
 /// How a node's SOR step is computed (`electrostatics.update`).

@@ -54,6 +54,10 @@ impl SolverProblem for ElectrostaticsProblem {
     fn max_steps(&self) -> u64 {
         self.max_iterations
     }
+    fn least_values_moved(&self) -> Option<f64> {
+        let nodes: usize = self.shape().iter().product();
+        Some(2.0 * nodes as f64 * self.max_iterations as f64)
+    }
     fn decomposes(&self) -> bool {
         true
     }

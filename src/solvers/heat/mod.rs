@@ -308,14 +308,14 @@ pub fn engine_placed<T: Real>(
     let n = placement.total();
     if p.dims == 1 {
         return Err(Error::invalid(
-            "--subdomains",
+            placement.parts_field(),
             n,
             "a 1D heat grid runs on one device (slabs cut the slowest axis of 2D and 3D grids)",
         ));
     }
     if !matches!(p.ooc.strategy, Strategy::Auto | Strategy::InCore) {
         return Err(Error::invalid(
-            "--subdomains",
+            placement.parts_field(),
             n,
             "decomposed heat runs are in-core on every slab: leave heat.strategy out",
         ));
@@ -328,7 +328,7 @@ pub fn engine_placed<T: Real>(
         None => 1,
         Some(g) => cuda_slab::CudaHeatSlab::<T>::steps_per_pass(&g[0], p)? as usize,
     };
-    let all = windows(layers, n, halo, false, "--subdomains")?;
+    let all = windows(layers, n, halo, false, placement.parts_field())?;
     // Under mpirun a rank computes only the layers its slab holds (the rest of the
     // whole-size buffer stays zero and unmapped), so no rank needs the whole grid.
     let held = placement.world.map(|_| {

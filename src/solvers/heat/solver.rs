@@ -71,6 +71,9 @@ impl SolverProblem for HeatProblem {
     fn max_steps(&self) -> u64 {
         self.steps
     }
+    fn least_values_moved(&self) -> Option<f64> {
+        Some(2.0 * self.cells() as f64 * self.steps as f64)
+    }
     fn dt(&self) -> Option<f64> {
         Some(self.dt)
     }

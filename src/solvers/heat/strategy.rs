@@ -97,7 +97,7 @@ impl Layout {
         match self.strategy {
             Strategy::InCore | Strategy::Auto => "in-core".into(),
             s => format!(
-                "{} ({} decomposition, n = {}, {} tasks per pass, device budget {}, {}; predicted {}, {}-bound)",
+                "{} ({} decomposition, n = {}, {} tasks per pass, {} {}{}; predicted {}, {}-bound)",
                 if s == Strategy::Trivial {
                     "trivial out-of-core"
                 } else {
@@ -106,11 +106,15 @@ impl Layout {
                 self.decomposition.map_or("?", |d| d.label()),
                 self.pyramid_height.unwrap_or(0),
                 self.tasks.unwrap_or(0),
+                match self.direct {
+                    Some(_) => "device budget",
+                    None => "box workspace",
+                },
                 units::bytes(self.device_memory as u128),
-                if self.direct == Some(true) {
-                    "host grid pinned"
-                } else {
-                    "host copies staged"
+                match self.direct {
+                    Some(true) => ", host grid pinned",
+                    Some(false) => ", host copies staged",
+                    None => "",
                 },
                 units::seconds(self.predicted_s.unwrap_or(0.0)),
                 self.bound.unwrap_or("?"),
@@ -140,7 +144,7 @@ pub fn choose_plan(
     bytes: usize,
     costs: &Costs,
     how: model::Pipeline,
-    budget: u64,
+    (budget, on_cpu): (u64, bool),
     boxes: usize,
 ) -> Result<(Plan, Prediction)> {
     let decompositions: Vec<Decomposition> = match p.ooc.decomposition {
@@ -168,6 +172,11 @@ pub fn choose_plan(
         );
         return Err(match p.ooc.device_memory {
             Some(_) => Error::invalid(p.ooc.device_memory_from, units::bytes(budget as u128), why),
+            None if on_cpu => Error::TooLarge(format!(
+                "the CPU run's default box workspace ({}) is {why}; give a larger one with \
+                 heat.device_memory or --device-memory",
+                units::bytes(budget as u128)
+            )),
             None => Error::TooLarge(format!(
                 "the device's free memory less a margin ({}) is {why}; free device memory or \
                  use --backend cpu",
@@ -253,7 +262,7 @@ pub fn build<T: Real>(
     if p.ooc.device_memory.is_none() {
         let smallest = Decomposition::ALL
             .iter()
-            .filter(|d| d.fits(p.dims))
+            .filter(|d| d.fits(p.dims) && p.ooc.decomposition.is_none_or(|x| x == **d))
             .map(|&d| pyramid::plan::min_capacity(p.shape, p.dims, d))
             .min()
             .unwrap_or(1);
@@ -265,7 +274,8 @@ pub fn build<T: Real>(
             overlap: !trivial,
             direct,
         };
-        choose_plan(p, capacity, bytes, &costs, how, budget, boxes)
+        let on_cpu = matches!(device, Device::Cpu { .. });
+        choose_plan(p, capacity, bytes, &costs, how, (budget, on_cpu), boxes)
     };
     let (mut plan, mut prediction) = choose(p.ooc.pin_host_grid)?;
     let mut pin_seconds = None;
@@ -342,7 +352,11 @@ pub fn build<T: Real>(
         predicted_s: Some(prediction.seconds),
         bound: Some(prediction.bound),
         costs: Some(costs),
-        direct: Some(exec.direct()),
+        // A CPU run's boxes are host memory: no pinning, no device.
+        direct: match device {
+            Device::Cpu { .. } => None,
+            Device::Cuda(_) => Some(exec.direct()),
+        },
         pin_seconds,
     };
     Ok((Box::new(PyramidHeat::new(p, u0, step0, plan, exec)), layout))

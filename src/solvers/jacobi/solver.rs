@@ -53,6 +53,9 @@ impl SolverProblem for JacobiProblem {
     fn max_steps(&self) -> u64 {
         self.max_iterations
     }
+    fn least_values_moved(&self) -> Option<f64> {
+        Some(2.0 * self.cells() as f64 * self.max_iterations as f64)
+    }
     fn restart_may_change(&self) -> &'static [&'static str] {
         &["max_iterations", "tolerance"]
     }

@@ -237,7 +237,10 @@ struct Writer<'a> {
 impl Writer<'_> {
     /// The stage folder, on the rank that writes files.
     fn staged(&self) -> Option<&OutputDir> {
-        self.stage.as_ref().filter(|_| self.dir.is_some()).map(Stage::dir)
+        self.stage
+            .as_ref()
+            .filter(|_| self.dir.is_some())
+            .map(Stage::dir)
     }
 
     /// Note the files the series write of `step` added to the stage (all but the indexes,
@@ -414,7 +417,8 @@ impl Writer<'_> {
                 "{missing} of the {} files of the checkpoint's series up to step {step} are \
                  gone from {}; the series continues without them",
                 names.len(),
-                from.last().map_or("its folder".into(), |d| d.display().to_string()),
+                from.last()
+                    .map_or("its folder".into(), |d| d.display().to_string()),
             ));
         }
         Ok(())

@@ -7,7 +7,6 @@ use std::time::Instant;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use keisan::units::printable;
 use keisan::checkpoint::Checkpoint;
 use keisan::device::{self, Backend, Placement};
 use keisan::error::{Error, Result};
@@ -16,6 +15,7 @@ use keisan::precision::Precision;
 use keisan::problem::{self, Overrides};
 use keisan::solver::Report;
 use keisan::solvers::REGISTRY;
+use keisan::units::printable;
 
 #[derive(Parser)]
 #[command(
@@ -258,7 +258,6 @@ fn wants_json(m: &clap::ArgMatches) -> bool {
     }
     matches!(m.try_get_one::<bool>("json"), Ok(Some(true)))
 }
-
 
 fn usage(e: clap::Error) -> Error {
     Error::Parse(e.to_string())
@@ -596,11 +595,7 @@ fn info(probe: bool, json: bool) -> Result<()> {
             for d in list {
                 let gpu = device::Gpu::open(d.ordinal)?;
                 let c = keisan::device::ceilings::measure_gpu(&gpu)?;
-                text += &format!(
-                    "CUDA device {} {}",
-                    d.ordinal,
-                    c.human().trim_start()
-                );
+                text += &format!("CUDA device {} {}", d.ordinal, c.human().trim_start());
                 probes.push(c);
             }
             report["cuda_ceilings"] = serde_json::to_value(probes).expect("serialises");

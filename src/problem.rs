@@ -178,7 +178,9 @@ impl Source<'_> {
             Some(base) if p.is_relative() && self.override_of(key).is_none() => base.join(p),
             _ => p.to_path_buf(),
         };
-        self.inputs.borrow_mut().push((key.to_string(), path.clone()));
+        self.inputs
+            .borrow_mut()
+            .push((key.to_string(), path.clone()));
         path
     }
 }

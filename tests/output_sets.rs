@@ -90,7 +90,10 @@ fn consistent(d: &Path, others: &[&str]) {
             let text = std::fs::read_to_string(d.join(n)).unwrap();
             for part in text.split("file=\"").skip(1) {
                 let file = part.split('"').next().unwrap();
-                assert!(d.join(file).exists(), "{n} names {file}, which is not there");
+                assert!(
+                    d.join(file).exists(),
+                    "{n} names {file}, which is not there"
+                );
             }
         }
     }
@@ -169,14 +172,22 @@ fn a_shorter_rerun_leaves_no_stale_series() {
     assert_eq!(run(d, &["p.toml", "--out", "res"], &[]).0, 0);
     std::fs::write(d.join("res/notes.txt"), "mine").unwrap();
     assert_eq!(
-        run(d, &["p.toml", "--out", "res", "--set", "advection.steps=12"], &[]).0,
+        run(
+            d,
+            &["p.toml", "--out", "res", "--set", "advection.steps=12"],
+            &[]
+        )
+        .0,
         0
     );
     consistent(&d.join("res"), &["notes.txt"]);
     let n = names(&d.join("res"));
     assert!(n.iter().any(|f| f.starts_with("f_000012")), "{n:?}");
     assert!(!n.iter().any(|f| f.starts_with("f_000015")), "stale: {n:?}");
-    assert_eq!(std::fs::read_to_string(d.join("res/notes.txt")).unwrap(), "mine");
+    assert_eq!(
+        std::fs::read_to_string(d.join("res/notes.txt")).unwrap(),
+        "mine"
+    );
 }
 
 const LONG_JACOBI: &str = "solver = \"jacobi\"\n[jacobi]\nn = 300\nm = 300\n\
@@ -187,7 +198,13 @@ fn an_interrupted_rerun_keeps_the_previous_run_and_a_restart_continues_its_serie
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::write(d.join("p.toml"), LONG_JACOBI).unwrap();
-    let short = ["p.toml", "--out", "res", "--set", "jacobi.max_iterations=300"];
+    let short = [
+        "p.toml",
+        "--out",
+        "res",
+        "--set",
+        "jacobi.max_iterations=300",
+    ];
     assert_eq!(run(d, &short, &[]).0, 0);
     let before = snapshot(&d.join("res"));
     let child = Command::new(keisan_bin())
@@ -269,7 +286,10 @@ fn a_users_file_or_folder_is_never_replaced_or_removed() {
     let before = snapshot(&d.join("res"));
     let (code, err) = run(d, &["p.toml", "--out", "res"], &[]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("res/f.png") && err.contains("is a folder"), "{err}");
+    assert!(
+        err.contains("res/f.png") && err.contains("is a folder"),
+        "{err}"
+    );
     let kept = err
         .split("kept in ")
         .nth(1)
@@ -285,8 +305,14 @@ fn a_users_file_or_folder_is_never_replaced_or_removed() {
     std::fs::write(d.join("mine/f.npy"), "not keisan's").unwrap();
     let (code, err) = run(d, &["p.toml", "--out", "mine"], &[]);
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("mine/f.npy") && err.contains("is a file"), "{err}");
-    assert_eq!(std::fs::read(d.join("mine/f.npy")).unwrap(), b"not keisan's");
+    assert!(
+        err.contains("mine/f.npy") && err.contains("is a file"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(d.join("mine/f.npy")).unwrap(),
+        b"not keisan's"
+    );
     // A later successful run elsewhere removes none of the kept outputs.
     assert_eq!(run(d, &["p.toml", "--out", "res2"], &[]).0, 0);
     assert!(d.join(kept).join("f.npy").exists());
@@ -326,7 +352,10 @@ fn a_path_json_cannot_carry_is_refused_before_solving() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("output folder") && err.contains("UTF-8"), "{err}");
+    assert!(
+        err.contains("output folder") && err.contains("UTF-8"),
+        "{err}"
+    );
     assert!(!d.join(out).exists());
     // A problem file in such a folder, with checkpoints (their header records its folder).
     let folder = d.join(std::ffi::OsStr::from_bytes(b"in\xff"));
@@ -336,10 +365,21 @@ fn a_path_json_cannot_carry_is_refused_before_solving() {
         .current_dir(d)
         .arg("run")
         .arg(folder.join("p.toml"))
-        .args(["--backend", "cpu", "-q", "--out", "res", "--checkpoint-every", "10"])
+        .args([
+            "--backend",
+            "cpu",
+            "-q",
+            "--out",
+            "res",
+            "--checkpoint-every",
+            "10",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("problem file") && err.contains("UTF-8"), "{err}");
+    assert!(
+        err.contains("problem file") && err.contains("UTF-8"),
+        "{err}"
+    );
 }

@@ -228,7 +228,10 @@ fn inject_failure(path: &Path) -> Result<()> {
     match std::env::var_os("KEISAN_INJECT_WRITE_FAILURE") {
         Some(n) if path.file_name() == Some(n.as_os_str()) => Err(Error::io(
             path,
-            io_error(std::io::ErrorKind::StorageFull, "injected write failure".into()),
+            io_error(
+                std::io::ErrorKind::StorageFull,
+                "injected write failure".into(),
+            ),
         )),
         _ => Ok(()),
     }

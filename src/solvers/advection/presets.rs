@@ -65,7 +65,9 @@ pub enum Initial {
         amplitude: f64,
     },
     /// Zalesak's slotted disk: 1 inside the disk except a slot of `slot_width` cut from
-    /// its bottom edge up to `slot_depth` below its top, 0 elsewhere.
+    /// its bottom edge `slot_depth` up, 0 elsewhere. The defaults are Zalesak's (1979) on
+    /// a 100 × 100 domain, as fractions of the smaller side: centre at (½, ¾) of the
+    /// domain, radius 0.15, slot 0.05 wide and 0.25 deep, which leaves a bridge of 0.05.
     Zalesak {
         #[serde(default)]
         center: Option<[f64; 2]>,
@@ -495,7 +497,7 @@ impl Initial {
                 let r = radius.unwrap_or(0.15 * small);
                 let (dx, dy) = offset(c);
                 let w = slot_width.unwrap_or(r / 3.0);
-                let depth = slot_depth.unwrap_or(1.4 * r);
+                let depth = slot_depth.unwrap_or(r * 5.0 / 3.0);
                 let inside = dx * dx + dy * dy <= r * r;
                 let in_slot = dx.abs() <= w / 2.0 && dy <= -r + depth;
                 if inside && !in_slot { 1.0 } else { 0.0 }

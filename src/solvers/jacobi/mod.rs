@@ -276,7 +276,13 @@ pub fn engine_placed<T: Real>(
     if let Some(gpus) = placement.gpus()? {
         // CUDA slabs take two sweeps between exchanges: a halo of two rows.
         let halo = cuda_slab::SWEEPS_PER_EXCHANGE as usize;
-        let all = windows(problem.m, placement.total(), halo, false, placement.parts_field())?;
+        let all = windows(
+            problem.m,
+            placement.total(),
+            halo,
+            false,
+            placement.parts_field(),
+        )?;
         // A fresh start leaves u to the slabs' init kernel (zeros): uploading the
         // whole-grid zeros cost 10 ns a cell, 0.25 s for the seed case on 2 GPUs.
         let from = restarted.then_some((&u[..], step, status));
@@ -286,7 +292,13 @@ pub fn engine_placed<T: Real>(
             placement, all, build, field_of,
         )?)));
     }
-    let all = windows(problem.m, placement.total(), 1, false, placement.parts_field())?;
+    let all = windows(
+        problem.m,
+        placement.total(),
+        1,
+        false,
+        placement.parts_field(),
+    )?;
     let build = |_, w| cpu::CpuJacobi::on_window(problem, w, &u, step, status);
     Ok(Placed::Slabs(Box::new(Distributed::on(
         placement, all, build, field_of,

@@ -1,5 +1,7 @@
 //! Initial conditions in N-body (Hénon) units, G = M = 1 and E = −1/4 (up to sampling
-//! noise: no O(N²) rescaling, so the largest runs set up in O(N)). Draws are counter
+//! noise, and for the Plummer spheres the truncation at [`PLUMMER_CUT`] scale lengths,
+//! which makes E = −0.2601: no O(N²) rescaling, so the largest runs set up in O(N)); for
+//! another G the problem scales the velocities by √G. Draws are counter
 //! based — particle i's k-th draw is a hash of (seed, i, k) — so a seed gives the same
 //! particles on any thread count and any version of keisan.
 
@@ -11,8 +13,9 @@ use super::Particles;
 pub const PLUMMER_A: f64 = 3.0 * std::f64::consts::PI / 16.0;
 /// Radius of a uniform sphere with E = W = −3GM²/(5R) = −1/4.
 pub const COLD_SPHERE_RADIUS: f64 = 2.4;
-/// Plummer radii beyond this many scale lengths are drawn again (they hold 0.1 % of the
-/// mass and would set the box and the time step for nothing).
+/// Plummer radii beyond this many scale lengths are drawn again (they hold 1.48 % of the
+/// mass, 1 − 10³/101^{3/2}, and would set the box and the time step for nothing; the
+/// truncated sphere's energy is −0.2601 instead of −1/4).
 const PLUMMER_CUT: f64 = 10.0;
 
 /// splitmix64's finaliser.

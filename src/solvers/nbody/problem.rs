@@ -114,6 +114,13 @@ impl NbodyProblem {
             } => presets::two_plummers(self.n, seed, separation, impact, speed),
             Initial::File { path } => read_particles(path)?,
         };
+        // The presets are drawn for G = 1; for another G the same system is in
+        // equilibrium with every velocity scaled by √G (time runs 1/√G as fast).
+        let mut p = p;
+        if !matches!(self.initial, Initial::File { .. }) && self.g != 1.0 {
+            let s = self.g.sqrt();
+            p.vel.iter_mut().flatten().for_each(|v| *v *= s);
+        }
         check_particles(&p, self.softening, "nbody.initial.file")?;
         Ok(p)
     }

@@ -204,6 +204,9 @@ impl NbodyCase<'_> {
 
 /// What the summary's energy error measures (the JSON's meaning, the human line's note).
 const ENERGY_ERROR_MEANING: &str = "|E − E₀|/|E₀| with the run's softening";
+/// An energy error beyond this says the steps were too long for the encounters (the
+/// leapfrog's error of a well-resolved run is far below it): the run is warned of.
+const ENERGY_ERROR_WARNING: f64 = 1e-2;
 
 impl Case for NbodyCase<'_> {
     type Real = f64;
@@ -239,6 +242,13 @@ impl Case for NbodyCase<'_> {
         let u = u.expect("the runner hands over the particles");
         let end = self.measures(u)?;
         let energy_error = end.energy_error(&self.start);
+        if !(energy_error <= ENERGY_ERROR_WARNING) {
+            s.warnings.push(format!(
+                "the energy changed by {energy_error:.3e} of |E₀| (beyond {ENERGY_ERROR_WARNING:e}): \
+                 nbody.dt is too long for the closest encounters; take a shorter dt or a \
+                 larger nbody.softening"
+            ));
+        }
         s.highlights = vec![
             (
                 "energy error".into(),

@@ -148,7 +148,8 @@ fn a_rerun_that_fails_leaves_the_previous_run_untouched() {
     let before = snapshot(&d.join("res"));
     assert!(before.keys().any(|n| n.starts_with("f_000040")));
     // Diverges after the series began; fails writing its final set; the same in slabs.
-    let cases: [(&str, &[&str], &[(&str, &str)]); 3] = [
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 3] = [
         ("bad.toml", &[], &[]),
         ("bad.toml", &["--subdomains", "2"], &[]),
         ("p.toml", &[], &[("KEISAN_INJECT_WRITE_FAILURE", "f.npy")]),

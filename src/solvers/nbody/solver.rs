@@ -242,7 +242,7 @@ impl Case for NbodyCase<'_> {
         let u = u.expect("the runner hands over the particles");
         let end = self.measures(u)?;
         let energy_error = end.energy_error(&self.start);
-        if !(energy_error <= ENERGY_ERROR_WARNING) {
+        if energy_error.is_nan() || energy_error > ENERGY_ERROR_WARNING {
             s.warnings.push(format!(
                 "the energy changed by {energy_error:.3e} of |E₀| (beyond {ENERGY_ERROR_WARNING:e}): \
                  nbody.dt is too long for the closest encounters; take a shorter dt or a \

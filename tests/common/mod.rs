@@ -316,3 +316,77 @@ pub fn write_npy<T: npyz::AutoSerialize + Copy>(path: &std::path::Path, shape: &
     w.extend(data.iter().copied()).unwrap();
     w.finish().unwrap();
 }
+
+/// Every entry of folder `d` (recursively), with its bytes (None for a folder).
+pub fn snapshot(d: &std::path::Path) -> std::collections::BTreeMap<String, Option<Vec<u8>>> {
+    let mut all = std::collections::BTreeMap::new();
+    let mut todo = vec![d.to_path_buf()];
+    while let Some(at) = todo.pop() {
+        for e in std::fs::read_dir(&at).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.strip_prefix(d).unwrap().display().to_string();
+            if p.is_dir() {
+                all.insert(name, None);
+                todo.push(p);
+            } else {
+                all.insert(name, Some(std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    all
+}
+
+/// The names in folder `d`.
+pub fn names(d: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+/// The folder holds exactly one run's set: the files its summary.json lists (besides
+/// checkpoints and `others`), every file its .pvd files name, no stage left behind.
+pub fn consistent(d: &std::path::Path, others: &[&str]) {
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("summary.json")).unwrap()).unwrap();
+    let mut listed: Vec<String> = summary["outputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            std::path::Path::new(p.as_str().unwrap())
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    listed.sort();
+    let stage = stage_named(d);
+    let present: Vec<String> = names(d)
+        .into_iter()
+        .filter(|n| !n.starts_with("checkpoint") && !others.contains(&n.as_str()))
+        .filter(|n| Some(n) != stage.as_ref())
+        .collect();
+    assert_eq!(present, listed, "the folder holds what its summary lists");
+    for n in &present {
+        if n.ends_with(".pvd") {
+            let text = std::fs::read_to_string(d.join(n)).unwrap();
+            for part in text.split("file=\"").skip(1) {
+                let file = part.split('"').next().unwrap();
+                assert!(
+                    d.join(file).exists(),
+                    "{n} names {file}, which is not there"
+                );
+            }
+        }
+    }
+}
+
+/// The stage the folder's checkpoint names (kept for a restart from it), if any.
+pub fn stage_named(d: &std::path::Path) -> Option<String> {
+    let c = keisan::checkpoint::Checkpoint::open(&d.join("checkpoint.keisan")).ok()?;
+    c.header.history.stage
+}

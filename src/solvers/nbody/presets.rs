@@ -1,5 +1,5 @@
 //! Initial conditions in N-body (Hénon) units, G = M = 1 and E = −1/4 (up to sampling
-//! noise, and for the Plummer spheres the truncation at [`PLUMMER_CUT`] scale lengths,
+//! noise, and for the Plummer spheres the truncation at ten scale lengths,
 //! which makes E = −0.2601: no O(N²) rescaling, so the largest runs set up in O(N)); for
 //! another G the problem scales the velocities by √G. Draws are counter
 //! based — particle i's k-th draw is a hash of (seed, i, k) — so a seed gives the same

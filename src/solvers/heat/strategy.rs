@@ -74,6 +74,9 @@ pub struct Layout {
     pub direct: Option<bool>,
     /// Out-of-core on a GPU: seconds spent page-locking the host grid.
     pub pin_seconds: Option<f64>,
+    /// The run is on the CPU: its boxes are a workspace in host memory, nothing pinned.
+    #[serde(skip)]
+    pub on_cpu: bool,
 }
 
 impl Layout {
@@ -90,6 +93,7 @@ impl Layout {
             costs: None,
             direct: None,
             pin_seconds: None,
+            on_cpu: false,
         }
     }
 
@@ -106,15 +110,15 @@ impl Layout {
                 self.decomposition.map_or("?", |d| d.label()),
                 self.pyramid_height.unwrap_or(0),
                 self.tasks.unwrap_or(0),
-                match self.direct {
-                    Some(_) => "device budget",
-                    None => "box workspace",
+                match self.on_cpu {
+                    false => "device budget",
+                    true => "box workspace",
                 },
                 units::bytes(self.device_memory as u128),
-                match self.direct {
-                    Some(true) => ", host grid pinned",
-                    Some(false) => ", host copies staged",
-                    None => "",
+                match (self.on_cpu, self.direct) {
+                    (false, Some(true)) => ", host grid pinned",
+                    (false, _) => ", host copies staged",
+                    (true, _) => "",
                 },
                 units::seconds(self.predicted_s.unwrap_or(0.0)),
                 self.bound.unwrap_or("?"),
@@ -352,12 +356,9 @@ pub fn build<T: Real>(
         predicted_s: Some(prediction.seconds),
         bound: Some(prediction.bound),
         costs: Some(costs),
-        // A CPU run's boxes are host memory: no pinning, no device.
-        direct: match device {
-            Device::Cpu { .. } => None,
-            Device::Cuda(_) => Some(exec.direct()),
-        },
+        direct: Some(exec.direct()),
         pin_seconds,
+        on_cpu: matches!(device, Device::Cpu { .. }),
     };
     Ok((Box::new(PyramidHeat::new(p, u0, step0, plan, exec)), layout))
 }

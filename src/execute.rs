@@ -26,6 +26,9 @@ pub struct ExecuteOptions {
     pub process_start: Option<Instant>,
     /// Continue from this checkpoint.
     pub restart: Option<Checkpoint>,
+    /// The tests' fault injection: publishing fails like a full disk at the output file
+    /// of this name.
+    pub inject_write_failure: Option<String>,
 }
 
 /// One run as a solver sees it: the problem, the device, the options.
@@ -719,7 +722,7 @@ pub fn run_case<C: Case>(
             outcome.steps,
             last_checkpoint.as_ref(),
         )?;
-        stage.publish()?;
+        stage.publish(opts.inject_write_failure.as_deref())?;
         // Stages that interrupted runs left here and that the folder's checkpoint (this
         // run's, when it wrote one) does not name.
         let named = match last_checkpoint.is_some() {

@@ -88,6 +88,10 @@ struct RunArgs {
     /// paths in values are taken from the current folder).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    /// For the tests: fail like a full disk when publishing the output file of this name
+    /// (to show a failed run leaves the previous one untouched).
+    #[arg(long, hide = true, value_name = "FILE")]
+    inject_write_failure: Option<String>,
     /// Output folder (overrides [output] dir).
     #[arg(long)]
     out: Option<PathBuf>,
@@ -520,6 +524,7 @@ fn run(mut args: RunArgs, start: Instant) -> Result<()> {
             context_s,
             process_start: Some(start),
             restart,
+            inject_write_failure: args.inject_write_failure,
         },
     )?;
     if !args.quiet {

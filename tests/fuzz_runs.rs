@@ -65,7 +65,7 @@ fn run(d: &Path, r: &Run) -> i32 {
         ]);
     }
     if let Some(f) = r.fails_on {
-        cmd.env("KEISAN_INJECT_WRITE_FAILURE", f);
+        cmd.args(["--inject-write-failure", f]);
     }
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

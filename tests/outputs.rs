@@ -150,8 +150,10 @@ fn a_failed_write_leaves_the_previous_set_untouched() {
                 "cpu",
                 "--set",
                 "heat.steps=20",
+                "--inject-write-failure",
+                fail,
             ],
-            &[("KEISAN_INJECT_WRITE_FAILURE", fail)],
+            &[],
         );
         assert_eq!(o.status.code(), Some(1));
         let err = String::from_utf8_lossy(&o.stderr);

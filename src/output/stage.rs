@@ -139,12 +139,20 @@ impl Stage {
     /// or folder keisan did not write is never touched — when one stands where an output
     /// must go, nothing is replaced and the outputs stay in the stage, whose path the error
     /// names. The final paths.
-    pub fn publish(mut self) -> Result<Vec<PathBuf>> {
+    /// `fail_at`: the tests' fault injection (a file name at which publishing fails like
+    /// a full disk).
+    pub fn publish(mut self, fail_at: Option<&str>) -> Result<Vec<PathBuf>> {
         let out = self.out.clone();
         let _folder_lock = File::open(&out).ok().filter(|f| f.lock().is_ok());
         let names = self.files()?;
-        for name in &names {
-            inject_failure(&self.folder.file(name))?;
+        if let Some(name) = fail_at.filter(|n| names.iter().any(|m| m == n)) {
+            return Err(Error::io(
+                self.folder.file(name),
+                io_error(
+                    std::io::ErrorKind::StorageFull,
+                    "injected write failure".into(),
+                ),
+            ));
         }
         let previous = record(&out);
         let stage = self.folder.path().to_path_buf();
@@ -219,21 +227,6 @@ impl Drop for Stage {
         if self.owner && (!self.keep || empty()) {
             let _ = std::fs::remove_dir_all(self.folder.path());
         }
-    }
-}
-
-/// Fails like a full disk when `KEISAN_INJECT_WRITE_FAILURE` names the file of `path`:
-/// the hook the tests use to show that a failed run leaves the previous one untouched.
-fn inject_failure(path: &Path) -> Result<()> {
-    match std::env::var_os("KEISAN_INJECT_WRITE_FAILURE") {
-        Some(n) if path.file_name() == Some(n.as_os_str()) => Err(Error::io(
-            path,
-            io_error(
-                std::io::ErrorKind::StorageFull,
-                "injected write failure".into(),
-            ),
-        )),
-        _ => Ok(()),
     }
 }
 

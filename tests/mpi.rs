@@ -795,24 +795,8 @@ fn a_rerun_on_fewer_ranks_leaves_no_pieces_of_the_last() {
         let o = on_ranks(d, ranks, "heat.toml", "res", &per_rank);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let mut names: Vec<String> = std::fs::read_dir(d.join("res"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
-    names.sort();
+    let names = common::names(&d.join("res"));
     assert!(names.iter().any(|n| n.contains("_r0001")), "{names:?}");
     assert!(!names.iter().any(|n| n.contains("_r0002")), "{names:?}");
-    let s: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("res/summary.json")).unwrap()).unwrap();
-    let mut listed: Vec<String> = (s["outputs"].as_array().unwrap().iter())
-        .map(|p| {
-            Path::new(p.as_str().unwrap())
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    listed.sort();
-    assert_eq!(names, listed, "the folder holds what its summary lists");
+    common::consistent(&d.join("res"), &[]);
 }

@@ -178,16 +178,6 @@ impl<'a> OutputSet<'a> {
         self.staging.path().join(name)
     }
 
-    /// The names of the set's files so far.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
-    /// The path `name` will have once the set is committed.
-    pub fn final_path(&self, name: &str) -> PathBuf {
-        self.dir.file(name)
-    }
-
     /// Move every file into the output folder (renames within one file system); the
     /// final paths. The files it replaces are moved aside first and moved back if any
     /// rename fails, so the folder holds the old set or the new one. (Signals only set a
